@@ -1,0 +1,52 @@
+// Package graceful runs an [http.Server] through the termination sequence
+// that Kubernetes imposes on a pod, without dropping a request.
+//
+// When a pod is deleted, the kubelet's stop signal and the removal of the
+// pod from every node's routing race each other: for a moment after SIGTERM
+// new connections still arrive, and keep-alive connections that were opened
+// earlier stay pinned to the pod for as long as they live. A server that
+// closes its listener at once refuses the first; one that only waits for
+// idle connections (Node's server.close()) is held hostage by the second
+// until SIGKILL resets what is in flight.
+//
+// A [Server] answers both. On the first configured signal (SIGTERM and
+// SIGINT by default), or when the context passed to [Server.Serve] is done:
+//
+//  1. Readiness fails: [Server.ReadyHandler] answers 503 from this moment,
+//     while [Server.LiveHandler] keeps answering 200.
+//  2. For [Server.PreStopDelay] the server keeps accepting and serving, for
+//     clusters or images without a preStop sleep; every response in this
+//     phase carries "Connection: close", so keep-alive clients move to other
+//     pods without a race.
+//  3. The listener closes. Idle HTTP/1 connections close at once. A request
+//     that arrives on a connection the server had already accepted is
+//     answered, with "Connection: close", never dropped; a busy connection is
+//     closed right after its current response. HTTP/2 connections receive
+//     GOAWAY once the HTTP/1 connections are done, and close when their
+//     streams finish.
+//  4. Hijacked connections (WebSockets and the like) are handed to
+//     [Server.DrainHijacked], if set, and waited for like any other.
+//  5. At the drain deadline, whatever is left is closed and Serve returns
+//     [ErrDrainTimeout]. A second signal closes everything at once and Serve
+//     returns [ErrInterrupted].
+//
+// The drain deadline is derived from the termination budget: the time the
+// platform allows between the signal and SIGKILL, minus the pre-stop delay,
+// minus a slack for the process to exit. With Kubernetes' defaults and no
+// preStop hook in the manifest, that is 30 s − PreStopDelay − 2 s.
+//
+// This differs from [http.Server.Shutdown] in three ways that matter during a
+// rollout: Shutdown silently drops a request that it reads after shutdown
+// began, even on a connection accepted just before (golang/go#75591);
+// it neither closes nor waits for hijacked connections; and when its context
+// expires it returns with connections still open. Server does not call
+// Shutdown until only HTTP/2 connections remain, and closes everything at
+// its deadline.
+//
+// A minimal use:
+//
+//	srv := &graceful.Server{HTTP: &http.Server{Handler: mux}}
+//	mux.Handle("/ready", srv.ReadyHandler())
+//	mux.Handle("/live", srv.LiveHandler())
+//	err := srv.ListenAndServe(ctx, ":8080")
+package graceful

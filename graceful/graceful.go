@@ -1,0 +1,470 @@
+package graceful
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Defaults used when the corresponding [Server] field is zero.
+const (
+	// DefaultTerminationBudget is Kubernetes' default
+	// terminationGracePeriodSeconds: the time between the stop signal and
+	// SIGKILL when the pod has no preStop hook.
+	DefaultTerminationBudget = 30 * time.Second
+	// DefaultSlack is the part of the budget kept for the process to exit
+	// after the drain.
+	DefaultSlack = 2 * time.Second
+)
+
+// newConnGrace is how long, during the drain, a connection that was accepted
+// but has not yet sent a request is waited for. Its request may be on the
+// wire; a client that opened a connection and went silent is not.
+const newConnGrace = time.Second
+
+var (
+	// ErrDrainTimeout is returned by [Server.Serve] when the drain deadline
+	// passed with connections still open; they were closed.
+	ErrDrainTimeout = errors.New("graceful: drain deadline passed with connections open")
+	// ErrInterrupted is returned by [Server.Serve] when a second signal
+	// arrived during termination; every connection was closed at once.
+	ErrInterrupted = errors.New("graceful: second signal, stopped at once")
+	// ErrServerUsed is returned by [Server.Serve] when the Server has
+	// already served; a Server runs once.
+	ErrServerUsed = errors.New("graceful: Server already used")
+)
+
+// Server runs an [http.Server] until a termination signal, then drains it as
+// the package documentation describes. The zero value is not usable: HTTP
+// must be set. All other fields are optional.
+//
+// A Server serves once; it cannot be reused after [Server.Serve] returns.
+type Server struct {
+	// HTTP is the server to run. Serve wraps its Handler (nil means
+	// http.DefaultServeMux) and chains its ConnState and ConnContext hooks;
+	// they must not be changed while Serve runs. If TLSConfig is set, its
+	// Certificates or GetCertificate serve TLS.
+	HTTP *http.Server
+
+	// Signals start the termination sequence; a second one ends it at once.
+	// Nil means SIGTERM and SIGINT.
+	Signals []os.Signal
+
+	// PreStopDelay is how long the server keeps accepting and serving after
+	// termination begins, with readiness failing. Zero means none: use it
+	// when the pod has no preStop sleep of its own. It counts against the
+	// termination budget.
+	PreStopDelay time.Duration
+
+	// TerminationBudget is the time the platform allows between the signal
+	// and SIGKILL: terminationGracePeriodSeconds minus the manifest's preStop
+	// hook, if any. Zero means DefaultTerminationBudget.
+	TerminationBudget time.Duration
+
+	// Slack is the part of the budget kept for the process to exit after the
+	// drain. Zero means DefaultSlack.
+	Slack time.Duration
+
+	// DrainTimeout, if positive, is the drain deadline measured from the end
+	// of the pre-stop delay, instead of the one derived from the budget
+	// (TerminationBudget − PreStopDelay − Slack).
+	DrainTimeout time.Duration
+
+	// DrainHijacked, if set, is called in its own goroutine for each
+	// hijacked connection when the drain begins (or when a connection is
+	// hijacked during the drain), so that the application can ask the peer
+	// to close, as with a WebSocket close frame. Hijacked connections are
+	// waited for until the drain deadline, then closed.
+	DrainHijacked func(net.Conn)
+
+	// OnTerminate, if set, is called once when termination begins, with the
+	// signal that began it, or nil if the context passed to Serve was done.
+	// It runs before the pre-stop delay and must not block.
+	OnTerminate func(os.Signal)
+
+	used    atomic.Bool
+	phase   atomic.Int32 // a phase value
+	changed chan struct{}
+
+	mu    sync.Mutex
+	conns map[*conn]struct{} // accepted and not yet closed
+}
+
+// The phases of a Server, in order.
+const (
+	phaseNew int32 = iota
+	phaseServing
+	phaseStopping // termination began; still accepting (pre-stop delay)
+	phaseDraining // listener closed
+	phaseStopped
+)
+
+// ReadyHandler returns a handler for the readiness probe: 200 while the
+// server is serving, 503 before [Server.Serve] starts and from the moment
+// termination begins.
+func (s *Server) ReadyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.phase.Load() != phaseServing {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+}
+
+// LiveHandler returns a handler for the liveness probe: it answers 200 for
+// as long as the process serves, termination included. It checks nothing
+// else, so that a slow dependency never gets a healthy process restarted.
+func (s *Server) LiveHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+}
+
+// ListenAndServe listens on the TCP address HTTP.Addr (":http" if empty) and
+// calls [Server.Serve].
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	if s.HTTP == nil {
+		return errors.New("graceful: Server.HTTP is nil")
+	}
+	ln, err := net.Listen("tcp", cmp.Or(s.HTTP.Addr, ":http"))
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve accepts connections on ln and serves them until a signal in Signals
+// arrives or ctx is done, then runs the termination sequence and returns
+// when every connection is closed: nil after a complete drain,
+// [ErrDrainTimeout] or [ErrInterrupted] when connections had to be closed,
+// or the listener's error if it failed before termination. Serve closes ln.
+// Handlers that ignore their request's context may still be running when it
+// returns; their connections are closed.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.HTTP == nil {
+		ln.Close()
+		return errors.New("graceful: Server.HTTP is nil")
+	}
+	drain, err := s.drainTimeout()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if !s.used.CompareAndSwap(false, true) {
+		ln.Close()
+		return ErrServerUsed
+	}
+	signals := make(chan os.Signal, 2)
+	if len(s.Signals) > 0 {
+		signal.Notify(signals, s.Signals...)
+	} else {
+		signal.Notify(signals, syscall.SIGTERM, os.Interrupt)
+	}
+	defer signal.Stop(signals)
+
+	s.changed = make(chan struct{}, 1)
+	s.conns = make(map[*conn]struct{})
+	s.hook()
+	tl := &listener{Listener: ln, srv: s}
+	served := make(chan error, 1)
+	go func() {
+		if s.HTTP.TLSConfig != nil {
+			served <- s.HTTP.ServeTLS(tl, "", "")
+		} else {
+			served <- s.HTTP.Serve(tl)
+		}
+	}()
+	s.phase.Store(phaseServing)
+
+	var sig os.Signal
+	select {
+	case err := <-served:
+		s.phase.Store(phaseStopped)
+		s.closeAll()
+		return err
+	case sig = <-signals:
+	case <-ctx.Done():
+	}
+	err = s.terminate(sig, signals, tl, drain)
+	s.phase.Store(phaseStopped)
+	<-served // returns once the listener is closed
+	return err
+}
+
+// drainTimeout returns the drain deadline measured from the end of the
+// pre-stop delay.
+func (s *Server) drainTimeout() (time.Duration, error) {
+	if s.PreStopDelay < 0 || s.TerminationBudget < 0 || s.Slack < 0 || s.DrainTimeout < 0 {
+		return 0, errors.New("graceful: negative duration in Server")
+	}
+	if s.DrainTimeout > 0 {
+		return s.DrainTimeout, nil
+	}
+	budget := cmp.Or(s.TerminationBudget, DefaultTerminationBudget)
+	slack := cmp.Or(s.Slack, DefaultSlack)
+	if d := budget - s.PreStopDelay - slack; d > 0 {
+		return d, nil
+	}
+	return 0, fmt.Errorf("graceful: pre-stop delay %v and slack %v leave no drain time in a termination budget of %v",
+		s.PreStopDelay, slack, budget)
+}
+
+// terminate runs the termination sequence after its first trigger.
+func (s *Server) terminate(sig os.Signal, signals <-chan os.Signal, tl *listener, drain time.Duration) error {
+	s.phase.Store(phaseStopping)
+	if s.OnTerminate != nil {
+		s.OnTerminate(sig)
+	}
+	// Pre-stop: serve on with readiness failing; the handler wrapper adds
+	// "Connection: close" so keep-alive clients leave by themselves.
+	if s.PreStopDelay > 0 {
+		t := time.NewTimer(s.PreStopDelay)
+		select {
+		case <-t.C:
+		case <-signals:
+			t.Stop()
+			s.closeAll()
+			return ErrInterrupted
+		}
+	}
+	deadline := time.NewTimer(drain)
+	defer deadline.Stop()
+
+	// Drain HTTP/1: stop accepting; with keep-alives off, net/http closes
+	// idle connections now and every busy one after its current response.
+	s.phase.Store(phaseDraining)
+	s.HTTP.SetKeepAlivesEnabled(false)
+	tl.Close()
+	s.drainHijacked()
+	tick := time.NewTicker(newConnGrace / 10)
+	defer tick.Stop()
+	for !s.onlyHTTP2Left(time.Now()) {
+		select {
+		case <-signals:
+			s.closeAll()
+			return ErrInterrupted
+		case <-deadline.C:
+			s.closeAll()
+			return ErrDrainTimeout
+		case <-s.changed:
+		case <-tick.C:
+		}
+	}
+	if s.open() == 0 {
+		return nil
+	}
+
+	// Drain HTTP/2: no HTTP/1 connection is left for Shutdown to drop a
+	// request from, so its GOAWAY to the HTTP/2 connections is safe now.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- s.HTTP.Shutdown(ctx) }()
+	select {
+	case <-signals:
+		s.closeAll()
+		return ErrInterrupted
+	case <-deadline.C:
+		s.closeAll()
+		return ErrDrainTimeout
+	case err := <-shut:
+		return err
+	}
+}
+
+// onlyHTTP2Left closes the HTTP/1 connections that may close now (idle,
+// or accepted and silent for newConnGrace) and reports whether only HTTP/2
+// connections are still open.
+func (s *Server) onlyHTTP2Left(now time.Time) bool {
+	var closable []*conn
+	done := true
+	s.mu.Lock()
+	for c := range s.conns {
+		switch {
+		case c.http2.Load():
+			continue
+		case c.state == http.StateIdle,
+			c.state == http.StateNew && now.Sub(c.accepted) >= newConnGrace:
+			closable = append(closable, c)
+		}
+		done = false
+	}
+	s.mu.Unlock()
+	for _, c := range closable {
+		c.Close()
+	}
+	return done
+}
+
+// drainHijacked hands every hijacked connection to DrainHijacked.
+func (s *Server) drainHijacked() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.state == http.StateHijacked {
+			s.drainHijackedLocked(c)
+		}
+	}
+}
+
+func (s *Server) drainHijackedLocked(c *conn) {
+	if s.DrainHijacked != nil && !c.drained {
+		c.drained = true
+		go s.DrainHijacked(c)
+	}
+}
+
+// open returns the number of connections not yet closed.
+func (s *Server) open() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// closeAll closes every connection, hijacked ones included.
+func (s *Server) closeAll() {
+	s.HTTP.Close()
+	s.mu.Lock()
+	all := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		all = append(all, c)
+	}
+	s.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+}
+
+// notify wakes the drain loop.
+func (s *Server) notify() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+type connKey struct{}
+
+// hook wraps HTTP's handler and chains its connection hooks.
+func (s *Server) hook() {
+	h := s.HTTP.Handler
+	if h == nil {
+		h = http.DefaultServeMux
+	}
+	s.HTTP.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 {
+			if c, ok := r.Context().Value(connKey{}).(*conn); ok {
+				c.http2.Store(true)
+			}
+		}
+		if s.phase.Load() >= phaseStopping {
+			// HTTP/1: close after this response. HTTP/2: net/http turns
+			// this header into a graceful GOAWAY.
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+	connState := s.HTTP.ConnState
+	s.HTTP.ConnState = func(nc net.Conn, state http.ConnState) {
+		if c := unwrap(nc); c != nil && state != http.StateClosed {
+			s.mu.Lock()
+			c.state = state
+			if state == http.StateHijacked && s.phase.Load() >= phaseDraining {
+				s.drainHijackedLocked(c)
+			}
+			s.mu.Unlock()
+			s.notify()
+		}
+		if connState != nil {
+			connState(nc, state)
+		}
+	}
+	connContext := s.HTTP.ConnContext
+	s.HTTP.ConnContext = func(ctx context.Context, nc net.Conn) context.Context {
+		if connContext != nil {
+			ctx = connContext(ctx, nc)
+		}
+		if c := unwrap(nc); c != nil {
+			ctx = context.WithValue(ctx, connKey{}, c)
+		}
+		return ctx
+	}
+}
+
+// unwrap finds the tracked connection under nc, which net/http may have
+// wrapped in TLS.
+func unwrap(nc net.Conn) *conn {
+	for {
+		switch c := nc.(type) {
+		case *conn:
+			return c
+		case interface{ NetConn() net.Conn }:
+			nc = c.NetConn()
+		default:
+			return nil
+		}
+	}
+}
+
+// listener tracks the connections it accepts.
+type listener struct {
+	net.Listener
+	srv *Server
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{Conn: nc, srv: l.srv, accepted: time.Now(), state: http.StateNew}
+	l.srv.mu.Lock()
+	l.srv.conns[c] = struct{}{}
+	l.srv.mu.Unlock()
+	return c, nil
+}
+
+// conn is an accepted connection, tracked until it is closed by whoever
+// holds it: net/http, a hijacker or the Server.
+type conn struct {
+	net.Conn
+	srv      *Server
+	accepted time.Time
+	http2    atomic.Bool // carried an HTTP/2 request
+	once     sync.Once
+
+	// Guarded by srv.mu.
+	state   http.ConnState
+	drained bool // handed to DrainHijacked
+}
+
+func (c *conn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.srv.mu.Lock()
+		delete(c.srv.conns, c)
+		c.srv.mu.Unlock()
+		c.srv.notify()
+	})
+	return err
+}
+
+// ReadFrom keeps the underlying connection's sendfile and splice paths,
+// which net/http finds by asserting io.ReaderFrom.
+func (c *conn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}

@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+type versionFlags struct {
+	output string
+}
+
+// versionInfo is what `closingtime version -o json` prints; its field names
+// are stable.
+type versionInfo struct {
+	Version   string `json:"version"`
+	Revision  string `json:"revision,omitempty"`
+	GoVersion string `json:"goVersion"`
+	Platform  string `json:"platform"`
+}
+
+func newVersionCommand(streams Streams) *cobra.Command {
+	var flags versionFlags
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of closingtime",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runVersion(streams, flags)
+		},
+	}
+	cmd.Flags().StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+func runVersion(streams Streams, flags versionFlags) error {
+	info := versionInfo{Version: "(devel)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			info.Version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				info.Revision = s.Value
+			}
+		}
+	}
+	switch flags.output {
+	case "text":
+		fmt.Fprintf(streams.Out, "closingtime %s", info.Version)
+		if info.Revision != "" {
+			fmt.Fprintf(streams.Out, " (%.12s)", info.Revision)
+		}
+		fmt.Fprintf(streams.Out, " %s %s\n", info.GoVersion, info.Platform)
+		return nil
+	case "json":
+		enc := json.NewEncoder(streams.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(info)
+	default:
+		return usagef("version: invalid --output %q: accepted values are text, json", flags.output)
+	}
+}
