@@ -18,12 +18,16 @@
 //     clusters or images without a preStop sleep; every response in this
 //     phase carries "Connection: close", so keep-alive clients move to other
 //     pods without a race.
-//  3. The listener closes. Idle HTTP/1 connections close at once. A request
+//  3. The listener closes. A busy HTTP/1 connection is closed right after
+//     its current response, which carries "Connection: close". A request
 //     that arrives on a connection the server had already accepted is
-//     answered, with "Connection: close", never dropped; a busy connection is
-//     closed right after its current response. HTTP/2 connections receive
-//     GOAWAY once the HTTP/1 connections are done, and close when their
-//     streams finish.
+//     answered the same way, never dropped: an idle or newly accepted
+//     connection is closed only once it has carried no request for a second
+//     (a keep-alive client that has just received a response may be sending
+//     its next request; closing under it would drop that request), and at
+//     once if it was already that quiet. HTTP/2 connections receive GOAWAY
+//     once the HTTP/1 connections are done, and close when their streams
+//     finish.
 //  4. Hijacked connections (WebSockets and the like) are handed to
 //     [Server.DrainHijacked], if set, and waited for like any other.
 //  5. At the drain deadline, whatever is left is closed and Serve returns

@@ -1,6 +1,7 @@
 package graceful
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -27,10 +28,13 @@ const (
 	DefaultSlack = 2 * time.Second
 )
 
-// newConnGrace is how long, during the drain, a connection that was accepted
-// but has not yet sent a request is waited for. Its request may be on the
-// wire; a client that opened a connection and went silent is not.
-const newConnGrace = time.Second
+// quietGrace is how long, during the drain, a connection that carries no
+// request (accepted and silent, or idle between keep-alive requests) is left
+// open. Its next request may already be on the wire, and closing the
+// connection under it would drop it; a request that arrives in time is
+// answered with "Connection: close". A client that stays quiet this long is
+// done with the connection.
+const quietGrace = time.Second
 
 var (
 	// ErrDrainTimeout is returned by [Server.Serve] when the drain deadline
@@ -241,13 +245,17 @@ func (s *Server) terminate(sig os.Signal, signals <-chan os.Signal, tl *listener
 	deadline := time.NewTimer(drain)
 	defer deadline.Stop()
 
-	// Drain HTTP/1: stop accepting; with keep-alives off, net/http closes
-	// idle connections now and every busy one after its current response.
+	// Drain HTTP/1: stop accepting. Every response since termination began
+	// carries "Connection: close" (see responseWriter), so net/http closes
+	// each busy connection after its response; idle ones close by the quiet
+	// rule of onlyHTTP2Left. Not SetKeepAlivesEnabled(false): it closes every
+	// idle connection at once, under a request that may be on its way, and
+	// closes a connection after a response that has already gone out without
+	// "Connection: close", so the client's next request on it is lost.
 	s.phase.Store(phaseDraining)
-	s.HTTP.SetKeepAlivesEnabled(false)
 	tl.Close()
 	s.drainHijacked()
-	tick := time.NewTicker(newConnGrace / 10)
+	tick := time.NewTicker(quietGrace / 10)
 	defer tick.Stop()
 	for !s.onlyHTTP2Left(time.Now()) {
 		select {
@@ -283,9 +291,8 @@ func (s *Server) terminate(sig os.Signal, signals <-chan os.Signal, tl *listener
 	}
 }
 
-// onlyHTTP2Left closes the HTTP/1 connections that may close now (idle,
-// or accepted and silent for newConnGrace) and reports whether only HTTP/2
-// connections are still open.
+// onlyHTTP2Left closes the HTTP/1 connections that have carried no request
+// for quietGrace and reports whether only HTTP/2 connections are still open.
 func (s *Server) onlyHTTP2Left(now time.Time) bool {
 	var closable []*conn
 	done := true
@@ -294,8 +301,7 @@ func (s *Server) onlyHTTP2Left(now time.Time) bool {
 		switch {
 		case c.http2.Load():
 			continue
-		case c.state == http.StateIdle,
-			c.state == http.StateNew && now.Sub(c.accepted) >= newConnGrace:
+		case (c.state == http.StateIdle || c.state == http.StateNew) && now.Sub(c.since) >= quietGrace:
 			closable = append(closable, c)
 		}
 		done = false
@@ -368,18 +374,15 @@ func (s *Server) hook() {
 				c.http2.Store(true)
 			}
 		}
-		if s.phase.Load() >= phaseStopping {
-			// HTTP/1: close after this response. HTTP/2: net/http turns
-			// this header into a graceful GOAWAY.
-			w.Header().Set("Connection", "close")
-		}
-		h.ServeHTTP(w, r)
+		rw := &responseWriter{ResponseWriter: w, srv: s}
+		h.ServeHTTP(rw, r)
+		rw.commit() // a handler that wrote nothing: net/http answers 200
 	})
 	connState := s.HTTP.ConnState
 	s.HTTP.ConnState = func(nc net.Conn, state http.ConnState) {
-		if c := unwrap(nc); c != nil && state != http.StateClosed {
+		if c := unwrap(nc); c != nil {
 			s.mu.Lock()
-			c.state = state
+			c.state, c.since = state, time.Now()
 			if state == http.StateHijacked && s.phase.Load() >= phaseDraining {
 				s.drainHijackedLocked(c)
 			}
@@ -428,7 +431,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{Conn: nc, srv: l.srv, accepted: time.Now(), state: http.StateNew}
+	c := &conn{Conn: nc, srv: l.srv, state: http.StateNew, since: time.Now()}
 	l.srv.mu.Lock()
 	l.srv.conns[c] = struct{}{}
 	l.srv.mu.Unlock()
@@ -439,16 +442,17 @@ func (l *listener) Accept() (net.Conn, error) {
 // holds it: net/http, a hijacker or the Server.
 type conn struct {
 	net.Conn
-	srv      *Server
-	accepted time.Time
-	http2    atomic.Bool // carried an HTTP/2 request
-	once     sync.Once
+	srv   *Server
+	http2 atomic.Bool // carried an HTTP/2 request
+	once  sync.Once
 
 	// Guarded by srv.mu.
 	state   http.ConnState
-	drained bool // handed to DrainHijacked
+	since   time.Time // when state was entered
+	drained bool      // handed to DrainHijacked
 }
 
+// Close closes the connection and forgets it.
 func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
@@ -460,6 +464,15 @@ func (c *conn) Close() error {
 	return err
 }
 
+// CloseWrite keeps net/http's half-close before it closes a connection
+// whose request body it did not read.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 // ReadFrom keeps the underlying connection's sendfile and splice paths,
 // which net/http finds by asserting io.ReaderFrom.
 func (c *conn) ReadFrom(r io.Reader) (int64, error) {
@@ -468,3 +481,67 @@ func (c *conn) ReadFrom(r io.Reader) (int64, error) {
 	}
 	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
+
+// responseWriter adds "Connection: close" to a response whose header is
+// written after termination began: for HTTP/1, net/http then closes the
+// connection after the response; for HTTP/2 it sends a graceful GOAWAY. The
+// decision is taken when the header is written, so a response that goes out
+// with keep-alive leaves its connection open for the next request, which is
+// then answered with "Connection: close".
+//
+// It implements the optional interfaces that handlers assert directly
+// (http.Flusher, http.Hijacker, io.ReaderFrom, io.StringWriter) and Unwrap
+// for http.ResponseController.
+type responseWriter struct {
+	http.ResponseWriter
+	srv       *Server
+	committed bool
+}
+
+// commit adds the header if termination has begun; it acts once, before the
+// header is written.
+func (w *responseWriter) commit() {
+	if w.committed {
+		return
+	}
+	w.committed = true
+	if w.srv.phase.Load() >= phaseStopping {
+		w.Header().Set("Connection", "close")
+	}
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if code >= 200 { // informational headers do not commit the response
+		w.commit()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	w.commit()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *responseWriter) WriteString(s string) (int, error) {
+	w.commit()
+	return io.WriteString(w.ResponseWriter, s)
+}
+
+func (w *responseWriter) ReadFrom(r io.Reader) (int64, error) {
+	w.commit()
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
+}
+
+func (w *responseWriter) Flush() {
+	w.commit()
+	http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

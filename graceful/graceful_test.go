@@ -220,34 +220,81 @@ func TestBusyKeepAliveClosesAfterResponse(t *testing.T) {
 	}
 }
 
-func TestIdleKeepAliveClosesAtOnce(t *testing.T) {
+func TestIdleKeepAliveClosesWhenQuiet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 3.5 s")
+	}
 	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 20 * time.Second}
 	s.HTTP.Handler = newMux(s)
 	sv := start(t, context.Background(), s)
 
-	idle := dial(t, sv.addr)
-	if _, _, err := idle.get("/work?ms=0"); err != nil {
+	quiet := dial(t, sv.addr) // idle for well over a second at the signal
+	if _, _, err := quiet.get("/work?ms=0"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	recent := dial(t, sv.addr) // idle for a moment only
+	if _, _, err := recent.get("/work?ms=0"); err != nil {
 		t.Fatal(err)
 	}
 	busy := dial(t, sv.addr)
-	if err := busy.send("/work?ms=1500"); err != nil {
+	if err := busy.send("/work?ms=2000"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
 	terminate(t)
 	signalled := time.Now()
-	if !idle.closedByPeer() {
-		t.Fatal("idle connection still open")
+	if !quiet.closedByPeer() {
+		t.Fatal("long-idle connection still open")
 	}
-	// The idle connection closed long before the busy one finished.
-	if took := time.Since(signalled); took > time.Second {
-		t.Errorf("idle connection closed %v after the signal, want well under the 1.5 s in flight", took)
+	if took := time.Since(signalled); took > 500*time.Millisecond {
+		t.Errorf("long-idle connection closed %v after the signal, want at once", took)
+	}
+	if !recent.closedByPeer() {
+		t.Fatal("recently idle connection still open")
+	}
+	// Closed once quiet, before the busy request ends.
+	if took := time.Since(signalled); took > 1900*time.Millisecond {
+		t.Errorf("recently idle connection closed %v after the signal, want about a second", took)
 	}
 	if _, _, err := busy.receive(); err != nil {
 		t.Errorf("busy request: %v", err)
 	}
 	if err, _ := sv.wait(t, 5*time.Second); err != nil {
 		t.Errorf("Serve: %v", err)
+	}
+}
+
+// TestBackToBackKeepAliveNotDropped sends requests back to back on one
+// keep-alive connection while the drain begins: the connection is idle for
+// an instant between them, and none may be dropped.
+func TestBackToBackKeepAliveNotDropped(t *testing.T) {
+	for trial := range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &graceful.Server{HTTP: &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})}}
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- s.Serve(ctx, ln) }()
+		c := dial(t, ln.Addr().String())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		for n := 0; ; n++ {
+			resp, _, err := c.get("/")
+			if err != nil {
+				t.Fatalf("trial %d: request %d dropped without a response: %v", trial, n, err)
+			}
+			if resp.Close {
+				break
+			}
+		}
+		if !c.closedByPeer() {
+			t.Errorf("trial %d: connection open after Connection: close", trial)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("trial %d: Serve: %v", trial, err)
+		}
 	}
 }
 
@@ -331,6 +378,9 @@ func TestRequestOnAcceptedConnectionIsAnswered(t *testing.T) {
 }
 
 func TestSilentConnectionDoesNotHoldDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the one-second quiet rule")
+	}
 	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 20 * time.Second}
 	s.HTTP.Handler = newMux(s)
 	sv := start(t, context.Background(), s)
