@@ -1,0 +1,208 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/closingtime-dev/closingtime/graceful"
+)
+
+// Run runs the process that cfg describes, a lab server or a wrapper of one,
+// until that process would exit, and returns its exit code: ExitSIGTERM
+// after SIGTERM in the handled modes, Config.CrashCode after a crash, a
+// wrapper's code. The caller exits the process with it at once: Run has
+// closed the connections of the server, but in ModeExit the handlers of
+// the requests it dropped may still be running, and a wrapper leaves its
+// child to die with the process (as Pdeathsig or the PID namespace wants).
+//
+// Run installs its own handling of SIGTERM (none at all in ModeIgnore and
+// in WrapperSh) and of SIGINT in WrapperNPM; it must be the only user of
+// those signals in the process. When ctx is done, Run closes the server's
+// listener and connections, or kills the wrapper's child, and returns
+// ctx.Err().
+//
+// An error means Run could not do what cfg asks: an invalid Config, a port
+// already in use, a mode this operating system cannot provide.
+func Run(ctx context.Context, cfg Config) (int, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	log := newLogger(cfg.Log, cfg.LogFormat, cfg.PodName)
+	if cfg.Wrapper != WrapperNone {
+		return runWrapper(ctx, cfg, log)
+	}
+	s := &server{cfg: cfg, log: log}
+	return s.run(ctx)
+}
+
+// run starts the server, waits out the start-up delay, listens and serves in
+// the configured mode.
+func (s *server) run(ctx context.Context) (int, error) {
+	// SIGTERM is watched from the start, so that a pod deleted while it
+	// starts leaves as its mode says rather than by the Go runtime's
+	// default (which, as PID 1, exits 2). It is set before the "started"
+	// event, which tells the world that the handling is in place.
+	sigterm := make(chan os.Signal, 1)
+	if s.cfg.Shutdown == ModeIgnore {
+		if err := defaultSIGTERM(); err != nil {
+			return 0, fmt.Errorf("shutdown mode %s: %w", ModeIgnore, err)
+		}
+	} else {
+		signal.Notify(sigterm, syscall.SIGTERM)
+		defer signal.Stop(sigterm)
+	}
+	s.log.Info("started", "config", s.cfg.settings())
+
+	var crash <-chan time.Time
+	if s.cfg.CrashCode != 0 {
+		if s.cfg.CrashAfter == 0 {
+			return s.crash()
+		}
+		crash = time.After(s.cfg.CrashAfter)
+	}
+
+	if s.cfg.StartupDelay > 0 {
+		select {
+		case <-time.After(s.cfg.StartupDelay):
+		case <-sigterm:
+			s.onSigterm()
+			return s.exit(ExitSIGTERM)
+		case <-crash:
+			return s.crash()
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return 0, err
+	}
+	s.log.Info("listening", "address", ln.Addr().String())
+
+	switch s.cfg.Shutdown {
+	case ModeGraceful:
+		return s.serveGraceful(ctx, ln, crash)
+	case ModeHostage:
+		return s.serveHostage(ctx, ln, sigterm, crash)
+	default:
+		// ModeIgnore never receives on sigterm: the kernel decides.
+		return s.serveExit(ctx, ln, sigterm, crash)
+	}
+}
+
+// serveExit serves until SIGTERM, then closes every connection at once, as
+// the process's exit would.
+func (s *server) serveExit(ctx context.Context, ln net.Listener, sigterm <-chan os.Signal, crash <-chan time.Time) (int, error) {
+	hs := s.newHTTPServer(http.HandlerFunc(s.serveReady))
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	defer hs.Close()
+	select {
+	case err := <-served:
+		return 0, fmt.Errorf("serve: %w", err)
+	case <-sigterm:
+		s.onSigterm()
+		return s.exit(ExitSIGTERM)
+	case <-crash:
+		return s.crash()
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// serveGraceful serves through graceful.Server, which handles SIGTERM from
+// here on, and exits after its drain.
+//
+// graceful.Server registers for SIGTERM inside Serve and takes no channel
+// of the caller's, so a SIGTERM in the instant between the "listening"
+// event and that registration reaches only run's channel, which nobody
+// reads any more: the signal is lost, not fatal, and Kubernetes' SIGKILL
+// ends the pod at the end of its grace period.
+func (s *server) serveGraceful(ctx context.Context, ln net.Listener, crash <-chan time.Time) (int, error) {
+	gs := &graceful.Server{
+		Signals:      []os.Signal{syscall.SIGTERM},
+		PreStopDelay: s.cfg.PreStopDelay,
+		DrainTimeout: s.cfg.DrainTimeout,
+		OnTerminate:  func(os.Signal) { s.onSigterm() },
+	}
+	gs.HTTP = s.newHTTPServer(gs.ReadyHandler())
+	served := make(chan error, 1)
+	// The context is not ctx: graceful would drain when it is done, and Run
+	// stops at once then.
+	go func() { served <- gs.Serve(context.Background(), ln) }()
+	select {
+	case err := <-served:
+		switch {
+		case err == nil:
+			s.onDrained("complete")
+		case errors.Is(err, graceful.ErrDrainTimeout):
+			s.onDrained("deadline")
+		case errors.Is(err, graceful.ErrInterrupted):
+			s.onDrained("interrupted")
+		default:
+			return 0, fmt.Errorf("serve: %w", err)
+		}
+		return s.exit(ExitSIGTERM)
+	case <-crash:
+		gs.HTTP.Close()
+		<-served
+		return s.crash()
+	case <-ctx.Done():
+		gs.HTTP.Close()
+		<-served
+		return 0, ctx.Err()
+	}
+}
+
+// serveHostage serves until SIGTERM, then does what Node's server.close()
+// does (lib/_http_server.js, Node 20): it closes the listener and, once,
+// the connections idle at that moment (closeIdleConnections), and waits for
+// the others to close by themselves. Node never tells a busy connection
+// that the server is closing, so keep-alive stays on: a connection busy at
+// SIGTERM serves every further request of its client until it stays idle
+// for IdleTimeout (keepAliveTimeout). Hence neither Shutdown nor
+// SetKeepAlivesEnabled here: both make Go close busy connections after
+// their current response.
+func (s *server) serveHostage(ctx context.Context, ln net.Listener, sigterm <-chan os.Signal, crash <-chan time.Time) (int, error) {
+	conns := newConnSet()
+	hs := s.newHTTPServer(http.HandlerFunc(s.serveReady))
+	hs.ConnState = conns.track
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	defer hs.Close()
+	select {
+	case err := <-served:
+		return 0, fmt.Errorf("serve: %w", err)
+	case <-sigterm:
+	case <-crash:
+		return s.crash()
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+
+	s.onSigterm()
+	ln.Close()
+	// Serve has reported every connection it accepted to ConnState when
+	// it returns.
+	<-served
+	conns.closeIdle()
+	for conns.open() > 0 {
+		select {
+		case <-conns.changed:
+		case <-crash:
+			return s.crash()
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	s.onDrained("complete")
+	return s.exit(ExitSIGTERM)
+}

@@ -1,0 +1,311 @@
+package target_test
+
+import (
+	"encoding/json"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The tests in this file run `closingtime serve` as a real process on
+// loopback, send it SIGTERM with requests in flight, and check what each
+// shutdown mode does to them.
+
+// settle is how long the tests leave the server to read the requests they
+// sent before they send SIGTERM; the "sigterm" event's counts check that it
+// did.
+const settle = 300 * time.Millisecond
+
+// inFlight is the traffic of a shutdown test at SIGTERM: a /work request on
+// a new connection, one on a keep-alive connection that has already served
+// a request, and a keep-alive connection with nothing to do.
+type inFlight struct{ fresh, busy, idle *client }
+
+func startInFlight(t *testing.T, addr string) inFlight {
+	t.Helper()
+	f := inFlight{fresh: dial(t, addr), busy: dial(t, addr), idle: dial(t, addr)}
+	for _, c := range []*client{f.busy, f.idle} {
+		if r := c.get(t, "/live", "warm-up"); r.status != 200 || r.close {
+			t.Fatalf("warm-up: status %d, close %v; want 200 on a keep-alive connection", r.status, r.close)
+		}
+	}
+	f.fresh.send(t, "/work", "fresh")
+	f.busy.send(t, "/work", "busy")
+	time.Sleep(settle)
+	return f
+}
+
+// checkSigterm checks the fields of a "sigterm" event: six per-second counts
+// that add up to requests, and the last request's time.
+func checkSigterm(t *testing.T, e event, requests int) {
+	t.Helper()
+	counts, _ := e["work_per_second"].([]any)
+	sum := 0
+	for _, c := range counts {
+		n, _ := c.(float64)
+		sum += int(n)
+	}
+	if len(counts) != 6 || sum != requests {
+		t.Errorf("sigterm: work_per_second = %v, want 6 counts adding up to %d", e["work_per_second"], requests)
+	}
+	if requests > 0 {
+		if _, err := time.Parse(time.RFC3339Nano, e["last_request"].(string)); err != nil {
+			t.Errorf("sigterm: last_request: %v", err)
+		}
+	}
+}
+
+// checkExit checks that the process exited with code, not by a signal, and
+// that its log has an event named event that says so: "exiting", or
+// "wrapper_exiting" for a wrapper.
+func checkExit(t *testing.T, p *proc, event string, code int) {
+	t.Helper()
+	if ws := p.wait(t); ws.Signaled() || ws.ExitStatus() != code {
+		t.Errorf("process ended with %v, want exit code %d", p.cmd.ProcessState, code)
+	}
+	if got, _ := p.log.wait(t, event)["code"].(float64); int(got) != code {
+		t.Errorf("%s: code = %v, want %d", event, got, code)
+	}
+}
+
+// checkNames compares the names of the events logged with want.
+func checkNames(t *testing.T, p *proc, want ...string) {
+	t.Helper()
+	if diff := cmp.Diff(want, p.log.names()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// eventually reports whether cond became true within waitLimit.
+func eventually(cond func() bool) bool {
+	for limit := time.Now().Add(waitLimit); time.Now().Before(limit); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
+}
+
+func TestExitDropsInFlight(t *testing.T) {
+	t.Parallel()
+	p := serve(t, nil, nil, "--listen", "127.0.0.1:0", "--shutdown", "exit", "--work", "1s")
+	f := startInFlight(t, p.addr(t))
+	p.signal(t, syscall.SIGTERM)
+
+	for name, c := range map[string]*client{"fresh": f.fresh, "busy": f.busy} {
+		if r, err := c.read(); err == nil {
+			t.Errorf("%s: request in flight at SIGTERM completed with %d, want it dropped", name, r.status)
+		}
+	}
+	if !f.idle.closedWithin(waitLimit) {
+		t.Error("idle connection still open")
+	}
+	checkExit(t, p, "exiting", 143)
+	checkSigterm(t, p.log.wait(t, "sigterm"), 2)
+	checkNames(t, p, "started", "listening", "sigterm", "exiting")
+}
+
+func TestGracefulFinishesInFlight(t *testing.T) {
+	t.Parallel()
+	p := serve(t, nil, nil, "--listen", "127.0.0.1:0", "--shutdown", "graceful", "--work", "1s", "--drain-timeout", "10s")
+	addr := p.addr(t)
+	f := startInFlight(t, addr)
+	p.signal(t, syscall.SIGTERM)
+
+	if !f.idle.closedWithin(waitLimit) {
+		t.Error("idle connection still open")
+	}
+	for name, c := range map[string]*client{"fresh": f.fresh, "busy": f.busy} {
+		r, err := c.read()
+		if err != nil || r.status != 200 || !r.close {
+			t.Errorf("%s: response %d, close %v, error %v; want 200 with Connection: close", name, r.status, r.close, err)
+		}
+	}
+	if !f.busy.closedWithin(waitLimit) {
+		t.Error("busy keep-alive connection still open after its response")
+	}
+	if !refused(addr) {
+		t.Error("new connection accepted after the drain")
+	}
+	checkExit(t, p, "exiting", 143)
+	checkSigterm(t, p.log.wait(t, "sigterm"), 2)
+	drained := p.log.wait(t, "drained")
+	if drained["requests_after_sigterm"] != 0.0 || drained["outcome"] != "complete" {
+		t.Errorf("drained = %v, want no request after SIGTERM and outcome complete", drained)
+	}
+	checkNames(t, p, "started", "listening", "sigterm", "drained", "exiting")
+}
+
+func TestGracefulPreStopDelay(t *testing.T) {
+	t.Parallel()
+	p := serve(t, nil, nil, "--listen", "127.0.0.1:0", "--shutdown", "graceful", "--work", "100ms",
+		"--pre-stop-delay", "1500ms", "--drain-timeout", "10s")
+	addr := p.addr(t)
+	idle := dial(t, addr)
+	idle.get(t, "/live", "warm-up")
+	p.signal(t, syscall.SIGTERM)
+	p.log.wait(t, "sigterm")
+
+	// During the pre-stop delay the server still accepts and serves, with
+	// readiness failing and every connection asked to close.
+	if r := dial(t, addr).get(t, "/ready", "ready"); r.status != 503 || !r.close {
+		t.Errorf("/ready during the pre-stop delay: %d, close %v; want 503 with Connection: close", r.status, r.close)
+	}
+	if r := dial(t, addr).get(t, "/work", "new"); r.status != 200 || !r.close {
+		t.Errorf("/work on a new connection during the pre-stop delay: %d, close %v; want 200 with Connection: close", r.status, r.close)
+	}
+	if r := idle.get(t, "/work", "kept"); r.status != 200 || !r.close {
+		t.Errorf("/work on a keep-alive connection during the pre-stop delay: %d, close %v; want 200 with Connection: close", r.status, r.close)
+	}
+	checkExit(t, p, "exiting", 143)
+	if d := p.log.wait(t, "drained"); d["requests_after_sigterm"] != 2.0 {
+		t.Errorf("drained: requests_after_sigterm = %v, want 2", d["requests_after_sigterm"])
+	}
+}
+
+func TestHostageKeepsBusyConnections(t *testing.T) {
+	t.Parallel()
+	const idleTimeout = 2 * time.Second
+	p := serve(t, nil, nil, "--listen", "127.0.0.1:0", "--shutdown", "hostage", "--work", "800ms",
+		"--idle-timeout", idleTimeout.String())
+	addr := p.addr(t)
+	f := startInFlight(t, addr)
+	p.signal(t, syscall.SIGTERM)
+
+	// server.close() closes the idle connection at once, long before its
+	// idle timeout would.
+	if !f.idle.closedWithin(idleTimeout - settle - 500*time.Millisecond) {
+		t.Error("idle connection not closed at SIGTERM")
+	}
+	if !eventually(func() bool { return refused(addr) }) {
+		t.Error("new connections still accepted after SIGTERM")
+	}
+	// Busy connections finish their request without Connection: close ...
+	for name, c := range map[string]*client{"fresh": f.fresh, "busy": f.busy} {
+		r, err := c.read()
+		if err != nil || r.status != 200 || r.close {
+			t.Errorf("%s: response %d, close %v, error %v; want 200 keeping the connection", name, r.status, r.close, err)
+		}
+	}
+	f.fresh.conn.Close()
+	// ... and go on serving whatever their client sends.
+	if r := f.busy.get(t, "/work", "hostage"); r.status != 200 || r.close {
+		t.Errorf("/work on the hostage connection: %d, close %v; want 200 keeping the connection", r.status, r.close)
+	}
+	if r := f.busy.get(t, "/ready", "hostage-ready"); r.status != 503 || r.close {
+		t.Errorf("/ready on the hostage connection: %d, close %v; want 503 keeping the connection", r.status, r.close)
+	}
+	lastResponse := time.Now()
+	if !p.running() {
+		t.Fatal("process exited while a hostage connection was open")
+	}
+	// Once the client pauses, the idle timeout ends the connection and the
+	// process.
+	if !f.busy.closedWithin(waitLimit) {
+		t.Error("hostage connection still open after its idle timeout")
+	}
+	checkExit(t, p, "exiting", 143)
+	checkSigterm(t, p.log.wait(t, "sigterm"), 2)
+	drained := p.log.wait(t, "drained")
+	if drained["requests_after_sigterm"] != 1.0 {
+		t.Errorf("drained: requests_after_sigterm = %v, want 1", drained["requests_after_sigterm"])
+	}
+	if d := drained.time(t); d.Before(lastResponse.Truncate(time.Millisecond)) {
+		t.Errorf("drained at %v, before the hostage connection's last response at %v", d, lastResponse)
+	}
+	checkNames(t, p, "started", "listening", "sigterm", "drained", "exiting")
+}
+
+func TestSigtermDuringStartup(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"exit", "graceful", "hostage"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			p := serve(t, nil, nil, "--listen", "127.0.0.1:0", "--shutdown", mode, "--startup-delay", "1m")
+			p.log.wait(t, "started")
+			p.signal(t, syscall.SIGTERM)
+			checkExit(t, p, "exiting", 143)
+			checkSigterm(t, p.log.wait(t, "sigterm"), 0)
+			checkNames(t, p, "started", "sigterm", "exiting")
+		})
+	}
+}
+
+func TestCrash(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		args      []string
+		wantCode  int
+		wantNames []string
+	}{
+		{"at start", []string{"--crash-code", "3"}, 3, []string{"started", "crash", "exiting"}},
+		{"after a while", []string{"--crash-code", "4", "--crash-after", "300ms"}, 4,
+			[]string{"started", "listening", "crash", "exiting"}},
+		{"during the start-up delay", []string{"--crash-code", "5", "--crash-after", "300ms", "--startup-delay", "1m"}, 5,
+			[]string{"started", "crash", "exiting"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := serve(t, nil, nil, append([]string{"--listen", "127.0.0.1:0"}, tt.args...)...)
+			checkExit(t, p, "exiting", tt.wantCode)
+			if got, _ := p.log.wait(t, "crash")["code"].(float64); int(got) != tt.wantCode {
+				t.Errorf("crash: code = %v, want %d", got, tt.wantCode)
+			}
+			checkNames(t, p, tt.wantNames...)
+		})
+	}
+}
+
+// TestEnvironment sets every knob it can see from outside through seed
+// 001's environment variables and the downward API's.
+func TestEnvironment(t *testing.T) {
+	t.Parallel()
+	p := serve(t, nil, []string{
+		"SHUTDOWN_MODE=graceful", "STARTUP_DELAY=0.5", "WORK_MS=100-200", "POD_NAME=pod-x",
+		"CT_LISTEN=127.0.0.1:0", "CT_ACCESS_LOG=true", "CT_IDLE_TIMEOUT=3",
+	})
+	started := p.log.wait(t, "started")
+	addr := p.addr(t)
+	if gap := p.log.wait(t, "listening").time(t).Sub(started.time(t)); gap < 500*time.Millisecond {
+		t.Errorf("listening %v after started, want at least the start-up delay of 500ms", gap)
+	}
+	r := dial(t, addr).get(t, "/", "config-1")
+	if r.status != 200 || r.header.Get("X-Pod-Name") != "pod-x" || r.header.Get("X-Request-Id") != "config-1" {
+		t.Errorf("GET /: status %d, headers %v; want 200 with X-Pod-Name pod-x and X-Request-Id config-1", r.status, r.header)
+	}
+	var config map[string]any
+	if err := json.Unmarshal([]byte(r.body), &config); err != nil {
+		t.Fatalf("GET /: %v in %q", err, r.body)
+	}
+	want := map[string]any{
+		"shutdown": "graceful", "startup_delay": "500ms", "work": "100ms-200ms", "pod": "pod-x",
+		"access_log": true, "idle_timeout": "3s", "listen": "127.0.0.1:0",
+	}
+	for k, v := range want {
+		if config[k] != v {
+			t.Errorf("GET /: %s = %v, want %v", k, config[k], v)
+		}
+	}
+	if diff := cmp.Diff(config, started["config"]); diff != "" {
+		t.Errorf("started event's config differs from GET / (-GET +started):\n%s", diff)
+	}
+	for _, e := range []event{started, p.log.wait(t, "listening")} {
+		if e["pod"] != "pod-x" {
+			t.Errorf("%s: pod = %v, want pod-x", e.name(), e["pod"])
+		}
+	}
+	req := p.log.wait(t, "request")
+	if req["id"] != "config-1" || req["path"] != "/" || req["status"] != 200.0 || req["method"] != "GET" {
+		t.Errorf("request event = %v, want id config-1, GET /, status 200", req)
+	}
+	p.signal(t, syscall.SIGTERM)
+	checkExit(t, p, "exiting", 143)
+	if i := slices.Index(p.log.names(), "drained"); i < 0 {
+		t.Error("no drained event in graceful mode")
+	}
+}
