@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/closingtime-dev/closingtime/internal/lint"
+	"github.com/closingtime-dev/closingtime/internal/manifest"
+)
+
+// Exit statuses of `closingtime lint`, besides ExitOK.
+const (
+	// lintExitFindings means a finding at or above the threshold.
+	lintExitFindings = 1
+	// lintExitUnreadable means an input could not be read; the others
+	// were still checked.
+	lintExitUnreadable = 2
+)
+
+// lintFlags are the flags of `closingtime lint`.
+type lintFlags struct {
+	output    string
+	enable    []string
+	disable   []string
+	threshold string // "" means the configuration file's, or lint.Warning
+	config    string // "" means lint.DefaultConfigFile when it exists
+	values    []string
+	listRules bool
+}
+
+func newLintCommand(streams Streams) *cobra.Command {
+	var flags lintFlags
+	cmd := &cobra.Command{
+		Use:   "lint [flags] FILE|DIR|- ...",
+		Short: "Find the settings that make rollouts and drains drop requests",
+		Long: `lint checks Kubernetes manifests for the causes of requests dropped during
+rollouts, scale-ins and node drains: missing readiness probes and preStop
+delays, termination budgets that exceed the grace period, a shell or npm as
+the container's first process, rollouts that take serving pods away, and
+disruption budgets that block every drain. It relates objects as the
+cluster does: Services and PodDisruptionBudgets to workloads by selector,
+autoscalers to their targets, within each directory (or kustomization or
+chart), as if each were applied to a cluster of its own.
+
+Arguments are files, directories (read recursively for *.yaml, *.yml,
+*.json, Dockerfiles and supervisord *.conf/*.ini files) and - for standard
+input (manifests). A directory with a kustomization.yaml is built, and one
+with a Chart.yaml rendered with --values, in process: no kustomize or helm
+binary is needed. A file that cannot be read is reported
+with its reason and the others are still checked. Suppress a rule for one
+object with the annotation closingtime.dev/ignore: RULE[,RULE], and by file
+or object in the configuration file (--config, by default
+.closingtime-lint.yaml when it exists; see docs/lint/README.md). Rule pages:
+docs/lint/RULE.md.
+
+Exit status: 0 when no finding reaches --threshold, 1 when one does, 2 when
+an input could not be read.`,
+		Example: `  closingtime lint deploy/
+  helm template ./chart | closingtime lint -
+  closingtime lint -o sarif --threshold error k8s/ > lint.sarif`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runLint(streams, flags, args)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&flags.output, "output", "o", "text", "output format: text, json or sarif")
+	f.StringSliceVar(&flags.enable, "enable", nil, "run only these rules (comma-separated IDs), instead of the configuration file's")
+	f.StringSliceVar(&flags.disable, "disable", nil, "do not run these rules (comma-separated IDs), besides the configuration file's")
+	f.StringVar(&flags.threshold, "threshold", "", "lowest severity that makes the exit status 1: info, warning or error (default: the configuration file's, else "+lint.Warning.String()+")")
+	f.StringVar(&flags.config, "config", "", "configuration file (default "+lint.DefaultConfigFile+" when it exists)")
+	f.StringArrayVarP(&flags.values, "values", "f", nil, "Helm values file for the charts among the inputs (repeatable; later files win)")
+	f.BoolVar(&flags.listRules, "list-rules", false, "list the rules and exit")
+	return cmd
+}
+
+func runLint(streams Streams, flags lintFlags, args []string) error {
+	file, err := readLintConfig(flags.config)
+	if err != nil {
+		return err
+	}
+	cfg := file.Config()
+	if len(flags.enable) > 0 {
+		cfg.Enable = flags.enable
+	}
+	cfg.Disable = append(cfg.Disable, flags.disable...)
+	threshold := lint.Warning
+	if file.Threshold != nil {
+		threshold = *file.Threshold
+	}
+	if flags.threshold != "" {
+		if threshold, err = lint.ParseSeverity(flags.threshold); err != nil {
+			return usagef("lint: --threshold: %v", err)
+		}
+	}
+	var write func(io.Writer, lint.Report) error
+	switch flags.output {
+	case "text":
+		colour := isTerminal(streams.Out)
+		write = func(w io.Writer, r lint.Report) error { return lint.WriteText(w, r, colour) }
+	case "json":
+		write = lint.WriteJSON
+	case "sarif":
+		write = lint.WriteSARIF
+	default:
+		return usagef("lint: invalid --output %q: accepted values are text, json, sarif", flags.output)
+	}
+	linter, err := lint.New(cfg)
+	if err != nil {
+		return usagef("lint: %v (see closingtime lint --list-rules)", err)
+	}
+	if flags.listRules {
+		return listRules(streams.Out, linter.Rules())
+	}
+	if len(args) == 0 {
+		return usagef("lint: no input: name files, directories, or - for standard input")
+	}
+
+	in, errs := lint.Read(manifest.Reader{Values: flags.values, Stdin: streams.In}, args)
+	report := lint.Report{Rules: linter.Rules(), Findings: linter.Lint(in), Errors: errs}
+	if err := write(streams.Out, report); err != nil {
+		return fmt.Errorf("lint: write report: %w", err)
+	}
+	if flags.output != "text" {
+		// The report on stdout is for machines; say on stderr what could
+		// not be read, as the text report does.
+		for _, e := range errs {
+			fmt.Fprintf(streams.Err, "closingtime: lint: %v\n", e)
+		}
+	}
+	switch {
+	case len(errs) > 0:
+		return exitStatus(lintExitUnreadable)
+	case report.Count(threshold) > 0:
+		return exitStatus(lintExitFindings)
+	}
+	return nil
+}
+
+// readLintConfig reads the configuration file at name, or
+// lint.DefaultConfigFile when name is "" and that file exists; otherwise it
+// returns the empty configuration.
+func readLintConfig(name string) (lint.ConfigFile, error) {
+	if name == "" {
+		if _, err := os.Stat(lint.DefaultConfigFile); err != nil {
+			return lint.ConfigFile{}, nil
+		}
+		name = lint.DefaultConfigFile
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return lint.ConfigFile{}, usagef("lint: --config: %v", err)
+	}
+	f, err := lint.ParseConfigFile(data)
+	if err != nil {
+		return lint.ConfigFile{}, usagef("lint: %s: %v", name, err)
+	}
+	return f, nil
+}
+
+// listRules prints one line per rule: ID, severity and title.
+func listRules(w io.Writer, rules []lint.Rule) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range rules {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.ID, r.Severity, r.Title)
+	}
+	return tw.Flush()
+}
+
+// isTerminal reports whether w is a terminal that takes colour: a character
+// device, with NO_COLOR unset and TERM not "dumb" (https://no-color.org).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("NO_COLOR") != "" || strings.EqualFold(os.Getenv("TERM"), "dumb") {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLint(t *testing.T) {
+	t.Parallel()
+	const (
+		clean   = "../lint/testdata/readiness-probe-missing/valid-probe.yaml"
+		missing = "../lint/testdata/readiness-probe-missing/invalid-no-probe.yaml"
+		warns   = "../lint/testdata/liveness-same-as-readiness/invalid-same-http.yaml"
+		broken  = "../lint/testdata/report/broken.yaml"
+	)
+	stdin, err := os.ReadFile(missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		args      []string
+		stdin     []byte
+		wantCode  int
+		wantOut   []string // substrings of stdout
+		wantErr   string   // substring of stderr
+		notInOut  string
+		checkJSON bool
+		config    string // a configuration file's content, given with --config
+	}{
+		{name: "no input", args: []string{"lint"}, wantCode: 2, wantErr: "no input"},
+		{name: "bad output", args: []string{"lint", "-o", "yaml", clean}, wantCode: 2, wantErr: `invalid --output "yaml"`},
+		{name: "bad threshold", args: []string{"lint", "--threshold", "fatal", clean}, wantCode: 2, wantErr: `unknown severity "fatal"`},
+		{name: "unknown rule", args: []string{"lint", "--disable", "no-such-rule", clean}, wantCode: 2, wantErr: `unknown rule "no-such-rule"`},
+		{name: "clean", args: []string{"lint", clean}, wantCode: 0, wantOut: []string{"0 errors, 0 warnings, 0 info"}},
+		{name: "finding", args: []string{"lint", missing}, wantCode: 1,
+			wantOut: []string{"invalid-no-probe.yaml:21: error [readiness-probe-missing] Deployment web, spec.template.spec.containers[0].readinessProbe"}},
+		{name: "disabled", args: []string{"lint", "--disable", "readiness-probe-missing,prestop-delay-missing", missing}, wantCode: 0,
+			notInOut: "readiness-probe-missing"},
+		{name: "enabled only", args: []string{"lint", "--enable", "single-replica", missing}, wantCode: 0, notInOut: "readiness-probe-missing"},
+		{name: "below threshold", args: []string{"lint", "--threshold", "error", warns}, wantCode: 0, wantOut: []string{"liveness-same-as-readiness"}},
+		{name: "at threshold", args: []string{"lint", warns}, wantCode: 1},
+		{name: "stdin", args: []string{"lint", "-"}, stdin: stdin, wantCode: 1, wantOut: []string{"<stdin>:21: error [readiness-probe-missing]"}},
+		{name: "unreadable input and another file", args: []string{"lint", broken, missing}, wantCode: 2,
+			wantOut: []string{"broken.yaml:11: cannot read: found unexpected end of stream", "invalid-no-probe.yaml:21: error"}},
+		{name: "missing file", args: []string{"lint", "no-such.yaml", clean}, wantCode: 2, wantOut: []string{"no-such.yaml: cannot read: lstat: no such file or directory"}},
+		{name: "json", args: []string{"lint", "-o", "json", broken, missing}, wantCode: 2, checkJSON: true,
+			wantOut: []string{`"rule": "readiness-probe-missing"`, `"line": 11`}, wantErr: "broken.yaml:11: found unexpected end of stream"},
+		{name: "sarif", args: []string{"lint", "-o", "sarif", missing}, wantCode: 1, checkJSON: true,
+			wantOut: []string{`"version": "2.1.0"`, `"startLine": 21`}},
+		{name: "config ignores by path", args: []string{"lint", missing}, wantCode: 0, notInOut: "readiness-probe-missing",
+			config: "ignore:\n  - path: ../lint/testdata/readiness-probe-missing/\n"},
+		{name: "config ignores by object", args: []string{"lint", "--enable", "readiness-probe-missing", missing}, wantCode: 0,
+			config: "ignore:\n  - rule: readiness-probe-missing\n    object: Deployment web\n", wantOut: []string{"0 errors"}},
+		{name: "config threshold", args: []string{"lint", warns}, wantCode: 0, config: "threshold: error\n"},
+		{name: "flag threshold wins", args: []string{"lint", "--threshold", "warning", warns}, wantCode: 1, config: "threshold: error\n"},
+		{name: "config disables", args: []string{"lint", "--disable", "prestop-delay-missing", missing}, wantCode: 0,
+			config: "disable: [readiness-probe-missing]\n"},
+		{name: "config unknown key", args: []string{"lint", clean}, wantCode: 2, config: "ignores: []\n", wantErr: `unknown field "ignores"`},
+		{name: "config unknown rule", args: []string{"lint", clean}, wantCode: 2, config: "ignore:\n  - rule: no-such-rule\n", wantErr: `unknown rule "no-such-rule"`},
+		{name: "config missing", args: []string{"lint", "--config", "no-such-config.yaml", clean}, wantCode: 2, wantErr: "no-such-config.yaml"},
+		{name: "kustomization", args: []string{"lint", "--threshold", "info", "../manifest/testdata/kustomize/overlays/prod"}, wantCode: 1,
+			wantOut: []string{"overlays/prod (kustomize build):", "[pdb-missing] Deployment shop/web"}},
+		{name: "helm chart with values", args: []string{"lint", "--threshold", "info", "-f", "../manifest/testdata/helm/prod-values.yaml", "../manifest/testdata/helm/web"},
+			wantCode: 0, wantOut: []string{"0 errors, 0 warnings, 0 info"}},
+		{name: "helm chart that fails", args: []string{"lint", "../manifest/testdata/helm/broken"}, wantCode: 2,
+			wantOut: []string{"helm/broken: cannot read: helm template:"}},
+		{name: "list rules", args: []string{"lint", "--list-rules"}, wantCode: 0, wantOut: []string{"shell-pid1  ", "pdb-blocks-drain  "}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := tt.args
+			if tt.config != "" {
+				name := filepath.Join(t.TempDir(), "lint.yaml")
+				if err := os.WriteFile(name, []byte(tt.config), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				args = append([]string{args[0], "--config", name}, args[1:]...)
+			}
+			var out, errOut bytes.Buffer
+			code := Run(context.Background(), args, Streams{In: bytes.NewReader(tt.stdin), Out: &out, Err: &errOut})
+			if code != tt.wantCode {
+				t.Errorf("exit status = %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.wantCode, out.String(), errOut.String())
+			}
+			for _, s := range tt.wantOut {
+				if !strings.Contains(out.String(), s) {
+					t.Errorf("stdout lacks %q:\n%s", s, out.String())
+				}
+			}
+			if tt.notInOut != "" && strings.Contains(out.String(), tt.notInOut) {
+				t.Errorf("stdout has %q:\n%s", tt.notInOut, out.String())
+			}
+			if !strings.Contains(errOut.String(), tt.wantErr) {
+				t.Errorf("stderr = %q, want it to contain %q", errOut.String(), tt.wantErr)
+			}
+			if tt.checkJSON && !json.Valid(out.Bytes()) {
+				t.Errorf("stdout is not JSON:\n%s", out.String())
+			}
+		})
+	}
+}

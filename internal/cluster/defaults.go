@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// DefaultTerminationGracePeriodSeconds is the grace period of a pod whose
+// spec.terminationGracePeriodSeconds is unset, in seconds
+// (k8s.io/api core/v1 types.go, DefaultTerminationGracePeriodSeconds).
+const DefaultTerminationGracePeriodSeconds = corev1.DefaultTerminationGracePeriodSeconds
+
+// DefaultProbePeriodSeconds and DefaultProbeFailureThreshold are a probe's
+// periodSeconds and failureThreshold when unset (k8s.io/kubernetes
+// pkg/apis/core/v1/defaults.go, SetDefaults_Probe).
+const (
+	DefaultProbePeriodSeconds    int32 = 10
+	DefaultProbeFailureThreshold int32 = 3
+)
+
+// DefaultReplicas is the replica count of a Deployment, ReplicaSet or
+// StatefulSet whose spec.replicas is unset (k8s.io/kubernetes
+// pkg/apis/apps/v1/defaults.go, SetDefaults_Deployment, SetDefaults_ReplicaSet,
+// SetDefaults_StatefulSet).
+const DefaultReplicas int32 = 1
+
+// DefaultMaxSurge and DefaultMaxUnavailable are a RollingUpdate Deployment's
+// spec.strategy.rollingUpdate fields when unset (k8s.io/kubernetes
+// pkg/apis/apps/v1/defaults.go, SetDefaults_Deployment).
+const (
+	DefaultMaxSurge       = "25%"
+	DefaultMaxUnavailable = "25%"
+)
+
+// DefaultDaemonSetMaxUnavailable is a RollingUpdate DaemonSet's
+// spec.updateStrategy.rollingUpdate.maxUnavailable when unset (k8s.io/kubernetes
+// pkg/apis/apps/v1/defaults.go, SetDefaults_DaemonSet); its maxSurge
+// defaults to 0. A percentage is scaled by the nodes that run the
+// DaemonSet, rounded up (k8s.io/api apps/v1 types.go, RollingUpdateDaemonSet).
+const DefaultDaemonSetMaxUnavailable = 1
+
+// DefaultHPAMinReplicas is a HorizontalPodAutoscaler's spec.minReplicas when
+// unset (k8s.io/kubernetes pkg/apis/autoscaling/v2/defaults.go,
+// SetDefaults_HorizontalPodAutoscaler).
+const DefaultHPAMinReplicas int32 = 1
+
+// ResolveFenceposts returns how many pods a RollingUpdate Deployment of
+// replicas pods may run above replicas (surge) and below it (unavailable)
+// during a rollout, as the deployment controller computes them
+// (k8s.io/kubernetes pkg/controller/deployment/util/deployment_util.go,
+// ResolveFenceposts).
+//
+// A nil maxSurge or maxUnavailable is the unset field and takes its default,
+// DefaultMaxSurge or DefaultMaxUnavailable. A percentage is scaled by
+// replicas, rounded up for surge and down for unavailable
+// (intstr.GetScaledValueFromIntOrPercent); when both resolve to zero,
+// unavailable is 1, so that a rollout can always progress. The result is not
+// capped at replicas. It returns an error for a string that is not a
+// percentage.
+func ResolveFenceposts(maxSurge, maxUnavailable *intstr.IntOrString, replicas int32) (surge, unavailable int32, err error) {
+	s, err := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(maxSurge, intstr.FromString(DefaultMaxSurge)), int(replicas), true)
+	if err != nil {
+		return 0, 0, fmt.Errorf("maxSurge: %w", err)
+	}
+	u, err := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(maxUnavailable, intstr.FromString(DefaultMaxUnavailable)), int(replicas), false)
+	if err != nil {
+		return 0, 0, fmt.Errorf("maxUnavailable: %w", err)
+	}
+	if s == 0 && u == 0 {
+		// Validation rejects a literal 0 for both, but percentages can round
+		// to 0 for both; the controller then lets one pod be unavailable.
+		u = 1
+	}
+	return int32(s), int32(u), nil
+}

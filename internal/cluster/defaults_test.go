@@ -1,0 +1,46 @@
+package cluster
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+func TestResolveFenceposts(t *testing.T) {
+	t.Parallel()
+	intOrStr := func(s string) *intstr.IntOrString {
+		v := intstr.Parse(s)
+		return &v
+	}
+	tests := []struct {
+		name                       string
+		maxSurge, maxUnavailable   *intstr.IntOrString
+		replicas                   int32
+		wantSurge, wantUnavailable int32
+		wantErr                    bool
+	}{
+		// The defaults at 25%/25%, as spec/k8s-semantics.md D2 derives them.
+		{name: "defaults 1 replica", replicas: 1, wantSurge: 1, wantUnavailable: 0},
+		{name: "defaults 2 replicas", replicas: 2, wantSurge: 1, wantUnavailable: 0},
+		{name: "defaults 3 replicas", replicas: 3, wantSurge: 1, wantUnavailable: 0},
+		{name: "defaults 4 replicas", replicas: 4, wantSurge: 1, wantUnavailable: 1},
+		{name: "defaults 10 replicas", replicas: 10, wantSurge: 3, wantUnavailable: 2},
+		{name: "integers as given", maxSurge: intOrStr("1"), maxUnavailable: intOrStr("0"), replicas: 3, wantSurge: 1, wantUnavailable: 0},
+		{name: "both round to zero", maxSurge: intOrStr("0%"), maxUnavailable: intOrStr("10%"), replicas: 3, wantSurge: 0, wantUnavailable: 1},
+		{name: "surge unset unavailable 100%", maxUnavailable: intOrStr("100%"), replicas: 3, wantSurge: 1, wantUnavailable: 3},
+		{name: "zero replicas", replicas: 0, wantSurge: 0, wantUnavailable: 1},
+		{name: "not a percentage", maxSurge: intOrStr("one"), replicas: 3, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			surge, unavailable, err := ResolveFenceposts(tt.maxSurge, tt.maxUnavailable, tt.replicas)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("ResolveFenceposts() error = %v, want error %v", err, tt.wantErr)
+			}
+			if surge != tt.wantSurge || unavailable != tt.wantUnavailable {
+				t.Errorf("ResolveFenceposts() = (%d, %d), want (%d, %d)", surge, unavailable, tt.wantSurge, tt.wantUnavailable)
+			}
+		})
+	}
+}

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestHpaPDBBlocksDrain(t *testing.T) { testRule(t, &hpaPDBBlocksDrain) }

@@ -1,0 +1,46 @@
+package lint
+
+import (
+	"testing"
+
+	"github.com/closingtime-dev/closingtime/internal/manifest"
+)
+
+// TestLintRelatesWithinDirectory checks that a Service relates to the
+// workloads of its own directory only, as if each directory were applied
+// to a cluster of its own.
+func TestLintRelatesWithinDirectory(t *testing.T) {
+	t.Parallel()
+	const service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector:\n    app: web\n  ports:\n    - port: 80\n"
+	const deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: web\n" +
+		"  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n        - name: web\n          image: web\n"
+	tests := []struct {
+		name         string
+		serviceFile  string
+		deployFile   string
+		wantFindings int
+	}{
+		{name: "same directory", serviceFile: "app/service.yaml", deployFile: "app/deployment.yaml", wantFindings: 1},
+		{name: "sibling directories", serviceFile: "staging/service.yaml", deployFile: "prod/deployment.yaml", wantFindings: 0},
+		{name: "one kustomization's output", serviceFile: "prod" + manifest.KustomizeSuffix, deployFile: "prod" + manifest.KustomizeSuffix, wantFindings: 1},
+		{name: "a kustomization and its directory", serviceFile: "prod" + manifest.KustomizeSuffix, deployFile: "prod/deployment.yaml", wantFindings: 0},
+	}
+	l, err := New(Config{Enable: []string{"readiness-probe-missing"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var in Input
+			for _, f := range []struct{ name, text string }{{tt.serviceFile, service}, {tt.deployFile, deployment}} {
+				if errs := in.add(f.name, []byte(f.text)); len(errs) > 0 {
+					t.Fatal(errs)
+				}
+			}
+			if got := l.Lint(in); len(got) != tt.wantFindings {
+				t.Errorf("Lint() = %d findings, want %d:\n%s", len(got), tt.wantFindings, render(got))
+			}
+		})
+	}
+}

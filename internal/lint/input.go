@@ -1,0 +1,53 @@
+package lint
+
+import (
+	"bytes"
+
+	"github.com/closingtime-dev/closingtime/internal/manifest"
+)
+
+// Input is what a lint run checks: Kubernetes objects, and the Dockerfiles
+// and supervisord configurations that [Read] finds.
+type Input struct {
+	// Objects are the Kubernetes objects.
+	Objects []manifest.Object
+
+	dockerfiles []*dockerfile
+	programs    []*program
+}
+
+// Read reads the inputs at paths with r, as manifest.Reader.Read does,
+// but taking from directories the files that manifest.IsManifestName,
+// IsDockerfileName or IsSupervisordName accept, whatever r.Match says. A
+// file is a Dockerfile or supervisord configuration by its name, and
+// otherwise manifests (standard input is manifests). It returns everything
+// it could read, and an error naming each input, with a line where it has
+// one, that it could not.
+func Read(r manifest.Reader, paths []string) (Input, []error) {
+	r.Match = func(name string) bool {
+		return manifest.IsManifestName(name) || IsDockerfileName(name) || IsSupervisordName(name)
+	}
+	files, errs := r.ReadFiles(paths)
+	var in Input
+	for _, f := range files {
+		errs = append(errs, in.add(f.Name, f.Data)...)
+	}
+	return in, errs
+}
+
+// add parses one file into in, choosing the parser by its name.
+func (in *Input) add(name string, data []byte) []error {
+	switch {
+	case IsDockerfileName(name):
+		in.dockerfiles = append(in.dockerfiles, parseDockerfile(name, data))
+	case IsSupervisordName(name):
+		if bytes.Contains(data, []byte("[program:")) {
+			in.programs = append(in.programs, parseSupervisord(name, data)...)
+		}
+	default:
+		objs, errs := manifest.Parse(name, data)
+		in.Objects = append(in.Objects, objs...)
+		return errs
+	}
+	return nil
+}

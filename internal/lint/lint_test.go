@@ -1,0 +1,135 @@
+package lint
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// readInput reads a testdata file as Read would, under its base name, so
+// that golden files do not depend on where the test runs.
+func readInput(t *testing.T, file string) Input {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in Input
+	if errs := in.add(filepath.Base(file), data); len(errs) > 0 {
+		t.Fatalf("read %s: %v", file, errs)
+	}
+	return in
+}
+
+// render formats findings for golden files: one line each, and the fix.
+func render(findings []Finding) string {
+	var b strings.Builder
+	for _, f := range findings {
+		b.WriteString(f.String() + "\n  fix: " + f.Fix + "\n")
+	}
+	return b.String()
+}
+
+// checkGolden compares got with the golden file, or rewrites it under
+// -update.
+func checkGolden(t *testing.T, golden, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s mismatch (-want +got):\n%s", golden, diff)
+	}
+}
+
+// testRule runs rule r alone over the inputs in testdata/<r.ID>: every
+// valid-* file must yield no finding, and every invalid-* file at least
+// one, matching its .golden file.
+func testRule(t *testing.T, r *Rule) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("testdata", r.ID, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Ext(f) == ".golden" })
+	var valid, invalid int
+	for _, f := range files {
+		switch {
+		case strings.HasPrefix(filepath.Base(f), "valid-"):
+			valid++
+		case strings.HasPrefix(filepath.Base(f), "invalid-"):
+			invalid++
+		}
+	}
+	if valid == 0 || invalid == 0 {
+		t.Fatalf("testdata/%s has %d valid and %d invalid manifests; want at least one of each", r.ID, valid, invalid)
+	}
+	l, err := New(Config{Enable: []string{r.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range files {
+		name := filepath.Base(file)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got := l.Lint(readInput(t, file))
+			if strings.HasPrefix(name, "valid-") {
+				if len(got) > 0 {
+					t.Errorf("Lint(%s) = %d findings, want none:\n%s", name, len(got), render(got))
+				}
+				return
+			}
+			if len(got) == 0 {
+				t.Errorf("Lint(%s) found nothing", name)
+			}
+			for _, f := range got {
+				if f.Line < 1 || f.Field == "" || f.Message == "" || f.Fix == "" {
+					t.Errorf("finding lacks a position, field, message or fix: %+v", f)
+				}
+			}
+			checkGolden(t, strings.TrimSuffix(file, filepath.Ext(file))+".golden", render(got))
+		})
+	}
+}
+
+var ruleID = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+
+func TestRules(t *testing.T) {
+	t.Parallel()
+	seen := make(map[string]bool)
+	for _, r := range Rules() {
+		if !ruleID.MatchString(r.ID) || seen[r.ID] {
+			t.Errorf("rule ID %q is not unique kebab-case", r.ID)
+		}
+		seen[r.ID] = true
+		if r.Title == "" || r.Why == "" || r.Fix == "" {
+			t.Errorf("rule %s lacks a title, why or fix", r.ID)
+		}
+		if _, err := os.Stat(filepath.Join("testdata", r.ID)); err != nil {
+			t.Errorf("rule %s has no testdata: %v", r.ID, err)
+		}
+	}
+	dirs, err := os.ReadDir("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if d.IsDir() && !seen[d.Name()] && d.Name() != "report" && d.Name() != "corpus" {
+			t.Errorf("testdata/%s belongs to no rule", d.Name())
+		}
+	}
+}

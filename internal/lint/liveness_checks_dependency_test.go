@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestLivenessChecksDependency(t *testing.T) { testRule(t, &livenessChecksDependency) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestLivenessSameAsReadiness(t *testing.T) { testRule(t, &livenessSameAsReadiness) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestLivenessWithoutStartupProbe(t *testing.T) { testRule(t, &livenessWithoutStartupProbe) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestNextManualSigHandle(t *testing.T) { testRule(t, &nextManualSigHandle) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestPdbBlocksDrain(t *testing.T) { testRule(t, &pdbBlocksDrain) }

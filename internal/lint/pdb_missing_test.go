@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestPdbMissing(t *testing.T) { testRule(t, &pdbMissing) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestPdbSelectsNothing(t *testing.T) { testRule(t, &pdbSelectsNothing) }

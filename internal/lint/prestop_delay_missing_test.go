@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestPreStopDelayMissing(t *testing.T) { testRule(t, &preStopDelayMissing) }

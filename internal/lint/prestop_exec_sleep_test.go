@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestPreStopExecSleep(t *testing.T) { testRule(t, &preStopExecSleep) }

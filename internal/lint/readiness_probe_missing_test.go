@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestReadinessProbeMissing(t *testing.T) { testRule(t, &readinessProbeMissing) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestRollingUpdateUnavailable(t *testing.T) { testRule(t, &rollingUpdateUnavailable) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestSingleReplica(t *testing.T) { testRule(t, &singleReplica) }

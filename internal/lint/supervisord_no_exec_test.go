@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestSupervisordNoExec(t *testing.T) { testRule(t, &supervisordNoExec) }

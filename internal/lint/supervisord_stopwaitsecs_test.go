@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestSupervisordStopWaitSecs(t *testing.T) { testRule(t, &supervisordStopWaitSecs) }

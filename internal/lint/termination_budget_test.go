@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestTerminationBudget(t *testing.T) { testRule(t, &terminationBudget) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestTerminationGraceZero(t *testing.T) { testRule(t, &terminationGraceZero) }

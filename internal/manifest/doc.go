@@ -1,0 +1,19 @@
+// Package manifest reads Kubernetes manifests into the official API types
+// (k8s.io/api) and remembers where each object and each of its fields was
+// written, so that whatever reads a manifest (the linter, the embedded
+// cluster, the scenario runner) can point at the line a user has to change.
+//
+// A manifest is a file of one or more YAML (or JSON) documents separated by
+// "---" lines. Each document is one object, or a list of objects (kind: List,
+// or any kind ending in "List" with an items field). Values are decoded as
+// kubectl decodes them (sigs.k8s.io/yaml into k8s.io/api structs); positions
+// come from a second, position-keeping parse of the same text
+// (go.yaml.in/yaml/v3), so the two always describe the same document.
+//
+// A [Reader] reads files and directories as kubectl's -f does, and builds
+// kustomizations and renders Helm charts it finds on the way, in process.
+//
+// Reading never stops at the first problem: a file that cannot be read or a
+// document that cannot be decoded is reported as an [*Error] naming the file
+// and line, and every other document is still returned.
+package manifest

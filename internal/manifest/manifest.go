@@ -1,0 +1,423 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// Object is one Kubernetes object read from a manifest, with where it was
+// written. The zero Object has no object and no position.
+type Object struct {
+	// Obj is the decoded object: a pointer to its k8s.io/api type (for
+	// example *appsv1.Deployment) for the kinds of apps/v1, autoscaling/v1,
+	// autoscaling/v2, batch/v1, core/v1 and policy/v1, and an
+	// *unstructured.Unstructured for any other kind. Its TypeMeta is set.
+	Obj runtime.Object
+	// File is the name of the file the object was read from, as given to
+	// [Parse] or named by [Reader.Read].
+	File string
+	// Line is the 1-based line of the object's first field.
+	Line int
+
+	// node is the object's YAML mapping, for FieldLine.
+	node *yaml.Node
+}
+
+// Kind returns the object's kind, such as "Deployment". It, Meta and
+// String panic on the zero Object.
+func (o Object) Kind() string {
+	return o.Obj.GetObjectKind().GroupVersionKind().Kind
+}
+
+// Meta returns the object's metadata.
+func (o Object) Meta() metav1.Object {
+	m, err := meta.Accessor(o.Obj)
+	if err != nil {
+		// Every type Parse decodes into has ObjectMeta.
+		panic(fmt.Sprintf("manifest: %T has no metadata: %v", o.Obj, err))
+	}
+	return m
+}
+
+// String returns the kind, namespace and name, as "Deployment shop/web", or
+// "Deployment web" when the manifest names no namespace.
+func (o Object) String() string {
+	m := o.Meta()
+	if ns := m.GetNamespace(); ns != "" {
+		return o.Kind() + " " + ns + "/" + m.GetName()
+	}
+	return o.Kind() + " " + m.GetName()
+}
+
+// FieldLine returns the 1-based line of the field at path, or, when the
+// manifest does not write that field (a defaulted field, a missing probe),
+// the line of its nearest ancestor that it does write; at worst the object's
+// own Line. It returns 0 for an Object that was not read from a manifest.
+//
+// A path is a sequence of field names separated by dots, with list elements
+// and keys that contain dots in brackets, as kubectl prints them:
+// "spec.template.spec.containers[0].readinessProbe" or
+// `metadata.annotations[closingtime.dev/ignore]`. A name applied to a list
+// without an index, as in encoding/json's error fields
+// ("spec.template.spec.containers.ports"), looks in the first element that
+// has it.
+func (o Object) FieldLine(path string) int {
+	n := o.node
+	if n == nil {
+		return 0
+	}
+	line := n.Line
+	for _, seg := range splitPath(path) {
+		n = resolveAlias(n)
+		var next, at *yaml.Node
+		switch n.Kind {
+		case yaml.MappingNode:
+			at, next = mappingValue(n, seg)
+		case yaml.SequenceNode:
+			if i, err := strconv.Atoi(seg); err == nil {
+				if i >= 0 && i < len(n.Content) {
+					at, next = n.Content[i], n.Content[i]
+				}
+				break
+			}
+			// A name applied to a list, as in encoding/json's error
+			// fields: the first element that has it.
+			for _, el := range n.Content {
+				if k, v := mappingValue(resolveAlias(el), seg); v != nil {
+					at, next = k, v
+					break
+				}
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n, line = next, at.Line
+	}
+	return line
+}
+
+// mappingValue returns the key and value nodes of key in mapping n, or
+// nils.
+func mappingValue(n *yaml.Node, key string) (k, v *yaml.Node) {
+	if n.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i], n.Content[i+1]
+		}
+	}
+	return nil, nil
+}
+
+// splitPath splits a field path into its names and bracketed elements.
+func splitPath(path string) []string {
+	var segs []string
+	for path != "" {
+		switch {
+		case path[0] == '.':
+			path = path[1:]
+		case path[0] == '[':
+			end := strings.IndexByte(path, ']')
+			if end < 0 {
+				return append(segs, path[1:])
+			}
+			segs = append(segs, path[1:end])
+			path = path[end+1:]
+		default:
+			end := strings.IndexAny(path, ".[")
+			if end < 0 {
+				end = len(path)
+			}
+			segs = append(segs, path[:end])
+			path = path[end:]
+		}
+	}
+	return segs
+}
+
+// maxAliasDepth bounds how many aliases FieldLine follows in a row, so that
+// an alias cycle in hostile input cannot loop.
+const maxAliasDepth = 16
+
+func resolveAlias(n *yaml.Node) *yaml.Node {
+	for i := 0; i < maxAliasDepth && n.Kind == yaml.AliasNode && n.Alias != nil; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+// Error is a problem with one input: a file that cannot be read, or a
+// document that cannot be decoded. Other documents and files are unaffected.
+type Error struct {
+	// File is the file's name, as given to Parse or named by Reader.Read.
+	File string
+	// Line is the 1-based line of the problem, or 0 when it concerns the
+	// file as a whole.
+	Line int
+	// Err is the reason.
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.File, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrNoKind reports a document that is not a Kubernetes object: it lacks
+// apiVersion or kind.
+var ErrNoKind = errors.New("not a Kubernetes object: apiVersion and kind are required")
+
+// scheme holds the types Parse decodes into; it is only read after init.
+var scheme = newScheme()
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		appsv1.AddToScheme,
+		autoscalingv1.AddToScheme,
+		autoscalingv2.AddToScheme,
+		batchv1.AddToScheme,
+		corev1.AddToScheme,
+		policyv1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			panic(fmt.Sprintf("manifest: register API types: %v", err))
+		}
+	}
+	return s
+}
+
+// Parse decodes the documents of one manifest file. file names it in
+// positions and errors. It returns every object it could decode, in the
+// order they appear, and an [*Error] for each document it could not; it never
+// stops at the first problem. Empty documents (blank or comments only) are
+// skipped.
+func Parse(file string, data []byte) ([]Object, []error) {
+	var objs []Object
+	var errs []error
+	for _, doc := range splitDocuments(data) {
+		o, err := parseDocument(file, doc)
+		objs = append(objs, o...)
+		errs = append(errs, err...)
+	}
+	return objs, errs
+}
+
+// document is one YAML document of a file and the number of lines before it.
+type document struct {
+	text   []byte
+	offset int
+}
+
+// splitDocuments cuts data at each "---" line, so that a broken document
+// does not hide the ones after it, as it would in a single YAML stream.
+func splitDocuments(data []byte) []document {
+	var docs []document
+	start, startLine, line := 0, 0, 0
+	for pos := 0; pos < len(data); line++ {
+		end := bytes.IndexByte(data[pos:], '\n')
+		if end < 0 {
+			end = len(data)
+		} else {
+			end += pos + 1
+		}
+		if pos > start && isSeparator(data[pos:end]) {
+			docs = append(docs, document{data[start:pos], startLine})
+			start, startLine = pos, line
+		}
+		pos = end
+	}
+	return append(docs, document{data[start:], startLine})
+}
+
+func isSeparator(line []byte) bool {
+	if !bytes.HasPrefix(line, []byte("---")) {
+		return false
+	}
+	return len(line) == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\n' || line[3] == '\r'
+}
+
+// yamlLine matches the position that go.yaml.in/yaml/v3 puts in the text of
+// its syntax errors, the only place it reports one.
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// syntaxError returns err from go.yaml.in/yaml/v3 as an *Error at its line
+// in the file.
+func syntaxError(file string, doc document, err error) *Error {
+	msg := err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return &Error{File: file, Line: doc.offset + n, Err: errors.New(msg[len(m[0]):])}
+	}
+	return &Error{File: file, Line: doc.offset + 1, Err: errors.New(strings.TrimPrefix(msg, "yaml: "))}
+}
+
+func parseDocument(file string, doc document) ([]Object, []error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(doc.text, &root); err != nil {
+		return nil, []error{syntaxError(file, doc, err)}
+	}
+	if root.Kind == 0 || len(root.Content) == 0 || root.Content[0].Tag == "!!null" {
+		return nil, nil // blank, comments only, or an explicit null
+	}
+	shiftLines(&root, doc.offset)
+	n := root.Content[0]
+	if err := checkKeys(n); err != nil {
+		return nil, []error{&Error{File: file, Line: err.line, Err: err}}
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, []error{&Error{File: file, Line: n.Line, Err: ErrNoKind}}
+	}
+	data, err := sigsyaml.YAMLToJSON(doc.text)
+	if err != nil {
+		return nil, []error{&Error{File: file, Line: n.Line, Err: err}}
+	}
+	var list struct {
+		metav1.TypeMeta
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(data, &list); err == nil && strings.HasSuffix(list.Kind, "List") {
+		return parseList(file, n, list.Items)
+	}
+	o, err := decode(file, n, data)
+	if err != nil {
+		return nil, []error{err}
+	}
+	return []Object{o}, nil
+}
+
+// parseList decodes the raw items of the list document whose YAML mapping is
+// n; n's items sequence holds the items' positions.
+func parseList(file string, n *yaml.Node, raw []json.RawMessage) ([]Object, []error) {
+	_, items := mappingValue(n, "items")
+	if items != nil {
+		items = resolveAlias(items)
+	}
+	var objs []Object
+	var errs []error
+	for i, data := range raw {
+		in := n
+		if items != nil && items.Kind == yaml.SequenceNode && i < len(items.Content) {
+			in = resolveAlias(items.Content[i])
+		}
+		o, err := decode(file, in, data)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		objs = append(objs, o)
+	}
+	return objs, errs
+}
+
+// decode decodes one object's JSON into its k8s.io/api type; n is its YAML
+// mapping.
+func decode(file string, n *yaml.Node, data []byte) (Object, error) {
+	o := Object{File: file, Line: n.Line, node: n}
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(data, &tm); err != nil {
+		return o, &Error{File: file, Line: n.Line, Err: fmt.Errorf("apiVersion, kind: %w", err)}
+	}
+	if tm.APIVersion == "" || tm.Kind == "" {
+		return o, &Error{File: file, Line: n.Line, Err: ErrNoKind}
+	}
+	gv, err := schema.ParseGroupVersion(tm.APIVersion)
+	if err != nil {
+		return o, &Error{File: file, Line: o.FieldLine("apiVersion"), Err: err}
+	}
+	obj, err := scheme.New(gv.WithKind(tm.Kind))
+	if err != nil {
+		obj = &unstructured.Unstructured{}
+	}
+	if err := json.Unmarshal(data, obj); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return o, &Error{File: file, Line: o.FieldLine(te.Field), Err: fmt.Errorf("%s: cannot decode %s into %s", te.Field, te.Value, te.Type)}
+		}
+		return o, &Error{File: file, Line: n.Line, Err: fmt.Errorf("%s %s: %w", tm.APIVersion, tm.Kind, err)}
+	}
+	if _, err := meta.Accessor(obj); err != nil {
+		// The scheme also knows kinds that are not stored objects, such as Status.
+		return o, &Error{File: file, Line: o.FieldLine("kind"), Err: fmt.Errorf("%s %s is not an object with metadata", tm.APIVersion, tm.Kind)}
+	}
+	// Decoding into a typed object drops nothing of TypeMeta, but
+	// set it explicitly so Kind works whatever the type's decoder does.
+	obj.GetObjectKind().SetGroupVersionKind(gv.WithKind(tm.Kind))
+	o.Obj = obj
+	return o, nil
+}
+
+// duplicateKeyError reports a mapping key written twice. sigs.k8s.io/yaml
+// keeps the last value silently, which would leave FieldLine pointing at the
+// first; kubectl's field validation rejects such objects too.
+type duplicateKeyError struct {
+	key         string
+	line, first int
+}
+
+func (e *duplicateKeyError) Error() string {
+	return fmt.Sprintf("key %q already written at line %d", e.key, e.first)
+}
+
+// checkKeys returns a *duplicateKeyError for the first mapping under n that
+// has a key twice. Aliases are not followed: their targets are checked where
+// they are defined.
+func checkKeys(n *yaml.Node) *duplicateKeyError {
+	if n.Kind == yaml.MappingNode {
+		seen := make(map[string]int, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode || k.Value == "<<" {
+				continue
+			}
+			if first, ok := seen[k.Value]; ok {
+				return &duplicateKeyError{key: k.Value, line: k.Line, first: first}
+			}
+			seen[k.Value] = k.Line
+		}
+	}
+	for _, c := range n.Content {
+		if err := checkKeys(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shiftLines adds offset to the line of every node under n, so that lines
+// count from the top of the file rather than of the document. Aliased
+// nodes are shifted once, where they are defined.
+func shiftLines(n *yaml.Node, offset int) {
+	if offset == 0 {
+		return
+	}
+	n.Line += offset
+	for _, c := range n.Content {
+		shiftLines(c, offset)
+	}
+}

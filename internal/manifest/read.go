@@ -1,0 +1,167 @@
+package manifest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Stdin is the name [Read] gives to standard input, in positions and errors.
+const Stdin = "<stdin>"
+
+// Reader reads manifests as kubectl's -f does, and builds kustomizations
+// and renders Helm charts on the way. The zero Reader reads *.yaml, *.yml
+// and *.json files from directories, with an empty standard input.
+type Reader struct {
+	// Match reports whether to read a file found in a directory; nil means
+	// IsManifestName. A file named in paths is read whatever its name.
+	Match func(name string) bool
+	// Values are Helm values files merged, in order, over each chart's
+	// values.yaml.
+	Values []string
+	// Stdin is read for "-"; nil means an empty input.
+	Stdin io.Reader
+}
+
+// Read reads the manifests at paths: a file whatever its name; a directory
+// recursively, taking the files r.Match accepts and skipping directories
+// whose names begin with a dot; "-" for standard input, read once. A
+// directory (given or found) that holds a kustomization file is built with
+// [Kustomize] instead of walked, and one that holds a Chart.yaml rendered
+// with [RenderChart]; their output is read as a file named for the
+// directory and [KustomizeSuffix] or [HelmSuffix]. Read returns the objects
+// of every readable document, in the order of paths (a directory's files
+// in lexical order), and an [*Error] for each file or document it could not
+// read, build or render.
+func (r Reader) Read(paths []string) ([]Object, []error) {
+	files, errs := r.ReadFiles(paths)
+	var objs []Object
+	for _, f := range files {
+		o, e := Parse(f.Name, f.Data)
+		objs = append(objs, o...)
+		errs = append(errs, e...)
+	}
+	return objs, errs
+}
+
+// File is one input file's name and content.
+type File struct {
+	// Name is the path as given or found in a directory; [Stdin] for
+	// standard input; a directory and a suffix for a kustomization's or a
+	// chart's output.
+	Name string
+	Data []byte
+}
+
+// ReadFiles reads the files at paths as Read does, without parsing them.
+// It returns them in order, and an [*Error] for each file or directory it
+// could not read, build or render.
+func (r Reader) ReadFiles(paths []string) ([]File, []error) {
+	match := r.Match
+	if match == nil {
+		match = IsManifestName
+	}
+	var files []File
+	var errs []error
+	stdinRead := false
+	for _, p := range paths {
+		if p == "-" {
+			if stdinRead {
+				continue
+			}
+			stdinRead = true
+			var data []byte
+			if r.Stdin != nil {
+				var err error
+				if data, err = io.ReadAll(r.Stdin); err != nil {
+					errs = append(errs, &Error{File: Stdin, Err: err})
+					continue
+				}
+			}
+			files = append(files, File{Name: Stdin, Data: data})
+			continue
+		}
+		err := filepath.WalkDir(p, func(name string, d fs.DirEntry, err error) error {
+			if err != nil {
+				errs = append(errs, fileError(name, err))
+				return nil
+			}
+			if !d.IsDir() {
+				if name != p && !match(name) {
+					return nil
+				}
+				data, err := os.ReadFile(name)
+				if err != nil {
+					errs = append(errs, fileError(name, err))
+					return nil
+				}
+				files = append(files, File{Name: name, Data: data})
+				return nil
+			}
+			if name != p && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			var (
+				data   []byte
+				suffix string
+			)
+			switch {
+			case isKustomization(name):
+				suffix = KustomizeSuffix
+				if data, err = Kustomize(name); err != nil {
+					err = fmt.Errorf("kustomize build: %w", err)
+				}
+			case isChart(name):
+				suffix = HelmSuffix
+				if data, err = RenderChart(name, r.Values); err != nil {
+					err = fmt.Errorf("helm template: %w", err)
+				}
+			default:
+				return nil
+			}
+			if err != nil {
+				errs = append(errs, &Error{File: name, Err: err})
+			} else {
+				files = append(files, File{Name: name + suffix, Data: data})
+			}
+			return filepath.SkipDir
+		})
+		if err != nil {
+			errs = append(errs, fileError(p, err))
+		}
+	}
+	return files, errs
+}
+
+// IsManifestName reports whether a Reader takes a file of this name, found in a
+// directory, for a manifest: its extension is .yaml, .yml or .json.
+func IsManifestName(name string) bool {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// fileError names the file once: an *fs.PathError already carries the path,
+// so keep only its operation and reason.
+func fileError(name string, err error) *Error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return &Error{File: name, Err: &opError{op: pe.Op, err: pe.Err}}
+	}
+	return &Error{File: name, Err: err}
+}
+
+// opError is an *fs.PathError without its path.
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string { return e.op + ": " + e.err.Error() }
+func (e *opError) Unwrap() error { return e.err }

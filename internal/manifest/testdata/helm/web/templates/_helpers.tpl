@@ -1,0 +1,1 @@
+{{- define "web.name" -}}{{ .Release.Name }}-{{ .Chart.Name }}{{- end -}}
