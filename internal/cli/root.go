@@ -59,9 +59,16 @@ func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)
 func Run(ctx context.Context, args []string, streams Streams) int {
 	root := newRootCommand(streams)
 	root.SetArgs(args)
+	// Cobra rejects unknown commands and wrong arguments before any command
+	// runs; such errors are usage errors.
+	ran := false
+	root.PersistentPreRun = func(*cobra.Command, []string) { ran = true }
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	if !ran && !errors.As(err, new(*usageError)) {
+		err = &usageError{err}
 	}
 	var status exitStatus
 	if errors.As(err, &status) {
@@ -96,6 +103,7 @@ signals and TCP, and finds their causes before they ship.`,
 		newVersionCommand(streams),
 		newServeCommand(streams),
 		newLoadCommand(streams),
+		newLintCommand(streams),
 	)
 	return root
 }

@@ -1,0 +1,264 @@
+package load
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+// A Dialer makes a TCP connection to address ("host:port"), as
+// [net.Dialer.DialContext] does. It must give up when ctx is done and
+// report failures as the net package does (a *net.OpError wrapping the
+// syscall error), so that they can be classified.
+type Dialer func(ctx context.Context, network, address string) (net.Conn, error)
+
+// A client sends HTTP/1.1 requests on connections of its own and records
+// every attempt in the attempt log of the request's context. It never sends
+// a request twice: net/http's Transport resends some requests that failed
+// on a reused connection, with no way to turn that off, which would hide
+// the resets that a measuring client is there to count. It writes requests
+// with net/http's request writer and reads responses with its response
+// reader.
+//
+// A client with a pool keeps at most cap(pool) connections open and reuses
+// them (keep-alive); one without dials a connection for each request, asks
+// the server to close it after the response, and closes it.
+//
+// A client is an http.RoundTripper so that retry.Transport can wrap it.
+// RoundTrip reads and discards the response body: the response it returns
+// has an empty body.
+type client struct {
+	dial            Dialer
+	address         string // host:port
+	connectTimeout  time.Duration
+	responseTimeout time.Duration
+
+	// pool holds one token per connection slot: an idle connection, or
+	// nil for a slot with no connection yet. Nil for a client that dials
+	// for each request.
+	pool chan *conn
+}
+
+// conn is one connection of a client.
+type conn struct {
+	net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+// Buffers are reused across connections: a new-conn client makes one
+// connection per request.
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReader(nil) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriter(nil) }}
+)
+
+func newConn(nc net.Conn) *conn {
+	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer)}
+	cn.br.Reset(nc)
+	cn.bw.Reset(nc)
+	return cn
+}
+
+// close closes cn and gives its buffers back. It must be called once.
+func (cn *conn) close() {
+	cn.Conn.Close()
+	cn.br.Reset(nil)
+	cn.bw.Reset(nil)
+	readers.Put(cn.br)
+	writers.Put(cn.bw)
+}
+
+func newClient(dial Dialer, address string, connectTimeout, responseTimeout time.Duration, connections int) *client {
+	c := &client{dial: dial, address: address, connectTimeout: connectTimeout, responseTimeout: responseTimeout}
+	if connections > 0 {
+		c.pool = make(chan *conn, connections)
+		for range connections {
+			c.pool <- nil
+		}
+	}
+	return c
+}
+
+// RoundTrip sends req on a connection and reads the whole response.
+func (c *client) RoundTrip(req *http.Request) (*http.Response, error) {
+	a := attemptLogFrom(req.Context()).start()
+	deadline := a.start.Add(c.connectTimeout)
+	cn, err := c.acquire(deadline)
+	if err != nil {
+		return nil, a.fail(classifyConnect(err), err)
+	}
+	a.connect = time.Now()
+	cn.SetDeadline(a.connect.Add(c.responseTimeout))
+	resp, err := c.exchange(cn, req, a)
+	c.release(cn, err == nil && !resp.Close)
+	return resp, err
+}
+
+// exchange writes req on cn and reads its response.
+func (c *client) exchange(cn *conn, req *http.Request, a *attempt) (*http.Response, error) {
+	out := req
+	if c.pool == nil {
+		// Ask the server to close first, so that TIME_WAIT stays with it
+		// and the generator's ephemeral ports are not held for 60 s.
+		out = new(http.Request)
+		*out = *req
+		out.Close = true
+	}
+	if err := out.Write(cn.bw); err != nil {
+		return nil, a.fail(classifyExchange(err, false), fmt.Errorf("write request: %w", err))
+	}
+	if err := cn.bw.Flush(); err != nil {
+		return nil, a.fail(classifyExchange(err, false), fmt.Errorf("write request: %w", err))
+	}
+	// httptrace's WroteRequest can fire before a byte reached the socket;
+	// only a response byte proves that the server got the request.
+	if _, err := cn.br.Peek(1); err != nil {
+		return nil, a.fail(classifyExchange(err, false), fmt.Errorf("read response: %w", err))
+	}
+	a.firstByte = time.Now()
+	resp, err := http.ReadResponse(cn.br, req)
+	if err != nil {
+		return nil, a.fail(classifyExchange(err, true), fmt.Errorf("read response: %w", err))
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, a.fail(classifyExchange(err, true), fmt.Errorf("read response body: %w", err))
+	}
+	a.done(resp)
+	resp.Body = http.NoBody
+	return resp, nil
+}
+
+// acquire returns a connection: for a pooled client, an idle one that the
+// server has not closed, or a new one if a slot is free; for the other, a
+// new one. It gives up at deadline.
+func (c *client) acquire(deadline time.Time) (*conn, error) {
+	if c.pool == nil {
+		return c.connect(deadline)
+	}
+	var cn *conn
+	select {
+	case cn = <-c.pool:
+	default:
+		timer := time.NewTimer(time.Until(deadline))
+		select {
+		case cn = <-c.pool:
+			timer.Stop()
+		case <-timer.C:
+			return nil, fmt.Errorf("wait for a free connection: %w", os.ErrDeadlineExceeded)
+		}
+	}
+	if cn != nil {
+		if idleAlive(cn) {
+			return cn, nil
+		}
+		// The server closed it while it was idle: a client drops such a
+		// connection without sending on it, as net/http and Node do.
+		cn.close()
+	}
+	cn, err := c.connect(deadline)
+	if err != nil {
+		c.pool <- nil
+	}
+	return cn, err
+}
+
+func (c *client) connect(deadline time.Time) (*conn, error) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	nc, err := c.dial(ctx, "tcp", c.address)
+	if err != nil {
+		return nil, err
+	}
+	return newConn(nc), nil
+}
+
+// release returns cn to the pool if it can carry another request, and
+// closes it otherwise.
+func (c *client) release(cn *conn, reusable bool) {
+	if c.pool == nil || !reusable {
+		cn.close()
+		if c.pool != nil {
+			c.pool <- nil
+		}
+		return
+	}
+	cn.SetDeadline(time.Time{})
+	c.pool <- cn
+}
+
+// close closes the idle connections of the pool. It must be called only
+// when no request is in flight.
+func (c *client) close() {
+	if c.pool == nil {
+		return
+	}
+	for range cap(c.pool) {
+		if cn := <-c.pool; cn != nil {
+			cn.close()
+		}
+	}
+}
+
+// An attempt is what a client observed of one attempt to send a request.
+type attempt struct {
+	class  Class
+	err    error
+	status int
+	pod    string
+
+	// When the attempt started, its connection was ready, the first byte
+	// of the response arrived, and the response was complete or the
+	// attempt failed. Zero if not reached.
+	start, connect, firstByte, end time.Time
+}
+
+func (a *attempt) fail(class Class, err error) error {
+	a.class, a.err, a.end = class, err, time.Now()
+	return err
+}
+
+func (a *attempt) done(resp *http.Response) {
+	a.end = time.Now()
+	a.status = resp.StatusCode
+	a.pod = resp.Header.Get(PodHeader)
+	a.class = OK
+	if resp.StatusCode >= 500 {
+		a.class = HTTP5xx
+	}
+}
+
+// An attemptLog collects the attempts made for one request, the retries
+// included, in order.
+type attemptLog struct {
+	attempts []attempt
+}
+
+type attemptLogKey struct{}
+
+func withAttemptLog(ctx context.Context, log *attemptLog) context.Context {
+	return context.WithValue(ctx, attemptLogKey{}, log)
+}
+
+// attemptLogFrom returns the log of ctx, or a new one that nobody reads if
+// ctx has none.
+func attemptLogFrom(ctx context.Context) *attemptLog {
+	if log, ok := ctx.Value(attemptLogKey{}).(*attemptLog); ok {
+		return log
+	}
+	return new(attemptLog)
+}
+
+// start begins a new attempt. The pointer is valid until the next start.
+func (l *attemptLog) start() *attempt {
+	l.attempts = append(l.attempts, attempt{start: time.Now()})
+	return &l.attempts[len(l.attempts)-1]
+}

@@ -1,0 +1,342 @@
+package load
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/closingtime-dev/closingtime/retry"
+)
+
+// Defaults of a zero [Config] and [Client].
+const (
+	// DefaultRate is the request rate of a client with no rate: the seeds'
+	// 50 requests per second.
+	DefaultRate = 50.0
+	// DefaultDuration is how long a run sends requests.
+	DefaultDuration = 10 * time.Second
+	// DefaultConnectTimeout bounds a connect, as the seeds' 2 s client
+	// timeout does.
+	DefaultConnectTimeout = 2 * time.Second
+	// DefaultResponseTimeout bounds the response, from when the connection
+	// is ready.
+	DefaultResponseTimeout = 2 * time.Second
+	// DefaultConnections is the size of a keep-alive client's pool.
+	DefaultConnections = 8
+)
+
+// Headers that the generator sends and reads.
+const (
+	// RequestIDHeader carries each request's unique id, which the lab
+	// server logs, so that client and server records join.
+	RequestIDHeader = "X-Request-Id"
+	// PodHeader carries the name of the pod that served a response.
+	PodHeader = "X-Pod-Name"
+)
+
+// A Kind is a client's connection habit.
+type Kind uint8
+
+const (
+	// NewConn dials a new TCP connection for each request and closes it
+	// after the response.
+	NewConn Kind = iota
+	// KeepAlive sends requests over a pool of persistent connections.
+	KeepAlive
+)
+
+var kindNames = [...]string{NewConn: "new-conn", KeepAlive: "keep-alive"}
+
+// String returns the kind's name as the command line and reports spell it.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// MarshalText encodes the kind as its name.
+func (k Kind) MarshalText() ([]byte, error) {
+	if int(k) >= len(kindNames) {
+		return nil, fmt.Errorf("marshal kind %d: unknown kind", uint8(k))
+	}
+	return []byte(kindNames[k]), nil
+}
+
+// UnmarshalText decodes a kind from its name.
+func (k *Kind) UnmarshalText(text []byte) error {
+	kind, err := ParseKind(string(text))
+	if err != nil {
+		return err
+	}
+	*k = kind
+	return nil
+}
+
+// ParseKind returns the kind named s: "new-conn" or "keep-alive".
+func ParseKind(s string) (Kind, error) {
+	for i, name := range kindNames {
+		if name == s {
+			return Kind(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown client kind %q: accepted kinds are new-conn, keep-alive", s)
+}
+
+// A Client is one stream of requests of a run: a connection habit and a
+// rate.
+type Client struct {
+	// Kind is the client's connection habit.
+	Kind Kind
+	// Rate is in requests per second. Zero means DefaultRate; negative is
+	// invalid.
+	Rate float64
+	// Connections is the size of a KeepAlive client's pool; a request
+	// waits for a free connection when all are busy. Zero means
+	// DefaultConnections. Ignored for NewConn.
+	Connections int
+}
+
+// Config configures a [Generator].
+type Config struct {
+	// URL is the target, an http URL. Each request is a GET of it.
+	URL string
+	// Clients are the streams of requests, at most one of each kind. None
+	// means one NewConn client at DefaultRate.
+	Clients []Client
+	// Duration is how long requests are sent. Zero means DefaultDuration.
+	Duration time.Duration
+	// ConnectTimeout bounds each connect, and the wait for a free pooled
+	// connection. Zero means DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// ResponseTimeout bounds each response, counted from when its
+	// connection is ready. Zero means DefaultResponseTimeout.
+	ResponseTimeout time.Duration
+	// Dial makes connections. Nil means a net.Dialer. The local cluster
+	// sets it to route a Service's address through its routing view.
+	Dial Dialer
+	// Retry, if not nil, makes each client resend what is safe to resend
+	// (see package retry), on a new connection. Nil means no retries:
+	// every failure is counted.
+	Retry *retry.Policy
+	// Events, if not nil, receives one JSON line per request when it
+	// completes (see [Event]).
+	Events io.Writer
+}
+
+// A Generator sends the requests of one run. It is used once.
+type Generator struct {
+	cfg     Config
+	target  *url.URL
+	clients []*stream
+	runID   string
+}
+
+// stream is a Client in a run, with what sends its requests.
+type stream struct {
+	Client
+	index    int
+	client   *client
+	rt       http.RoundTripper // client, or a retry.Transport around it
+	template *http.Request     // the request, without its id
+	recorder *recorder
+}
+
+// New checks cfg and returns a Generator for it. Every error it returns is
+// about cfg.
+func New(cfg Config) (*Generator, error) {
+	target, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("target URL: %w", err)
+	}
+	if target.Scheme != "http" || target.Host == "" {
+		return nil, fmt.Errorf("target URL %q: want http://host[:port][/path]", cfg.URL)
+	}
+	if cfg.Duration < 0 || cfg.ConnectTimeout < 0 || cfg.ResponseTimeout < 0 {
+		return nil, errors.New("duration and timeouts must not be negative")
+	}
+	cfg.Duration = orDefault(cfg.Duration, DefaultDuration)
+	cfg.ConnectTimeout = orDefault(cfg.ConnectTimeout, DefaultConnectTimeout)
+	cfg.ResponseTimeout = orDefault(cfg.ResponseTimeout, DefaultResponseTimeout)
+	if cfg.Dial == nil {
+		cfg.Dial = (&net.Dialer{}).DialContext
+	}
+	if len(cfg.Clients) == 0 {
+		cfg.Clients = []Client{{Kind: NewConn}}
+	}
+	var id [4]byte
+	rand.Read(id[:])
+	g := &Generator{cfg: cfg, target: target, runID: hex.EncodeToString(id[:])}
+	address := hostPort(target)
+	template, err := http.NewRequest(http.MethodGet, target.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("target URL: %w", err)
+	}
+	template.Header.Set("User-Agent", "closingtime-load")
+	seen := make(map[Kind]bool)
+	for i, cl := range cfg.Clients {
+		if _, err := cl.Kind.MarshalText(); err != nil {
+			return nil, err
+		}
+		if seen[cl.Kind] {
+			return nil, fmt.Errorf("client kind %s given twice", cl.Kind)
+		}
+		seen[cl.Kind] = true
+		switch {
+		case cl.Rate < 0 || math.IsNaN(cl.Rate) || math.IsInf(cl.Rate, 0):
+			return nil, fmt.Errorf("%s rate %v: want a positive number of requests per second", cl.Kind, cl.Rate)
+		case cl.Rate == 0:
+			cl.Rate = DefaultRate
+		}
+		if cl.Connections < 0 {
+			return nil, fmt.Errorf("%s connections %d: must not be negative", cl.Kind, cl.Connections)
+		}
+		connections := 0
+		if cl.Kind == KeepAlive {
+			cl.Connections = orDefault(cl.Connections, DefaultConnections)
+			connections = cl.Connections
+		} else {
+			cl.Connections = 0
+		}
+		s := &stream{Client: cl, index: i, template: template, recorder: newRecorder(cl)}
+		s.client = newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections)
+		s.rt = s.client
+		if cfg.Retry != nil {
+			// A retry goes out on a connection of its own: a new-conn
+			// client to the same target.
+			fresh := newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, 0)
+			s.rt = &retry.Transport{Base: s.client, Fresh: fresh, Policy: *cfg.Retry}
+		}
+		g.clients = append(g.clients, s)
+	}
+	return g, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
+}
+
+// Run sends requests until the configured duration has passed or ctx is
+// done, whichever comes first, then waits for the requests in flight to
+// complete or time out, and returns what they did. A request in flight
+// when ctx is done is still counted: each is bounded by the connect and
+// response timeouts (and the retry policy's backoff, if any), not by ctx.
+// The error is about writing events.
+func (g *Generator) Run(ctx context.Context) (*Report, error) {
+	events := newEventWriter(g.cfg.Events)
+	start := time.Now()
+	end := start.Add(g.cfg.Duration)
+	var inFlight, pacers sync.WaitGroup
+	for _, s := range g.clients {
+		s.recorder.events = events
+		pacers.Go(func() { g.pace(ctx, s, start, end, &inFlight) })
+	}
+	pacers.Wait()
+	stopped := time.Now()
+	inFlight.Wait()
+	report := &Report{URL: g.target.String(), Start: start.UTC(), End: stopped.UTC()}
+	for _, s := range g.clients {
+		s.client.close()
+		report.Clients = append(report.Clients, s.recorder.report())
+	}
+	return report, events.flush()
+}
+
+// pace starts the requests of s on their schedule, from start until end or
+// until ctx is done. A request whose time has come starts at once, whatever
+// the requests before it are doing: it goes to an idle worker, or to a new
+// one if all are busy. When the pacer falls behind, it starts every request
+// that is due without waiting. Workers outlive pace; inFlight counts them.
+func (g *Generator) pace(ctx context.Context, s *stream, start, end time.Time, inFlight *sync.WaitGroup) {
+	interval := float64(time.Second) / s.Rate
+	idPrefix := g.runID + "-" + strconv.Itoa(s.index) + "-"
+	// Workers are reused rather than a goroutine started per request: a
+	// new goroutine grows its stack again for every request.
+	tasks := make(chan task)
+	defer close(tasks)
+	timer := time.NewTimer(0)
+	<-timer.C
+	for seq := 0; ; seq++ {
+		at := start.Add(time.Duration(float64(seq) * interval))
+		if !at.Before(end) || !waitUntil(ctx, timer, at) {
+			return
+		}
+		t := task{id: idPrefix + strconv.Itoa(seq), at: at}
+		select {
+		case tasks <- t:
+		default:
+			inFlight.Go(func() {
+				s.send(t)
+				for t := range tasks {
+					s.send(t)
+				}
+			})
+		}
+	}
+}
+
+// A task is a request to send: its id and scheduled time.
+type task struct {
+	id string
+	at time.Time
+}
+
+// coarseSlack is how late a Go timer may fire; waitUntil sleeps the last
+// stretch before a request's time with sleepPrecise instead.
+const coarseSlack = 2 * time.Millisecond
+
+// waitUntil waits until at, and reports false if ctx is done first. ctx
+// is checked at least every coarseSlack.
+func waitUntil(ctx context.Context, timer *time.Timer, at time.Time) bool {
+	if wait := time.Until(at) - coarseSlack; wait > 0 {
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		case <-timer.C:
+		}
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	sleepPrecise(time.Until(at))
+	return true
+}
+
+// send sends the request of t and records its result.
+func (s *stream) send(t task) {
+	began := time.Now()
+	var log attemptLog
+	req := s.template.WithContext(withAttemptLog(context.Background(), &log))
+	req.Header = http.Header{
+		"User-Agent":    s.template.Header["User-Agent"],
+		RequestIDHeader: {t.id},
+	}
+	resp, err := s.rt.RoundTrip(req)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	s.recorder.record(newResult(s.Kind, t.id, t.at, began, log.attempts, err))
+}

@@ -1,0 +1,321 @@
+package load
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/closingtime-dev/closingtime/retry"
+)
+
+func TestNew(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{name: "zero clients", cfg: Config{URL: "http://127.0.0.1:8080/work"}},
+		{name: "both kinds", cfg: Config{URL: "http://127.0.0.1/", Clients: []Client{{Kind: NewConn, Rate: 5}, {Kind: KeepAlive}}}},
+		{name: "unparsable URL", cfg: Config{URL: "http://[::1"}, wantErr: "target URL"},
+		{name: "no scheme", cfg: Config{URL: "127.0.0.1:8080"}, wantErr: "target URL"},
+		{name: "https", cfg: Config{URL: "https://127.0.0.1/"}, wantErr: "want http://"},
+		{name: "negative rate", cfg: Config{URL: "http://127.0.0.1/", Clients: []Client{{Rate: -1}}}, wantErr: "rate -1"},
+		{name: "unknown kind", cfg: Config{URL: "http://127.0.0.1/", Clients: []Client{{Kind: 7}}}, wantErr: "unknown kind"},
+		{name: "kind twice", cfg: Config{URL: "http://127.0.0.1/", Clients: []Client{{}, {}}}, wantErr: "given twice"},
+		{name: "negative duration", cfg: Config{URL: "http://127.0.0.1/", Duration: -time.Second}, wantErr: "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("New: %v, want no error", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("New: %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// modes runs f once per client kind, as net/http's tests run once per
+// protocol.
+func modes(t *testing.T, f func(t *testing.T, kind Kind)) {
+	for _, kind := range []Kind{NewConn, KeepAlive} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			f(t, kind)
+		})
+	}
+}
+
+// idServer is an HTTP server that counts the request ids it received.
+type idServer struct {
+	*httptest.Server
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func newIDServer(t *testing.T, handler http.HandlerFunc) *idServer {
+	s := &idServer{ids: make(map[string]int)}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.ids[r.Header.Get(RequestIDHeader)]++
+		s.mu.Unlock()
+		w.Header().Set(PodHeader, "pod-a")
+		if handler != nil {
+			handler(w, r)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func run(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := g.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return report
+}
+
+// TestRunCounts: every scheduled request is sent once, with its own id, and
+// counted once: in the totals, in its second, per pod and in the events.
+func TestRunCounts(t *testing.T) {
+	modes(t, func(t *testing.T, kind Kind) {
+		srv := newIDServer(t, nil)
+		var events bytes.Buffer
+		report := run(t, Config{
+			URL:      srv.URL + "/work",
+			Clients:  []Client{{Kind: kind, Rate: 200}},
+			Duration: 500 * time.Millisecond,
+			Events:   &events,
+		})
+		const want = 100 // 200/s for 0.5 s
+		c := report.Clients[0]
+		if got := c.Totals[OK]; got != want || c.Totals.Failed() != 0 {
+			t.Errorf("totals %s, want ok=%d", formatCounts(&c.Totals), want)
+		}
+		var perSecond int64
+		for _, s := range c.Seconds {
+			perSecond += s.Counts.Total()
+		}
+		if perSecond != want {
+			t.Errorf("seconds add up to %d requests, want %d", perSecond, want)
+		}
+		if c.Pods["pod-a"] != want {
+			t.Errorf("pods %v, want pod-a=%d", c.Pods, want)
+		}
+		if c.Latency.P50 <= 0 || c.Latency.Max < c.Latency.P99 || c.Latency.P99 < c.Latency.P50 {
+			t.Errorf("latency %+v: want 0 < p50 <= p99 <= max", c.Latency)
+		}
+		srv.mu.Lock()
+		if len(srv.ids) != want {
+			t.Errorf("server saw %d distinct request ids, want %d", len(srv.ids), want)
+		}
+		for id, n := range srv.ids {
+			if n != 1 {
+				t.Errorf("server saw request %s %d times, want 1", id, n)
+			}
+		}
+		srv.mu.Unlock()
+
+		lines := 0
+		sc := bufio.NewScanner(&events)
+		for sc.Scan() {
+			var e Event
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				t.Fatalf("event line %q: %v", sc.Text(), err)
+			}
+			if e.Class != OK || e.Client != kind || e.Pod != "pod-a" || e.Status != 200 || e.Attempts != 1 {
+				t.Errorf("event %+v: want an ok %s request served by pod-a", e, kind)
+			}
+			if e.ConnectMS > e.FirstByteMS || e.FirstByteMS > e.TotalMS {
+				t.Errorf("event %+v: want connect <= first byte <= total", e)
+			}
+			lines++
+		}
+		if lines != want {
+			t.Errorf("%d event lines, want %d", lines, want)
+		}
+	})
+}
+
+// TestOpenLoop: requests start on schedule while earlier ones hang; a
+// closed-loop client would have sent only a few.
+func TestOpenLoop(t *testing.T) {
+	modes(t, func(t *testing.T, kind Kind) {
+		srv := newIDServer(t, func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(300 * time.Millisecond)
+		})
+		report := run(t, Config{
+			URL:      srv.URL,
+			Clients:  []Client{{Kind: kind, Rate: 100, Connections: 64}},
+			Duration: 500 * time.Millisecond,
+		})
+		c := report.Clients[0]
+		if got := c.Totals[OK]; got != 50 {
+			t.Errorf("totals %s, want ok=50", formatCounts(&c.Totals))
+		}
+		if c.Latency.P50 < 300*time.Millisecond {
+			t.Errorf("latency p50 %v, want at least the server's 300ms", c.Latency.P50)
+		}
+		if c.ScheduleLag.P99 > 100*time.Millisecond {
+			t.Errorf("schedule lag p99 %v: requests waited for earlier ones", c.ScheduleLag.P99)
+		}
+	})
+}
+
+// TestRunStops: a run ends soon after its context is done, and counts what
+// it sent.
+func TestRunStops(t *testing.T) {
+	srv := newIDServer(t, nil)
+	g, err := New(Config{URL: srv.URL, Clients: []Client{{Rate: 100}}, Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	report, err := g.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if elapsed := time.Since(start); elapsed > 10*time.Second {
+		t.Errorf("Run returned %v after start, want soon after its context ended at 200ms", elapsed)
+	}
+	c := report.Clients[0]
+	if n := c.Totals.Total(); n < 1 || n > 100 {
+		t.Errorf("%d requests in a run stopped after 200ms at 100/s, want between 1 and 100", n)
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if int64(len(srv.ids)) != c.Totals[OK] {
+		t.Errorf("server saw %d requests, report counts %d ok", len(srv.ids), c.Totals[OK])
+	}
+}
+
+// resettingServer serves keep-alive connections and resets each one on its
+// third request, as a pod killed with busy connections does. It counts the
+// resets and the times it read each request id.
+type resettingServer struct {
+	keepAliveServer
+	resets int
+}
+
+func (s *resettingServer) start(t *testing.T) string {
+	return s.keepAliveServer.start(t, 3, func(conn net.Conn) {
+		s.mu.Lock()
+		s.resets++
+		s.mu.Unlock()
+		abort(conn)
+	})
+}
+
+// TestResetsCounted: in a keep-alive run without retries, each reset on a
+// reused connection is counted, and no request is sent twice.
+func TestResetsCounted(t *testing.T) {
+	var srv resettingServer
+	address := srv.start(t)
+	report := run(t, Config{
+		URL:      "http://" + address + "/work",
+		Clients:  []Client{{Kind: KeepAlive, Rate: 200, Connections: 2}},
+		Duration: 300 * time.Millisecond,
+	})
+	c := report.Clients[0]
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.resets == 0 {
+		t.Fatal("server reset no connection")
+	}
+	// A request whose connection the server reset in the same instant
+	// may read EOF rather than the reset: count both.
+	if got := c.Totals[Reset] + c.Totals[Closed]; got != int64(srv.resets) {
+		t.Errorf("report counts %d resets (%s), server reset %d connections", got, formatCounts(&c.Totals), srv.resets)
+	}
+	if c.Totals.Total() != 60 || c.Absorbed.Total() != 0 {
+		t.Errorf("totals %s absorbed %s, want 60 requests and none absorbed", formatCounts(&c.Totals), formatCounts(&c.Absorbed))
+	}
+	for id, n := range srv.ids {
+		if n != 1 {
+			t.Errorf("request %s sent %d times, want 1", id, n)
+		}
+	}
+}
+
+// TestRetryAbsorbs: with retries, the GETs reset on busy keep-alive
+// connections are sent again on new connections, succeed, and are reported
+// as absorbed resets.
+func TestRetryAbsorbs(t *testing.T) {
+	var srv resettingServer
+	address := srv.start(t)
+	report := run(t, Config{
+		URL:      "http://" + address + "/work",
+		Clients:  []Client{{Kind: KeepAlive, Rate: 200, Connections: 2}},
+		Duration: 300 * time.Millisecond,
+		Retry:    &retry.Policy{BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond},
+	})
+	c := report.Clients[0]
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.resets == 0 {
+		t.Fatal("server reset no connection")
+	}
+	if c.Totals[OK] != 60 {
+		t.Errorf("totals %s, want ok=60", formatCounts(&c.Totals))
+	}
+	if got := c.Absorbed[Reset] + c.Absorbed[Closed]; got != int64(srv.resets) {
+		t.Errorf("absorbed %s, want %d resets", formatCounts(&c.Absorbed), srv.resets)
+	}
+	twice := 0
+	for _, n := range srv.ids {
+		if n == 2 {
+			twice++
+		}
+	}
+	if twice != srv.resets {
+		t.Errorf("%d requests sent twice, want one per reset (%d)", twice, srv.resets)
+	}
+}
+
+// TestDialSeam: a Config.Dial routes a name that no resolver knows, as the
+// local cluster routes a Service through its routing view.
+func TestDialSeam(t *testing.T) {
+	srv := newIDServer(t, nil)
+	var (
+		mu     sync.Mutex
+		dialed []string
+	)
+	d := &net.Dialer{}
+	report := run(t, Config{
+		URL:      "http://app.svc.invalid/work",
+		Clients:  []Client{{Kind: NewConn, Rate: 100}},
+		Duration: 100 * time.Millisecond,
+		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+			mu.Lock()
+			dialed = append(dialed, address)
+			mu.Unlock()
+			return d.DialContext(ctx, network, srv.Listener.Addr().String())
+		},
+	})
+	if c := report.Clients[0]; c.Totals[OK] != 10 {
+		t.Errorf("totals %s, want ok=10", formatCounts(&c.Totals))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dialed) != 10 || dialed[0] != "app.svc.invalid:80" {
+		t.Errorf("dialed %v, want app.svc.invalid:80 ten times", dialed)
+	}
+}

@@ -1,0 +1,373 @@
+package load
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// A Result is what happened to one request.
+type Result struct {
+	// ID is the request's X-Request-Id.
+	ID string
+	// Client is the kind of client that sent it.
+	Client Kind
+	// Time is when the request was scheduled to be sent.
+	Time time.Time
+	// Lag is how late the generator started it.
+	Lag time.Duration
+	// Connect, FirstByte and Total are when the connection was ready, the
+	// first response byte arrived, and the response was complete or the
+	// request failed, as offsets from Time; with retries, those of the
+	// last attempt. Connect and FirstByte are zero if not reached.
+	Connect, FirstByte, Total time.Duration
+	// Class is the outcome of the last attempt.
+	Class Class
+	// Status is the response's status code, or zero.
+	Status int
+	// Pod is the response's X-Pod-Name header.
+	Pod string
+	// Attempts is the number of attempts made; more than one only with
+	// retries.
+	Attempts int
+	// FirstClass is the outcome of the first attempt. A request with
+	// Class OK and FirstClass a failure was absorbed by a retry.
+	FirstClass Class
+	// Err is the last attempt's error, if any.
+	Err error
+}
+
+// Absorbed reports whether a retry saved the request.
+func (r *Result) Absorbed() bool { return r.Class == OK && r.FirstClass != OK }
+
+func newResult(kind Kind, id string, at, began time.Time, attempts []attempt, err error) *Result {
+	r := &Result{ID: id, Client: kind, Time: at, Lag: began.Sub(at), Attempts: len(attempts), Err: err}
+	if len(attempts) == 0 {
+		// The request failed before any attempt.
+		r.Class, r.FirstClass, r.Total = Error, Error, time.Since(at)
+		return r
+	}
+	last := attempts[len(attempts)-1]
+	r.Class, r.FirstClass = last.class, attempts[0].class
+	r.Status, r.Pod = last.status, last.pod
+	r.Connect, r.FirstByte, r.Total = offset(at, last.connect), offset(at, last.firstByte), offset(at, last.end)
+	if err == nil {
+		r.Err = last.err
+	}
+	return r
+}
+
+func offset(from, t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Sub(from)
+}
+
+// Counts are numbers of requests by class. They encode in JSON as an
+// object with every class name as a key.
+type Counts [numClasses]int64
+
+// Failed returns the number of failed requests.
+func (c *Counts) Failed() int64 {
+	var n int64
+	for class, v := range c {
+		if Class(class).Failed() {
+			n += v
+		}
+	}
+	return n
+}
+
+// Total returns the number of requests.
+func (c *Counts) Total() int64 { return c.Failed() + c[OK] }
+
+// MarshalJSON encodes the counts as {"ok":N,"refused":N,...}, every class
+// present, in the order of the classes.
+func (c Counts) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for class, v := range c {
+		if class > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, classNames[class]...)
+		b = append(b, '"', ':')
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON decodes counts encoded by MarshalJSON.
+func (c *Counts) UnmarshalJSON(data []byte) error {
+	var m map[string]int64
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	*c = Counts{}
+	for name, v := range m {
+		var class Class
+		if err := class.UnmarshalText([]byte(name)); err != nil {
+			return err
+		}
+		c[class] = v
+	}
+	return nil
+}
+
+// A Report is the result of a run.
+type Report struct {
+	// URL is the target.
+	URL string `json:"url"`
+	// Start is when the first request was scheduled; End is when the last
+	// was sent (the run's duration passed or it was stopped).
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Clients has one report per client, in the order of the Config.
+	Clients []ClientReport `json:"clients"`
+}
+
+// A ClientReport is the result of one client in a run.
+type ClientReport struct {
+	Kind        Kind    `json:"kind"`
+	Rate        float64 `json:"rate"`
+	Connections int     `json:"connections,omitempty"`
+	// Totals counts every request by class.
+	Totals Counts `json:"totals"`
+	// Absorbed counts the requests that failed and then succeeded on a
+	// retry, by the class of their first failure.
+	Absorbed Counts `json:"absorbed"`
+	// Seconds counts the requests by the UTC second of their scheduled
+	// send time, for every second that had requests, in order.
+	Seconds []Second `json:"seconds"`
+	// Latency is the time from a request's scheduled send time to its
+	// complete response, for requests that got one (ok and http5xx).
+	Latency Percentiles `json:"latencyMs"`
+	// ScheduleLag is how late the generator started requests.
+	ScheduleLag Percentiles `json:"scheduleLagMs"`
+	// Pods counts the responses by the X-Pod-Name that served them;
+	// responses without the header are not counted.
+	Pods map[string]int64 `json:"pods"`
+}
+
+// A Second counts the requests scheduled in one second.
+type Second struct {
+	Time   time.Time `json:"time"`
+	Counts Counts    `json:"counts"`
+}
+
+// Percentiles summarize a distribution of durations, in milliseconds in
+// JSON.
+type Percentiles struct {
+	P50, P90, P99, Max time.Duration
+}
+
+// percentilesJSON is the JSON form of Percentiles, in milliseconds.
+type percentilesJSON struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// MarshalJSON encodes the percentiles as {"p50":ms,"p90":ms,"p99":ms,"max":ms}.
+func (p Percentiles) MarshalJSON() ([]byte, error) {
+	return json.Marshal(percentilesJSON{P50: ms(p.P50), P90: ms(p.P90), P99: ms(p.P99), Max: ms(p.Max)})
+}
+
+// UnmarshalJSON decodes percentiles encoded by MarshalJSON.
+func (p *Percentiles) UnmarshalJSON(data []byte) error {
+	var v percentilesJSON
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	fromMS := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	*p = Percentiles{P50: fromMS(v.P50), P90: fromMS(v.P90), P99: fromMS(v.P99), Max: fromMS(v.Max)}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// histogram records durations in microseconds, from 1 µs to one hour, with
+// three significant digits.
+type histogram struct{ h *hdrhistogram.Histogram }
+
+func newHistogram() histogram {
+	return histogram{hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)}
+}
+
+func (h histogram) record(d time.Duration) {
+	us := max(int64(d/time.Microsecond), 0)
+	h.h.RecordValue(min(us, h.h.HighestTrackableValue()))
+}
+
+func (h histogram) percentiles() Percentiles {
+	if h.h.TotalCount() == 0 {
+		return Percentiles{}
+	}
+	at := func(q float64) time.Duration { return time.Duration(h.h.ValueAtQuantile(q)) * time.Microsecond }
+	return Percentiles{P50: at(50), P90: at(90), P99: at(99), Max: time.Duration(h.h.Max()) * time.Microsecond}
+}
+
+// A recorder accumulates the results of one client.
+type recorder struct {
+	client Client
+	events *eventWriter
+
+	mu       sync.Mutex
+	totals   Counts
+	absorbed Counts
+	seconds  map[int64]*Counts
+	latency  histogram
+	lag      histogram
+	pods     map[string]int64
+}
+
+func newRecorder(client Client) *recorder {
+	return &recorder{
+		client:  client,
+		seconds: make(map[int64]*Counts),
+		latency: newHistogram(),
+		lag:     newHistogram(),
+		pods:    make(map[string]int64),
+	}
+}
+
+func (r *recorder) record(res *Result) {
+	r.events.write(res)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.totals[res.Class]++
+	if res.Absorbed() {
+		r.absorbed[res.FirstClass]++
+	}
+	sec := res.Time.Unix()
+	counts := r.seconds[sec]
+	if counts == nil {
+		counts = new(Counts)
+		r.seconds[sec] = counts
+	}
+	counts[res.Class]++
+	if res.Class == OK || res.Class == HTTP5xx {
+		r.latency.record(res.Total)
+		if res.Pod != "" {
+			r.pods[res.Pod]++
+		}
+	}
+	r.lag.record(res.Lag)
+}
+
+func (r *recorder) report() ClientReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cr := ClientReport{
+		Kind:        r.client.Kind,
+		Rate:        r.client.Rate,
+		Connections: r.client.Connections,
+		Totals:      r.totals,
+		Absorbed:    r.absorbed,
+		Seconds:     []Second{},
+		Latency:     r.latency.percentiles(),
+		ScheduleLag: r.lag.percentiles(),
+		Pods:        maps.Clone(r.pods),
+	}
+	for _, sec := range slices.Sorted(maps.Keys(r.seconds)) {
+		cr.Seconds = append(cr.Seconds, Second{Time: time.Unix(sec, 0).UTC(), Counts: *r.seconds[sec]})
+	}
+	return cr
+}
+
+// An Event is one line of the events file: one request, for joining with
+// the server's logs by ID. Durations are in milliseconds from Time.
+type Event struct {
+	ID          string  `json:"id"`
+	Client      Kind    `json:"client"`
+	Time        string  `json:"time"`
+	LagMS       float64 `json:"lagMs"`
+	ConnectMS   float64 `json:"connectMs,omitempty"`
+	FirstByteMS float64 `json:"firstByteMs,omitempty"`
+	TotalMS     float64 `json:"totalMs"`
+	Class       Class   `json:"class"`
+	Status      int     `json:"status,omitempty"`
+	Pod         string  `json:"pod,omitempty"`
+	Attempts    int     `json:"attempts"`
+	FirstClass  *Class  `json:"firstClass,omitempty"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// EventOf returns the event line of r.
+func EventOf(r *Result) Event {
+	e := Event{
+		ID:          r.ID,
+		Client:      r.Client,
+		Time:        r.Time.UTC().Format(time.RFC3339Nano),
+		LagMS:       ms(r.Lag),
+		ConnectMS:   ms(r.Connect),
+		FirstByteMS: ms(r.FirstByte),
+		TotalMS:     ms(r.Total),
+		Class:       r.Class,
+		Status:      r.Status,
+		Pod:         r.Pod,
+		Attempts:    r.Attempts,
+	}
+	if r.Attempts > 1 {
+		first := r.FirstClass
+		e.FirstClass = &first
+	}
+	if r.Err != nil {
+		e.Error = r.Err.Error()
+	}
+	return e
+}
+
+// An eventWriter writes event lines; the zero value, for no events file,
+// writes nothing.
+type eventWriter struct {
+	mu  sync.Mutex
+	w   *bufio.Writer
+	enc *json.Encoder
+	err error
+}
+
+func newEventWriter(w io.Writer) *eventWriter {
+	if w == nil {
+		return &eventWriter{}
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	return &eventWriter{w: bw, enc: json.NewEncoder(bw)}
+}
+
+func (ew *eventWriter) write(r *Result) {
+	if ew.enc == nil {
+		return
+	}
+	e := EventOf(r)
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	if ew.err == nil {
+		ew.err = ew.enc.Encode(e)
+	}
+}
+
+func (ew *eventWriter) flush() error {
+	if ew.w == nil {
+		return nil
+	}
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	if ew.err == nil {
+		ew.err = ew.w.Flush()
+	}
+	if ew.err != nil {
+		return fmt.Errorf("write events: %w", ew.err)
+	}
+	return nil
+}

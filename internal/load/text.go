@@ -1,0 +1,85 @@
+package load
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WriteText writes the human summary of r, in the spirit of the seeds' load
+// scripts: for each client, only the seconds that had failures, as
+// "13:43:30 ok=33 refused=12 reset=1", then the totals, the requests that
+// retries absorbed, the latency and schedule lag, and the requests served
+// per pod. Times are UTC.
+func WriteText(w io.Writer, r *Report) error {
+	var b strings.Builder
+	for i, c := range r.Clients {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "%s %s/s", c.Kind, strconv.FormatFloat(c.Rate, 'f', -1, 64))
+		if c.Connections > 0 {
+			fmt.Fprintf(&b, ", %d connections", c.Connections)
+		}
+		b.WriteByte('\n')
+		for _, s := range c.Seconds {
+			if s.Counts.Failed() > 0 {
+				fmt.Fprintf(&b, "%s %s\n", s.Time.UTC().Format(time.TimeOnly), formatCounts(&s.Counts))
+			}
+		}
+		fmt.Fprintf(&b, "total %s\n", formatCounts(&c.Totals))
+		if c.Absorbed.Total() > 0 {
+			fmt.Fprintf(&b, "absorbed by retries, by first failure: %s\n", formatCounts(&c.Absorbed))
+		}
+		if c.Totals[OK]+c.Totals[HTTP5xx] > 0 {
+			fmt.Fprintf(&b, "latency %s\n", formatPercentiles(c.Latency))
+		} else {
+			b.WriteString("latency none: no responses\n")
+		}
+		fmt.Fprintf(&b, "schedule lag %s\n", formatPercentiles(c.ScheduleLag))
+		if len(c.Pods) > 0 {
+			b.WriteString("pods")
+			for _, pod := range slices.Sorted(maps.Keys(c.Pods)) {
+				fmt.Fprintf(&b, " %s=%d", pod, c.Pods[pod])
+			}
+			b.WriteByte('\n')
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// formatCounts lists the classes with a non-zero count, as "ok=33 reset=1".
+func formatCounts(c *Counts) string {
+	var parts []string
+	for class, n := range c {
+		if n > 0 {
+			parts = append(parts, classNames[class]+"="+strconv.FormatInt(n, 10))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
+
+func formatPercentiles(p Percentiles) string {
+	return fmt.Sprintf("p50=%s p90=%s p99=%s max=%s", formatMS(p.P50), formatMS(p.P90), formatMS(p.P99), formatMS(p.Max))
+}
+
+// formatMS formats d in milliseconds with about three significant digits.
+func formatMS(d time.Duration) string {
+	v := ms(d)
+	decimals := 0
+	switch {
+	case v < 10:
+		decimals = 2
+	case v < 100:
+		decimals = 1
+	}
+	return strconv.FormatFloat(v, 'f', decimals, 64) + "ms"
+}

@@ -1,0 +1,109 @@
+package load
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// goldenReport is seed 001's first rollout, as a report of two clients.
+func goldenReport() *Report {
+	at := func(s int) time.Time { return time.Date(2026, 10, 1, 13, 43, s, 0, time.UTC) }
+	return &Report{
+		URL:   "http://app/work",
+		Start: at(25),
+		End:   at(40),
+		Clients: []ClientReport{
+			{
+				Kind:   NewConn,
+				Rate:   50,
+				Totals: Counts{OK: 414, Refused: 217, Reset: 8, ConnectTimeout: 23},
+				Seconds: []Second{
+					{Time: at(29), Counts: Counts{OK: 50}},
+					{Time: at(30), Counts: Counts{OK: 33, Refused: 12, Reset: 1, ConnectTimeout: 4}},
+					{Time: at(34), Counts: Counts{Refused: 50}},
+				},
+				Latency:     Percentiles{P50: 201 * time.Millisecond, P90: 204 * time.Millisecond, P99: 1210 * time.Millisecond, Max: 2003 * time.Millisecond},
+				ScheduleLag: Percentiles{P50: 80 * time.Microsecond, P90: 150 * time.Microsecond, P99: 260 * time.Microsecond, Max: 640 * time.Microsecond},
+				Pods:        map[string]int64{"app-69d5b57d4d-cxr7s": 141, "app-5f657484ff-np5gl": 134},
+			},
+			{
+				Kind:        KeepAlive,
+				Rate:        200,
+				Connections: 8,
+				Totals:      Counts{OK: 3000},
+				Absorbed:    Counts{Reset: 3},
+				Seconds:     []Second{{Time: at(29), Counts: Counts{OK: 200}}},
+				Latency:     Percentiles{P50: 3 * time.Millisecond, P90: 42 * time.Millisecond, P99: 250 * time.Millisecond, Max: 480 * time.Millisecond},
+				Pods:        map[string]int64{},
+			},
+		},
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s mismatch (-want +got):\n%s", name, diff)
+	}
+}
+
+func TestWriteText(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteText(&b, goldenReport()); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "report.golden.txt", b.Bytes())
+}
+
+// TestReportJSON pins the JSON field names, which scripts rely on, and
+// checks that a report decodes to what was encoded.
+func TestReportJSON(t *testing.T) {
+	report := goldenReport()
+	got, err := json.MarshalIndent(report, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "report.golden.json", append(got, '\n'))
+	var back Report
+	if err := json.Unmarshal(got, &back); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(report, &back); diff != "" {
+		t.Errorf("decoded report differs (-encoded +decoded):\n%s", diff)
+	}
+}
+
+func TestClassText(t *testing.T) {
+	for class := range Class(numClasses) {
+		text, err := class.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Class
+		if err := back.UnmarshalText(text); err != nil || back != class {
+			t.Errorf("class %d → %q → %d, %v", class, text, back, err)
+		}
+	}
+	if _, err := Class(numClasses).MarshalText(); err == nil {
+		t.Error("an unknown class marshaled without error")
+	}
+}
