@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -75,3 +76,22 @@ func ResolveFenceposts(maxSurge, maxUnavailable *intstr.IntOrString, replicas in
 	}
 	return int32(s), int32(u), nil
 }
+
+// DefaultEvictionRetryDelay is how long `kubectl drain` waits before
+// evicting a pod again after the eviction API refused it
+// (k8s.io/kubectl pkg/drain/drain.go, EvictErrorRetryDelay).
+const DefaultEvictionRetryDelay = 5 * time.Second
+
+// DefaultProbeTimeoutSeconds and DefaultProbeSuccessThreshold are a probe's
+// timeoutSeconds and successThreshold when unset (k8s.io/kubernetes
+// pkg/apis/core/v1/defaults.go, SetDefaults_Probe).
+const (
+	DefaultProbeTimeoutSeconds   int32 = 1
+	DefaultProbeSuccessThreshold int32 = 1
+)
+
+// MinimumGracePeriodSeconds is the least time the kubelet gives a container
+// between its stop signal and SIGKILL, even when a preStop hook used up the
+// grace period (k8s.io/kubernetes pkg/kubelet/kuberuntime/kuberuntime_manager.go,
+// minimumGracePeriodInSeconds; killContainer applies it).
+const MinimumGracePeriodSeconds int64 = 2

@@ -31,7 +31,7 @@ func checkHPAPDBBlocksDrain(ix *index) []finding {
 		if !ok {
 			continue
 		}
-		if desired, err := desiredHealthy(*minAvailable, expected); err != nil || desired < expected {
+		if !blocksEviction(p.pdb.Spec, expected) {
 			continue
 		}
 		for _, w := range p.workloads {

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"strings"
 
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
 var pdbBlocksDrain = Rule{
@@ -43,7 +46,7 @@ func checkPDBBlocksDrain(ix *index) []finding {
 			if !ok {
 				continue
 			}
-			if desired, err := desiredHealthy(minAvailable, expected); err == nil && desired >= expected {
+			if blocksEviction(spec, expected) {
 				out = append(out, finding{at: object{p.obj}, field: "spec.minAvailable",
 					message: fmt.Sprintf("minAvailable %s with %s allows no eviction", minAvailable.String(), desc)})
 			}
@@ -99,12 +102,10 @@ func (p *pdb) expectedPods(replicas func(*workload) int32) (expected int32, desc
 	return expected, strings.Join(parts, " and "), len(p.workloads) > 0
 }
 
-// desiredHealthy returns how many of expected pods a PDB's minAvailable
-// keeps from eviction: an integer as it is, a percentage of expected
-// rounded up (k8s.io/kubernetes pkg/controller/disruption/disruption.go,
-// getExpectedPodCount and updatePdbStatus). No eviction is allowed when it
-// is at least expected.
-func desiredHealthy(minAvailable intstr.IntOrString, expected int32) (int32, error) {
-	v, err := intstr.GetScaledValueFromIntOrPercent(&minAvailable, int(expected), true)
-	return int32(v), err
+// blocksEviction reports whether a budget with spec allows no eviction even
+// when all expected pods of its workloads are healthy, by the disruption
+// controller's arithmetic in package cluster.
+func blocksEviction(spec policyv1.PodDisruptionBudgetSpec, expected int32) bool {
+	exp, desired, err := cluster.DesiredHealthy(spec, expected, expected)
+	return err == nil && cluster.DisruptionsAllowed(exp, exp, desired) == 0
 }

@@ -1,0 +1,521 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/clock"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+)
+
+// DefaultNodes is how many nodes a Cluster runs when Config.Nodes is zero:
+// two, so that each node's routing view differs as in the seeds' clusters.
+const DefaultNodes = 2
+
+// Config configures a [Cluster]. The zero value is a two-node cluster with
+// Kubernetes' defaults.
+type Config struct {
+	// Nodes is the number of nodes, named node-1, node-2…; DefaultNodes if
+	// zero.
+	Nodes int
+	// PodCIDR is the range of pod addresses, split into a /24 per node;
+	// DefaultPodCIDR if zero. It must be a /16 or larger of 127.0.0.0/8.
+	PodCIDR netip.Prefix
+	// Kubelet configures every node's kubelet. Its NodeName, PodCIDR,
+	// Clock, Recorder and StatusUpdated are set by the cluster.
+	Kubelet KubeletConfig
+	// MinPropagationDelay and MaxPropagationDelay bound each node's delay
+	// in applying endpoint changes; see ProxyConfig.
+	MinPropagationDelay, MaxPropagationDelay time.Duration
+	// Clock is the clock of every component; the real clock if nil.
+	Clock clock.Clock
+}
+
+// Cluster is the embedded local cluster: an object store standing in for
+// the API server, a deployment and ReplicaSet controller, a scheduler, an
+// EndpointSlice controller, the disruption rules of the eviction API, and
+// per node a [Kubelet] and a [Proxy]. Every component records into one
+// event stream, stamped by one clock. It implements [cluster.Backend] and
+// is safe for concurrent use.
+type Cluster struct {
+	clock     clock.Clock
+	log       cluster.EventLog
+	nodes     []*node
+	endpoints *Endpoints
+	ctx       context.Context
+	stop      context.CancelFunc
+	done      chan struct{}
+	wake      chan struct{}
+
+	mu          sync.Mutex
+	changed     chan struct{} // closed and replaced at every change of the store
+	deployments map[string]*deployment
+	rss         map[string]*appsv1.ReplicaSet
+	pods        map[string]*corev1.Pod
+	services    map[string]*corev1.Service
+	pdbs        map[string]*policyv1.PodDisruptionBudget
+	disrupted   map[string]time.Time // pods evicted and not yet gone, by key (PDB status.disruptedPods)
+	nextWake    time.Time            // when minReadySeconds makes a pod available
+}
+
+var _ cluster.Backend = (*Cluster)(nil)
+
+// node is one node: its kubelet, its routing view, its schedulability.
+type node struct {
+	name          string
+	kubelet       *Kubelet
+	proxy         *Proxy
+	unschedulable bool // guarded by Cluster.mu
+}
+
+// New starts a cluster configured by cfg. Close stops it.
+func New(cfg Config) (*Cluster, error) {
+	if cfg.Nodes == 0 {
+		cfg.Nodes = DefaultNodes
+	}
+	if !cfg.PodCIDR.IsValid() {
+		cfg.PodCIDR = DefaultPodCIDR
+	}
+	if cfg.Nodes < 1 || cfg.Nodes > 250 || cfg.PodCIDR.Bits() > 16 {
+		return nil, fmt.Errorf("%d nodes in %s: want 1 to 250 nodes in a /16 or larger", cfg.Nodes, cfg.PodCIDR)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	c := &Cluster{
+		clock: cfg.Clock, ctx: ctx, stop: stop, done: make(chan struct{}), wake: make(chan struct{}, 1),
+		changed: make(chan struct{}), deployments: map[string]*deployment{}, rss: map[string]*appsv1.ReplicaSet{},
+		pods: map[string]*corev1.Pod{}, services: map[string]*corev1.Service{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
+		disrupted: map[string]time.Time{},
+	}
+	var proxies []*Proxy
+	base := cfg.PodCIDR.Masked().Addr().As4()
+	for i := 1; i <= cfg.Nodes; i++ {
+		name := "node-" + strconv.Itoa(i)
+		kc := cfg.Kubelet
+		kc.NodeName, kc.Clock, kc.Recorder, kc.StatusUpdated = name, cfg.Clock, &c.log, c.statusUpdated
+		kc.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{base[0], base[1], byte(i), 0}), 24)
+		k, err := NewKubelet(kc)
+		if err != nil {
+			c.closeNodes(context.Background())
+			return nil, err
+		}
+		p, err := NewProxy(ProxyConfig{NodeName: name, MinPropagationDelay: cfg.MinPropagationDelay, MaxPropagationDelay: cfg.MaxPropagationDelay,
+			Clock: cfg.Clock, Recorder: &c.log})
+		if err != nil {
+			k.Close(context.Background())
+			c.closeNodes(context.Background())
+			return nil, err
+		}
+		c.nodes = append(c.nodes, &node{name: name, kubelet: k, proxy: p})
+		proxies = append(proxies, p)
+	}
+	c.endpoints = NewEndpoints(EndpointsConfig{Proxies: proxies, Clock: cfg.Clock, Recorder: &c.log})
+	go c.run()
+	return c, nil
+}
+
+// Close kills every pod at once (SIGKILL, no grace) and stops the cluster's
+// components; it returns when every process is gone, or with ctx.Err() when
+// ctx ends first. The cluster must not be used afterwards.
+func (c *Cluster) Close(ctx context.Context) error {
+	c.stop()
+	<-c.done
+	return c.closeNodes(ctx)
+}
+
+func (c *Cluster) closeNodes(ctx context.Context) error {
+	var errs []error
+	for _, n := range c.nodes {
+		errs = append(errs, n.kubelet.Close(ctx))
+		n.proxy.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// run reconciles the controllers whenever the store changes, and when
+// minReadySeconds makes a pod available, until Close.
+func (c *Cluster) run() {
+	defer close(c.done)
+	// One reconciliation per round; the loop ends with Close.
+	for {
+		c.mu.Lock()
+		c.reconcileLocked()
+		var timer clock.Timer
+		var fire <-chan time.Time
+		if !c.nextWake.IsZero() {
+			timer = c.clock.NewTimer(max(c.nextWake.Sub(c.clock.Now()), 0))
+			fire = timer.C()
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.ctx.Done():
+		case <-c.wake:
+		case <-fire:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// changedLocked wakes the controllers and the waiters of the store.
+func (c *Cluster) changedLocked() {
+	c.notifyLocked()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// notifyLocked wakes the waiters of the store.
+func (c *Cluster) notifyLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// reconcileLocked runs each controller once over the store.
+func (c *Cluster) reconcileLocked() {
+	c.nextWake = time.Time{}
+	for _, d := range sortedValues(c.deployments) {
+		c.syncDeploymentLocked(d)
+	}
+	for _, rs := range sortedValues(c.rss) {
+		c.syncReplicaSetLocked(rs)
+	}
+	c.scheduleLocked()
+	for _, svc := range sortedValues(c.services) {
+		c.endpoints.Sync(svc, c.podsLocked(svc.Namespace))
+	}
+	for key, at := range c.disrupted {
+		// The disruption controller forgets an eviction after 2 minutes
+		// (disruption.go, DeletionTimeout) or once the pod is gone.
+		if _, ok := c.pods[key]; !ok || c.clock.Since(at) > 2*time.Minute {
+			delete(c.disrupted, key)
+		}
+	}
+	for _, d := range c.deployments {
+		c.observeRolloutLocked(d)
+	}
+}
+
+// sortedValues returns m's values ordered by key, so that controllers act
+// in the same order every time.
+func sortedValues[V any](m map[string]V) []V {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]V, len(keys))
+	for i, k := range keys {
+		out[i] = m[k]
+	}
+	return out
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+// podsLocked returns copies of the pods of namespace.
+func (c *Cluster) podsLocked(namespace string) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range sortedValues(c.pods) {
+		if p.Namespace == namespace {
+			out = append(out, p.DeepCopy())
+		}
+	}
+	return out
+}
+
+// record stamps e with the cluster's clock and records it.
+func (c *Cluster) record(e cluster.Event) {
+	e.Time = c.clock.Now()
+	c.log.Record(e)
+}
+
+// Apply creates or replaces Deployments, Services and PodDisruptionBudgets.
+// An object without a namespace goes to "default".
+func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
+	for _, o := range objects {
+		switch o.(type) {
+		case *appsv1.Deployment, *corev1.Service, *policyv1.PodDisruptionBudget:
+		default:
+			return fmt.Errorf("apply %s: the local cluster runs Deployments, Services and PodDisruptionBudgets only", o.GetObjectKind().GroupVersionKind().Kind)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range objects {
+		switch o := o.(type) {
+		case *appsv1.Deployment:
+			d := o.DeepCopy()
+			if d.Namespace == "" {
+				d.Namespace = "default"
+			}
+			if err := c.applyDeploymentLocked(d); err != nil {
+				return fmt.Errorf("apply Deployment %s: %w", d.Name, err)
+			}
+		case *corev1.Service:
+			s := o.DeepCopy()
+			if s.Namespace == "" {
+				s.Namespace = "default"
+			}
+			c.services[key(s.Namespace, s.Name)] = s
+		case *policyv1.PodDisruptionBudget:
+			p := o.DeepCopy()
+			if p.Namespace == "" {
+				p.Namespace = "default"
+			}
+			c.pdbs[key(p.Namespace, p.Name)] = p
+		}
+	}
+	c.changedLocked()
+	return nil
+}
+
+// createPodLocked stores a new pod of rs from its template.
+func (c *Cluster) createPodLocked(rs *appsv1.ReplicaSet) {
+	pod := &corev1.Pod{
+		ObjectMeta: *rs.Spec.Template.ObjectMeta.DeepCopy(),
+		Spec:       *rs.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Namespace = rs.Namespace
+	// The API server names a generateName pod with 5 random characters.
+	pod.Name = rs.Name + "-" + utilrand.String(5)
+	for c.pods[key(pod.Namespace, pod.Name)] != nil {
+		pod.Name = rs.Name + "-" + utilrand.String(5)
+	}
+	pod.UID = types.UID(utilrand.String(16))
+	pod.CreationTimestamp = metav1.NewTime(c.clock.Now())
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptrTrue()}}
+	if pod.Spec.RestartPolicy == "" {
+		pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	}
+	if pod.Spec.TerminationGracePeriodSeconds == nil {
+		g := int64(cluster.DefaultTerminationGracePeriodSeconds)
+		pod.Spec.TerminationGracePeriodSeconds = &g
+	}
+	pod.Status.Phase = corev1.PodPending
+	c.pods[key(pod.Namespace, pod.Name)] = pod
+	c.record(cluster.Event{Kind: cluster.PodCreated, Namespace: pod.Namespace, Pod: pod.Name, Object: "ReplicaSet/" + rs.Name})
+}
+
+func ptrTrue() *bool { t := true; return &t }
+
+// scheduleLocked binds each unscheduled pod to the schedulable node with
+// the fewest pods, and hands it to that node's kubelet.
+func (c *Cluster) scheduleLocked() {
+	for _, pod := range sortedValues(c.pods) {
+		if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
+			continue
+		}
+		var best *node
+		bestCount := 0
+		for _, n := range c.nodes {
+			if n.unschedulable {
+				continue
+			}
+			count := 0
+			for _, p := range c.pods {
+				if p.Spec.NodeName == n.name {
+					count++
+				}
+			}
+			if best == nil || count < bestCount {
+				best, bestCount = n, count
+			}
+		}
+		if best == nil {
+			continue // Pending until a node is schedulable again
+		}
+		pod.Spec.NodeName = best.name
+		c.record(cluster.Event{Kind: cluster.PodScheduled, Namespace: pod.Namespace, Pod: pod.Name, Node: best.name})
+		if err := best.kubelet.SyncPod(pod.DeepCopy()); err != nil {
+			// The kubelet refuses the pod: it fails, as a pod whose
+			// container config is invalid never runs.
+			pod.Status.Phase = corev1.PodFailed
+			pod.Status.Message = err.Error()
+			c.record(cluster.Event{Kind: cluster.ContainerStartFailed, Namespace: pod.Namespace, Pod: pod.Name, Node: best.name,
+				Fields: map[string]string{"error": err.Error()}})
+		}
+	}
+}
+
+// statusUpdated takes a pod status from a kubelet.
+func (c *Cluster) statusUpdated(pod *corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := key(pod.Namespace, pod.Name)
+	stored := c.pods[k]
+	if stored == nil || stored.UID != pod.UID {
+		return
+	}
+	stored.Status = pod.Status
+	// A terminal pod that is being deleted is removed from the store
+	// (T16).
+	if stored.DeletionTimestamp != nil && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
+		delete(c.pods, k)
+	}
+	c.changedLocked()
+}
+
+// deletePodLocked deletes pod gracefully, with grace overriding its spec
+// when not nil (T1–T3); a pod no node runs goes at once.
+func (c *Cluster) deletePodLocked(pod *corev1.Pod, grace *int64) {
+	g := int64(cluster.DefaultTerminationGracePeriodSeconds)
+	switch {
+	case grace != nil:
+		g = *grace
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		g = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	if g < 0 {
+		g = 1
+	}
+	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		g = 0
+	}
+	if pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds <= g {
+		return // only a shorter grace changes a deletion (T3)
+	}
+	c.record(cluster.Event{Kind: cluster.PodDeleted, Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName,
+		Fields: map[string]string{"grace": (time.Duration(g) * time.Second).String()}})
+	if g == 0 && pod.Spec.NodeName == "" {
+		delete(c.pods, key(pod.Namespace, pod.Name))
+		c.changedLocked()
+		return
+	}
+	now := metav1.NewTime(c.clock.Now().Add(time.Duration(g) * time.Second))
+	pod.DeletionTimestamp = &now
+	pod.DeletionGracePeriodSeconds = &g
+	if g == 0 {
+		// A force delete removes the object; the kubelet learns it from
+		// the removal and still kills the containers (T13).
+		delete(c.pods, key(pod.Namespace, pod.Name))
+	}
+	for _, n := range c.nodes {
+		if n.name == pod.Spec.NodeName {
+			n.kubelet.SyncPod(pod.DeepCopy())
+		}
+	}
+	c.changedLocked()
+}
+
+// DeletePod deletes pod namespace/name as the API's DELETE does; it ignores
+// PodDisruptionBudgets.
+func (c *Cluster) DeletePod(ctx context.Context, namespace, name string, gracePeriodSeconds *int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pod := c.pods[key(namespace, name)]
+	if pod == nil {
+		return fmt.Errorf("delete pod %s/%s: %w", namespace, name, cluster.ErrNotFound)
+	}
+	c.deletePodLocked(pod, gracePeriodSeconds)
+	return nil
+}
+
+// Pods returns copies of the pods of namespace as the store holds them,
+// terminating ones included, ordered by name.
+func (c *Cluster) Pods(namespace string) []*corev1.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.podsLocked(namespace)
+}
+
+// Events sends every event from the first one, in order, until ctx ends.
+func (c *Cluster) Events(ctx context.Context) <-chan cluster.Event {
+	ch := make(chan cluster.Event)
+	go func() {
+		defer close(ch)
+		// One event per round; the loop ends with ctx.
+		for i := 0; ; i++ {
+			e, err := c.log.Next(ctx, i)
+			if err != nil {
+				return
+			}
+			select {
+			case ch <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// EventLog returns the cluster's event log, for readers that follow it by
+// index.
+func (c *Cluster) EventLog() *cluster.EventLog { return &c.log }
+
+// Logs returns the lines container wrote in pod namespace/name, from
+// whichever node ran it.
+func (c *Cluster) Logs(ctx context.Context, namespace, pod, container string) ([]cluster.LogLine, error) {
+	var lines []cluster.LogLine
+	found := false
+	for _, n := range c.nodes {
+		l, err := n.kubelet.Logs(namespace, pod, container)
+		if err == nil {
+			lines, found = append(lines, l...), true
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("logs of container %s of pod %s/%s: %w", container, namespace, pod, cluster.ErrNotFound)
+	}
+	return lines, nil
+}
+
+// DialContext connects to a Service through the first node's routing view,
+// as a client pod on node-1 would; see [Proxy.DialContext]. Dialer gives
+// the view of another node.
+func (c *Cluster) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return c.nodes[0].proxy.DialContext(ctx, network, address)
+}
+
+// Dialer returns the DialContext of node's routing view, or nil if there is
+// no such node.
+func (c *Cluster) Dialer(node string) func(ctx context.Context, network, address string) (net.Conn, error) {
+	for _, n := range c.nodes {
+		if n.name == node {
+			return n.proxy.DialContext
+		}
+	}
+	return nil
+}
+
+// waitLocked waits, with c.mu held, until done reports true or ctx ends;
+// it unlocks while waiting.
+func (c *Cluster) waitLocked(ctx context.Context, done func() bool) error {
+	// Each round waits for one change of the store; the loop ends with
+	// done or ctx.
+	for !done() {
+		changed := c.changed
+		c.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			c.mu.Lock()
+			return ctx.Err()
+		}
+		c.mu.Lock()
+	}
+	return nil
+}

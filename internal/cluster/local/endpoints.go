@@ -1,0 +1,173 @@
+package local
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+)
+
+// EndpointsConfig configures an [Endpoints] controller.
+type EndpointsConfig struct {
+	// Proxies are the nodes' routing views that each change is published
+	// to.
+	Proxies []*Proxy
+	// Clock stamps events; the real clock if nil.
+	Clock clock.PassiveClock
+	// Recorder receives an EndpointsPublished event for each change;
+	// events are dropped if nil.
+	Recorder cluster.Recorder
+}
+
+// Endpoints is the EndpointSlice controller: it turns a Service and its
+// pods into EndpointSlices with ready, serving and terminating conditions
+// (spec E1–E4) and publishes each change to every node's [Proxy], which
+// applies it after its own propagation delay. It is safe for concurrent
+// use.
+type Endpoints struct {
+	cfg   EndpointsConfig
+	clock clock.PassiveClock
+
+	mu   sync.Mutex
+	last map[string]string // by namespace/name: the endpoints last published
+}
+
+// NewEndpoints returns an endpoints controller configured by cfg.
+func NewEndpoints(cfg EndpointsConfig) *Endpoints {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Endpoints{cfg: cfg, clock: cfg.Clock, last: map[string]string{}}
+}
+
+// Sync computes the EndpointSlices of svc from pods, the pods of its
+// namespace as the API holds them now, and publishes them if they changed.
+func (e *Endpoints) Sync(svc *corev1.Service, pods []*corev1.Pod) {
+	slices := EndpointSlices(svc, pods)
+	key := svc.Namespace + "/" + svc.Name
+	described := describeSlices(slices)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if prev, ok := e.last[key]; ok && prev == described+portsKey(slices) {
+		return
+	}
+	e.last[key] = described + portsKey(slices)
+	if e.cfg.Recorder != nil {
+		e.cfg.Recorder.Record(cluster.Event{Time: e.clock.Now(), Kind: cluster.EndpointsPublished, Object: "Service/" + key,
+			Fields: map[string]string{"endpoints": described}})
+	}
+	for _, p := range e.cfg.Proxies {
+		p.Publish(svc, slices)
+	}
+}
+
+// EndpointSlices returns the EndpointSlices of svc, as the EndpointSlice
+// controller computes them from pods (k8s.io/kubernetes
+// staging/src/k8s.io/endpointslice/reconciler.go and utils.go,
+// podToEndpoint): one endpoint for each pod of svc's namespace that its
+// selector matches, that has an address and is not terminal, terminating
+// ones included (E1), with serving = Ready, terminating = being deleted,
+// ready = serving and not terminating, or publishNotReadyAddresses (E2, E4).
+// Pods whose ports resolve the Service's target ports alike share a slice.
+// A Service without a selector has none.
+func EndpointSlices(svc *corev1.Service, pods []*corev1.Pod) []*discoveryv1.EndpointSlice {
+	if len(svc.Spec.Selector) == 0 {
+		return nil
+	}
+	selector := labels.SelectorFromSet(svc.Spec.Selector)
+	byPorts := map[string]*discoveryv1.EndpointSlice{}
+	var out []*discoveryv1.EndpointSlice
+	for _, pod := range pods {
+		if pod.Namespace != svc.Namespace || !selector.Matches(labels.Set(pod.Labels)) || pod.Status.PodIP == "" ||
+			pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		ports := slicePorts(svc, pod)
+		key := portsKey([]*discoveryv1.EndpointSlice{{Ports: ports}})
+		s := byPorts[key]
+		if s == nil {
+			s = &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Namespace: svc.Namespace, Name: fmt.Sprintf("%s-%d", svc.Name, len(out)), Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Ports:       ports,
+			}
+			byPorts[key] = s
+			out = append(out, s)
+		}
+		serving := podReady(pod)
+		terminating := pod.DeletionTimestamp != nil
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+			Addresses: []string{pod.Status.PodIP},
+			Conditions: discoveryv1.EndpointConditions{
+				Ready:       ptr.To(svc.Spec.PublishNotReadyAddresses || (serving && !terminating)),
+				Serving:     ptr.To(serving),
+				Terminating: ptr.To(terminating),
+			},
+			NodeName:  ptr.To(pod.Spec.NodeName),
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		})
+	}
+	return out
+}
+
+// slicePorts resolves svc's ports against pod: a numeric targetPort as it
+// is (the port itself when unset), a named one from the pod's container
+// ports. A name the pod does not have leaves the port out.
+func slicePorts(svc *corev1.Service, pod *corev1.Pod) []discoveryv1.EndpointPort {
+	var out []discoveryv1.EndpointPort
+	for _, sp := range svc.Spec.Ports {
+		var port int32
+		switch {
+		case sp.TargetPort.StrVal != "":
+			for _, c := range pod.Spec.Containers {
+				for _, cp := range c.Ports {
+					if cp.Name == sp.TargetPort.StrVal {
+						port = cp.ContainerPort
+					}
+				}
+			}
+		case sp.TargetPort.IntVal != 0:
+			port = sp.TargetPort.IntVal
+		default:
+			port = sp.Port
+		}
+		if port == 0 {
+			continue
+		}
+		protocol := sp.Protocol
+		if protocol == "" {
+			protocol = corev1.ProtocolTCP
+		}
+		out = append(out, discoveryv1.EndpointPort{Name: ptr.To(sp.Name), Port: ptr.To(port), Protocol: &protocol})
+	}
+	return out
+}
+
+// portsKey identifies the port sets of slices.
+func portsKey(slices []*discoveryv1.EndpointSlice) string {
+	var b strings.Builder
+	for _, s := range slices {
+		for _, p := range s.Ports {
+			b.WriteString(";" + *p.Name + ":" + strconv.Itoa(int(*p.Port)))
+		}
+		b.WriteString("|")
+	}
+	return b.String()
+}
+
+// podReady reports whether pod's Ready condition is True
+// (k8s.io/kubernetes pkg/api/v1/pod/util.go, IsPodReady).
+func podReady(pod *corev1.Pod) bool {
+	i := slices.IndexFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodReady })
+	return i >= 0 && pod.Status.Conditions[i].Status == corev1.ConditionTrue
+}

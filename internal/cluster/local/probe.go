@@ -1,0 +1,237 @@
+package local
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+)
+
+// probeKind is which of a container's probes a worker runs.
+type probeKind string
+
+const (
+	startupProbe   probeKind = "startup"
+	readinessProbe probeKind = "readiness"
+	livenessProbe  probeKind = "liveness"
+)
+
+// probeWorker runs one probe of one container instance, as the kubelet's
+// prober worker does (k8s.io/kubernetes pkg/kubelet/prober/worker.go, run
+// and doProbe).
+type probeWorker struct {
+	kind probeKind
+	spec *corev1.Probe
+	c    *containerWorker
+	inst *instance
+
+	lastResult bool // the result of the current run
+	resultRun  int  // how many identical results in a row
+}
+
+// run probes at once and then every periodSeconds (spec P3) until ctx ends
+// or the worker holds: after a liveness or startup failure, until a new
+// instance (P7), and after the startup probe succeeded (P6).
+func (w *probeWorker) run(ctx context.Context) {
+	clk := w.c.p.k.clock
+	period := time.Duration(valueOr(w.spec.PeriodSeconds, cluster.DefaultProbePeriodSeconds)) * time.Second
+	timer := clk.NewTimer(period)
+	defer timer.Stop()
+	// Each round is one period; the loop ends with ctx or a hold.
+	for w.doProbe(ctx) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+			timer.Reset(period)
+		}
+	}
+}
+
+// doProbe probes once, if it is time, and reports whether to go on.
+func (w *probeWorker) doProbe(ctx context.Context) bool {
+	p := w.c.p
+	p.mu.Lock()
+	started := w.c.status.Started != nil && *w.c.status.Started
+	p.mu.Unlock()
+	// While the container is younger than initialDelaySeconds, in whole
+	// seconds, the tick is skipped (P3).
+	if int32(p.k.clock.Since(w.inst.startedAt).Seconds()) < w.spec.InitialDelaySeconds {
+		return true
+	}
+	switch {
+	case w.kind == startupProbe && started:
+		return false
+	case w.kind != startupProbe && !started:
+		// Liveness and readiness wait for the startup probe (P6).
+		return true
+	}
+	timeout := time.Duration(valueOr(w.spec.TimeoutSeconds, cluster.DefaultProbeTimeoutSeconds)) * time.Second
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	result, output := w.c.probe(pctx, w.spec.ProbeHandler)
+	cancel()
+	if ctx.Err() != nil {
+		return false
+	}
+	// The stored result changes only when a run of identical results
+	// reaches its threshold (P5).
+	if w.resultRun > 0 && result == w.lastResult {
+		w.resultRun++
+	} else {
+		w.lastResult, w.resultRun = result, 1
+	}
+	threshold := valueOr(w.spec.FailureThreshold, cluster.DefaultProbeFailureThreshold)
+	if result {
+		threshold = valueOr(w.spec.SuccessThreshold, cluster.DefaultProbeSuccessThreshold)
+	}
+	if w.resultRun < int(threshold) {
+		return true
+	}
+	w.c.probeResult(w.inst, w.kind, result, output)
+	return result || w.kind == readinessProbe
+}
+
+// valueOr returns v, or def when v is zero (unset).
+func valueOr(v, def int32) int32 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// probe runs handler against the container and returns whether it
+// succeeded, and what it said (spec P2). ctx carries the probe's timeout.
+func (c *containerWorker) probe(ctx context.Context, h corev1.ProbeHandler) (bool, string) {
+	switch {
+	case h.HTTPGet != nil:
+		code, err := c.httpGet(ctx, h.HTTPGet, "kube-probe/closingtime")
+		if err != nil {
+			return false, err.Error()
+		}
+		return code >= 200 && code < 400, "HTTP " + strconv.Itoa(code)
+	case h.TCPSocket != nil:
+		port, err := c.port(h.TCPSocket.Port)
+		if err != nil {
+			return false, err.Error()
+		}
+		host := h.TCPSocket.Host
+		if host == "" {
+			host = c.p.ip
+		}
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return false, err.Error()
+		}
+		conn.Close()
+		return true, "connected"
+	case h.Exec != nil:
+		out, err := c.exec(ctx, h.Exec.Command)
+		if err != nil {
+			return false, fmt.Sprintf("%v: %s", err, out)
+		}
+		return true, string(out)
+	}
+	return false, "no handler"
+}
+
+// httpGet sends the GET of a probe or hook to the pod and returns the
+// status code. Redirects are followed to the same host only, at most 10;
+// another redirect counts as success, as the kubelet's warning does
+// (k8s.io/kubernetes pkg/probe/http/http.go, redirectChecker). The body is
+// read up to 10 KiB.
+func (c *containerWorker) httpGet(ctx context.Context, g *corev1.HTTPGetAction, agent string) (int, error) {
+	port, err := c.port(g.Port)
+	if err != nil {
+		return 0, err
+	}
+	host := g.Host
+	if host == "" {
+		host = c.p.ip
+	}
+	scheme := "http"
+	if g.Scheme == corev1.URISchemeHTTPS {
+		scheme = "https"
+	}
+	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
+	target, err := u.Parse(g.Path)
+	if err != nil {
+		return 0, fmt.Errorf("path %q: %w", g.Path, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("User-Agent", agent)
+	req.Header.Set("Accept", "*/*")
+	for _, h := range g.HTTPHeaders {
+		req.Header.Add(h.Name, h.Value)
+	}
+	client := &http.Client{
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, // as the kubelet's prober
+		},
+		CheckRedirect: func(r *http.Request, via []*http.Request) error {
+			if r.URL.Hostname() != target.Hostname() || len(via) >= 10 {
+				return errOffHostRedirect
+			}
+			return nil
+		},
+	}
+	resp, err := client.Do(req)
+	if errors.Is(err, errOffHostRedirect) {
+		return http.StatusOK, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 10<<10))
+	return resp.StatusCode, nil
+}
+
+var errOffHostRedirect = errors.New("redirect to another host")
+
+// exec runs command as an exec probe or hook runs in the container: with
+// the container's environment and working directory, ended by ctx. It
+// runs as a process of the kubelet's namespaces, not the container's.
+func (c *containerWorker) exec(ctx context.Context, command []string) ([]byte, error) {
+	if len(command) == 0 {
+		return nil, errors.New("empty command")
+	}
+	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	cmd.Env, cmd.Dir = c.env, c.spec.WorkingDir
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
+	if len(out) > 10<<10 {
+		out = out[:10<<10]
+	}
+	return out, err
+}
+
+// port resolves a probe's or hook's port, a number or the name of one of
+// the container's ports.
+func (c *containerWorker) port(p intstr.IntOrString) (int, error) {
+	if p.Type == intstr.Int {
+		return int(p.IntVal), nil
+	}
+	for _, cp := range c.spec.Ports {
+		if cp.Name == p.StrVal {
+			return int(cp.ContainerPort), nil
+		}
+	}
+	return 0, fmt.Errorf("container %s has no port named %q", c.spec.Name, p.StrVal)
+}

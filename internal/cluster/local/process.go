@@ -1,0 +1,258 @@
+package local
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+)
+
+// isolation is how a container's processes are set apart from the kubelet's.
+type isolation int
+
+const (
+	// isolatePID gives the container a PID namespace of its own (root).
+	isolatePID isolation = iota
+	// isolateUserPID gives it a user namespace, mapping the kubelet's user
+	// to itself, and a PID namespace in it (an unprivileged user, where the
+	// kernel allows user namespaces).
+	isolateUserPID
+	// isolateNone runs it as a process group of the kubelet's namespace:
+	// its first process is not PID 1 and PID 1's signal rules do not apply.
+	isolateNone
+)
+
+func (i isolation) String() string {
+	switch i {
+	case isolatePID:
+		return "pid"
+	case isolateUserPID:
+		return "user+pid"
+	}
+	return "none"
+}
+
+// sysProcAttr returns the attributes that start a process isolated by i.
+// Every process is a process group leader, so that the kubelet can kill
+// what the container started, and dies with the kubelet (Pdeathsig).
+func (i isolation) sysProcAttr() *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	switch i {
+	case isolatePID:
+		attr.Cloneflags = syscall.CLONE_NEWPID
+	case isolateUserPID:
+		attr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+	}
+	return attr
+}
+
+// isolator chooses, once for a kubelet, the strongest isolation the system
+// allows, and remembers why a stronger one was refused.
+type isolator struct {
+	mu     sync.Mutex
+	chosen bool
+	level  isolation
+	reason string // why level is weaker than isolatePID; empty if it is not
+}
+
+// start starts a command that newCmd builds, with the chosen isolation.
+// Until one level has worked, it tries each from the strongest, and falls
+// back when the kernel refuses the namespaces (EPERM, EINVAL, ENOSPC,
+// EUSERS). It returns the started command, the level and, for a level below
+// isolatePID, why the stronger ones were refused.
+func (s *isolator) start(newCmd func() *exec.Cmd) (*exec.Cmd, isolation, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	level := s.level
+	var refused []string
+	// At most one try per level: the loop advances level or returns.
+	for {
+		cmd := newCmd()
+		cmd.SysProcAttr = level.sysProcAttr()
+		err := cmd.Start()
+		if err != nil && !s.chosen && level < isolateNone && isNamespaceRefusal(err) {
+			refused = append(refused, fmt.Sprintf("%s namespace: %v", level, err))
+			level++
+			continue
+		}
+		if err == nil && !s.chosen {
+			s.chosen, s.level, s.reason = true, level, strings.Join(refused, "; ")
+		}
+		return cmd, level, s.reason, err
+	}
+}
+
+func isNamespaceRefusal(err error) bool {
+	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) ||
+		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS)
+}
+
+// process is the main process of one container instance.
+type process struct {
+	cmd       *exec.Cmd
+	isolation isolation
+	// done is closed once the process has exited and been reaped; exitCode
+	// and finishedAt are set then.
+	done       chan struct{}
+	exitCode   int32
+	finishedAt time.Time
+}
+
+// startProcess starts argv in dir with env, isolated as iso allows, and
+// captures its standard output and error into logs, as lines of instance
+// restart. Its goroutines, which end when every process of the container
+// is gone, are counted in wg.
+func startProcess(wg *sync.WaitGroup, iso *isolator, clk clock.PassiveClock, argv, env []string, dir string, logs *logBuffer, restart int32) (*process, string, error) {
+	var pipes [4]*os.File // stdout r, w, stderr r, w
+	for i := 0; i < 4; i += 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(pipes[:])
+			return nil, "", fmt.Errorf("start %s: %w", argv[0], err)
+		}
+		pipes[i], pipes[i+1] = r, w
+	}
+	cmd, level, reason, err := iso.start(func() *exec.Cmd {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env, cmd.Dir = env, dir
+		cmd.Stdout, cmd.Stderr = pipes[1], pipes[3]
+		return cmd
+	})
+	// The child has its own copies of the write ends; the kubelet keeps
+	// only the read ends, so that they end when the container's processes
+	// are gone.
+	pipes[1].Close()
+	pipes[3].Close()
+	if err != nil {
+		pipes[0].Close()
+		pipes[2].Close()
+		return nil, "", err
+	}
+	p := &process{cmd: cmd, isolation: level, done: make(chan struct{})}
+	wg.Add(3)
+	go logs.read(wg, clk, pipes[0], "stdout", restart)
+	go logs.read(wg, clk, pipes[2], "stderr", restart)
+	go func() {
+		defer wg.Done()
+		p.wait(clk)
+	}()
+	return p, reason, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// wait reaps the process, records its exit, and kills what it left behind:
+// in a PID namespace the kernel has killed the rest when its first process
+// exited (spec I3); without one, the kubelet kills the process group, as
+// the container's end would.
+func (p *process) wait(clk clock.PassiveClock) {
+	p.cmd.Wait()
+	p.finishedAt = clk.Now()
+	ws := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		// Runtimes report a signal death as 128+signal (spec T14).
+		p.exitCode = 128 + int32(ws.Signal())
+	default:
+		p.exitCode = int32(ws.ExitStatus())
+	}
+	if p.isolation == isolateNone {
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	close(p.done)
+}
+
+// signal sends sig to the process, unless it has exited.
+func (p *process) signal(sig syscall.Signal) {
+	select {
+	case <-p.done:
+	default:
+		p.cmd.Process.Signal(sig)
+	}
+}
+
+// exited reports whether the process has exited.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// DefaultMaxLogLines is how many lines the kubelet keeps of each
+// container, across its restarts, when KubeletConfig.MaxLogLines is zero.
+const DefaultMaxLogLines = 100_000
+
+// maxLogLineBytes is the longest line kept whole; a longer one is split.
+const maxLogLineBytes = 64 << 10
+
+// logBuffer keeps the latest lines a container wrote, across restarts.
+type logBuffer struct {
+	mu    sync.Mutex
+	max   int
+	lines []cluster.LogLine
+}
+
+// read appends the lines of r, read from stream, to the buffer until r
+// ends, then closes r.
+func (b *logBuffer) read(wg *sync.WaitGroup, clk clock.PassiveClock, r *os.File, stream string, restart int32) {
+	defer wg.Done()
+	defer r.Close()
+	br := bufio.NewReaderSize(r, maxLogLineBytes)
+	// Each round reads one line or a full buffer; the loop ends at EOF or
+	// an error.
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			text := string(line)
+			if text[len(text)-1] == '\n' {
+				text = text[:len(text)-1]
+			}
+			b.add(cluster.LogLine{Time: clk.Now(), Stream: stream, Restart: restart, Text: text})
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			if !errors.Is(err, io.EOF) {
+				b.add(cluster.LogLine{Time: clk.Now(), Stream: stream, Restart: restart, Text: "closingtime: read log: " + err.Error()})
+			}
+			return
+		}
+	}
+}
+
+func (b *logBuffer) add(l cluster.LogLine) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lines = append(b.lines, l)
+	// Drop the oldest half at once, so that dropping costs O(1) a line.
+	if len(b.lines) > 2*b.max {
+		b.lines = append(b.lines[:0:0], b.lines[len(b.lines)-b.max:]...)
+	}
+}
+
+// snapshot returns the latest max lines.
+func (b *logBuffer) snapshot() []cluster.LogLine {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]cluster.LogLine(nil), b.lines[max(0, len(b.lines)-b.max):]...)
+}
