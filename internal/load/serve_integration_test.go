@@ -6,23 +6,24 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
-// startServe builds closingtime and starts `closingtime serve` with args on
+// binary is the closingtime command that TestMain builds.
+var binary string
+
+func TestMain(m *testing.M) { os.Exit(testbinary.Main(m, &binary)) }
+
+// startServe starts `closingtime serve` with args on
 // a free loopback port. It returns the process, its address, and a
 // function that returns its log lines once it has exited.
 func startServe(t *testing.T, args ...string) (*exec.Cmd, string, func() []map[string]any) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "closingtime")
-	build := exec.Command("go", "build", "-o", bin, "github.com/closingtime-dev/closingtime/cmd/closingtime")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -11,38 +11,21 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
 // binary is the closingtime command that TestMain builds, which the tests
 // run as real processes.
 var binary string
 
-func TestMain(m *testing.M) {
-	os.Exit(buildAndRun(m))
-}
-
-func buildAndRun(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "closingtime-target-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "closingtime")
-	build := exec.Command("go", "build", "-o", binary, "github.com/closingtime-dev/closingtime/cmd/closingtime")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build closingtime: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(testbinary.Main(m, &binary)) }
 
 // waitLimit bounds every wait of these tests; reaching it is a failure, so it
 // is far longer than anything should take.

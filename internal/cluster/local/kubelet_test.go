@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,31 +21,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
 // binary is the closingtime command that TestMain builds, which the tests
 // run as pods.
 var binary string
 
-func TestMain(m *testing.M) {
-	os.Exit(buildAndRun(m))
-}
-
-func buildAndRun(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "closingtime-local-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "closingtime")
-	build := exec.Command("go", "build", "-o", binary, "github.com/closingtime-dev/closingtime/cmd/closingtime")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build closingtime: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(testbinary.Main(m, &binary)) }
 
 // waitLimit bounds every wait of these tests; reaching it is a failure, so it
 // is far longer than anything should take.
