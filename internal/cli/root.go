@@ -104,6 +104,9 @@ signals and TCP, and finds their causes before they ship.`,
 		newServeCommand(streams),
 		newLoadCommand(streams),
 		newLintCommand(streams),
+		newLabCommand(streams),
+		newReportCommand(streams),
+		newRolloutCommand(streams),
 	)
 	return root
 }

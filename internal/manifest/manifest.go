@@ -81,7 +81,14 @@ func (o Object) String() string {
 // ("spec.template.spec.containers.ports"), looks in the first element that
 // has it.
 func (o Object) FieldLine(path string) int {
-	n := o.node
+	return NodeLine(o.node, path)
+}
+
+// NodeLine returns the 1-based line of the field at path in the YAML tree
+// n, as [Object.FieldLine] does for an object's mapping: the nearest
+// ancestor's line when the field is not written, n's own line at worst, and
+// 0 for a nil n. Other YAML files with positions (scenario files) use it.
+func NodeLine(n *yaml.Node, path string) int {
 	if n == nil {
 		return 0
 	}

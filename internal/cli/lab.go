@@ -1,0 +1,215 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/report"
+	"github.com/closingtime-dev/closingtime/internal/scenario"
+)
+
+type labFlags struct {
+	files    []string
+	repeat   int
+	quick    bool
+	output   string
+	results  string
+	parallel int
+}
+
+func newLabCommand(streams Streams) *cobra.Command {
+	var flags labFlags
+	cmd := &cobra.Command{
+		Use:   "lab [NAME...] [-f SCENARIO.yaml...]",
+		Short: "Replay the seeds' experiments on the embedded cluster and compare them",
+		Long: `Run the built-in scenarios (all of them, or the NAMEs given), or the
+scenario files given with -f (docs/scenario.md), on the embedded local
+cluster: each deploys its workload as real closingtime serve
+processes, sends traffic through its Service, restarts the rollout and counts
+every failed request by kind and by second.
+
+Progress goes to standard error. Then the comparison table, a row per
+scenario, and per run the seconds with failures and the old pods' figures
+go to standard output (-o json writes the results instead), and the results
+are written to --results as well.
+
+--quick shortens the warm-up, the repetitions and the grace periods that
+would otherwise be waited out, keeping every phenomenon visible.`,
+		Example: `  closingtime lab --quick
+  closingtime lab 1-plain 3-graceful --repeat 3
+  closingtime lab -f my-scenario.yaml
+  closingtime lab --quick -o json > results.json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runLab(ctx, streams, args, flags)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&flags.files, "filename", "f", nil, "a scenario file to run, instead of the catalog; repeatable")
+	f.IntVar(&flags.repeat, "repeat", 0, "repetitions of each scenario (default: the scenario's own)")
+	f.BoolVar(&flags.quick, "quick", false, "shorter periods and one repetition, every phenomenon still shown")
+	f.StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&flags.results, "results", "results.json", "file to write the results to as JSON; empty for none")
+	f.IntVar(&flags.parallel, "parallel", 0, "scenarios run at once, each on a cluster of its own (default: all)")
+	return cmd
+}
+
+func runLab(ctx context.Context, streams Streams, names []string, flags labFlags) error {
+	if flags.output != "text" && flags.output != "json" {
+		return usagef("lab: invalid --output %q: accepted values are text, json", flags.output)
+	}
+	if flags.repeat < 0 || flags.parallel < 0 {
+		return usagef("lab: --repeat and --parallel must not be negative")
+	}
+	scenarios, err := labScenarios(names, flags.files)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("lab: find the closingtime binary for the pods: %w", err)
+	}
+	started := time.Now()
+	runner, err := scenario.NewRunner(scenario.RunnerConfig{
+		NewCluster:  localClusters(exe),
+		Quick:       flags.quick,
+		Repetitions: flags.repeat,
+		Progress:    progressLines(streams.Err, started),
+	})
+	if err != nil {
+		return err
+	}
+	results, err := runAll(ctx, runner, scenarios, flags.parallel)
+	if err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	fmt.Fprintf(streams.Err, "lab: %d scenarios in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
+	if flags.results != "" {
+		if err := writeResults(flags.results, results); err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
+	}
+	if flags.output == "json" {
+		return report.WriteJSON(streams.Out, results)
+	}
+	return report.WriteText(streams.Out, results)
+}
+
+// labScenarios returns the scenarios of files, or those of the catalog that
+// names lists.
+func labScenarios(names, files []string) ([]*scenario.Scenario, error) {
+	if len(files) > 0 {
+		if len(names) > 0 {
+			return nil, usagef("lab: give catalog names or -f files, not both")
+		}
+		var scenarios []*scenario.Scenario
+		for _, f := range files {
+			s, err := scenario.ReadFile(f)
+			if err != nil {
+				return nil, &usageError{fmt.Errorf("lab: %w", err)}
+			}
+			scenarios = append(scenarios, s)
+		}
+		return scenarios, nil
+	}
+	catalog, err := scenario.Catalog()
+	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	scenarios, err := scenario.Select(catalog, names)
+	if err != nil {
+		return nil, &usageError{fmt.Errorf("lab: %w", err)}
+	}
+	return scenarios, nil
+}
+
+// runAll runs scenarios, parallel at a time (all if zero), and returns their
+// results in the order given.
+func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.Scenario, parallel int) (*scenario.Results, error) {
+	if parallel == 0 {
+		parallel = len(scenarios)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make([]scenario.Result, len(scenarios))
+	errs := make([]error, len(scenarios))
+	slots := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i, s := range scenarios {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			res, err := runner.Run(ctx, s)
+			if err != nil {
+				errs[i] = err
+				cancel()
+				return
+			}
+			results[i] = *res
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &scenario.Results{Scenarios: results}, nil
+}
+
+// localClusters returns a scenario.RunnerConfig.NewCluster that starts
+// embedded clusters whose image scenario.Image runs exe, each on a /16 of
+// its own of 127.0.0.0/8 so that clusters running at once never share an
+// address.
+func localClusters(exe string) func(scenario.ClusterSettings) (scenario.Cluster, error) {
+	var n atomic.Int32
+	return func(s scenario.ClusterSettings) (scenario.Cluster, error) {
+		i := n.Add(1)
+		return local.New(local.Config{
+			Nodes:               s.Nodes,
+			PodCIDR:             netip.PrefixFrom(netip.AddrFrom4([4]byte{127, byte(100 + i%100), 0, 0}), 16),
+			MinPropagationDelay: s.PropagationDelay.Min,
+			MaxPropagationDelay: s.PropagationDelay.Max,
+			Kubelet:             local.KubeletConfig{ImageCommands: map[string][]string{scenario.Image: {exe}}},
+		})
+	}
+}
+
+// progressLines returns a progress callback that writes a line per phase
+// of each scenario, with the time since start.
+func progressLines(w io.Writer, start time.Time) func(scenario.Progress) {
+	var mu sync.Mutex
+	return func(p scenario.Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		rep := ""
+		if p.Repetition > 0 {
+			rep = fmt.Sprintf(" %d/%d", p.Repetition, p.Repetitions)
+		}
+		fmt.Fprintf(w, "%6.1fs  %-24s%s %s\n", time.Since(start).Seconds(), p.Scenario, rep, p.Phase)
+	}
+}
+
+func writeResults(path string, r *scenario.Results) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := report.WriteJSON(f, r); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}

@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/closingtime-dev/closingtime/internal/scenario"
+)
+
+// TestMain runs the command line instead of the tests when the test binary
+// is started as a pod of `closingtime lab` (which runs os.Executable with
+// the pod's args, "serve …"), as os/exec's tests re-execute themselves.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		os.Exit(Run(context.Background(), os.Args[1:], StdStreams()))
+	}
+	os.Exit(m.Run())
+}
+
+func TestLabUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "unknown scenario", args: []string{"lab", "9-nope"}, wantErr: `no scenario "9-nope"; the catalog has 1-plain, 2-readiness`},
+		{name: "bad output", args: []string{"lab", "-o", "yaml"}, wantErr: `invalid --output "yaml"`},
+		{name: "negative repeat", args: []string{"lab", "--repeat", "-1"}, wantErr: "must not be negative"},
+		{name: "names and files", args: []string{"lab", "1-plain", "-f", "x.yaml"}, wantErr: "not both"},
+		{name: "invalid file", args: []string{"lab", "-f", "../scenario/testdata/invalid-scale.yaml"},
+			wantErr: "invalid-scale.yaml:4: action.replicas: scale needs replicas"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			code := Run(context.Background(), tt.args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+			if code != ExitUsage || !strings.Contains(errOut.String(), tt.wantErr) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, errOut.String(), ExitUsage, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestLabQuick runs `closingtime lab --quick 1-plain -o json` with this
+// test binary as the pods' closingtime, and checks the results on standard
+// output and in the results file: refused requests dominate.
+func TestLabQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a rollout under load")
+	}
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "results.json")
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"lab", "--quick", "1-plain", "-o", "json", "--results", path},
+		Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	if code != ExitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "1-plain") || !strings.Contains(errOut.String(), "warm-up") {
+		t.Errorf("no progress on stderr:\n%s", errOut.String())
+	}
+	saved, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(saved, out.Bytes()) {
+		t.Errorf("results file differs from the JSON output")
+	}
+	var r scenario.Results
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Scenarios) != 1 || r.Scenarios[0].Name != "1-plain" {
+		t.Fatalf("results of %+v, want 1-plain only", r.Scenarios)
+	}
+	if tot := r.Scenarios[0].Totals; tot.Refused == 0 || tot.Refused <= tot.Failed()/2 {
+		t.Errorf("totals %+v: want refused requests, most of the failures", tot)
+	}
+}

@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReport(t *testing.T) {
+	t.Parallel()
+	golden := "../report/testdata/results.json.golden"
+	text, err := os.ReadFile("../report/testdata/text.txt.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(t.TempDir(), "broken.json")
+	if err := os.WriteFile(broken, []byte(`{"scenarios": [`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+		wantErr  string
+	}{
+		{name: "text", args: []string{"report", golden}, wantOut: string(text)},
+		{name: "json", args: []string{"report", "-o", "json", golden}, wantOut: mustRead(t, golden)},
+		{name: "no file", args: []string{"report"}, wantCode: ExitUsage, wantErr: "want exactly one results file"},
+		{name: "bad output", args: []string{"report", "-o", "html", golden}, wantCode: ExitUsage, wantErr: `invalid --output "html"`},
+		{name: "broken", args: []string{"report", broken}, wantCode: ExitError, wantErr: "broken.json: read results"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			code := Run(context.Background(), tt.args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+			if code != tt.wantCode || !strings.Contains(errOut.String(), tt.wantErr) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, errOut.String(), tt.wantCode, tt.wantErr)
+			}
+			if tt.wantOut != "" && out.String() != tt.wantOut {
+				t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), tt.wantOut)
+			}
+		})
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

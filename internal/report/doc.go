@@ -1,0 +1,5 @@
+// Package report renders scenario results (scenario.Results) for people and
+// scripts: a comparison table with a row per scenario and, per run, the
+// seconds that had failures and what happened to each old pod (text), and
+// the documented JSON of docs/lab.md § results.json.
+package report

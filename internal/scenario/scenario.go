@@ -1,0 +1,495 @@
+package scenario
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/manifest"
+)
+
+// Image is the container image that stands for `closingtime` in scenario
+// manifests: a container of this image without a command runs the
+// closingtime binary with the container's args, as a real image with
+// closingtime as its entrypoint would.
+const Image = "closingtime"
+
+// Defaults of a scenario file's optional fields.
+const (
+	// DefaultRepetitions is how many times the action is repeated.
+	DefaultRepetitions = 1
+	// DefaultWarmUp is how long traffic runs before the action.
+	DefaultWarmUp = 3 * time.Second
+	// DefaultAfter is how long traffic goes on once the rollout is
+	// complete and every terminating pod is gone: seed 001 keeps 3 s.
+	DefaultAfter = 3 * time.Second
+	// DefaultSettle is the pause between two repetitions.
+	DefaultSettle = 5 * time.Second
+	// DefaultRunLimit bounds one repetition, from the start of its traffic
+	// to its end.
+	DefaultRunLimit = 5 * time.Minute
+	// DefaultPath is the HTTP path that traffic requests.
+	DefaultPath = "/"
+)
+
+// The actions a scenario can take.
+const (
+	ActionRolloutRestart = "rollout-restart"
+	ActionDeletePod      = "delete-pod"
+	ActionEvict          = "evict"
+	ActionDrain          = "drain"
+	ActionScale          = "scale"
+	ActionNone           = "none"
+)
+
+var actions = []string{ActionRolloutRestart, ActionDeletePod, ActionEvict, ActionDrain, ActionScale, ActionNone}
+
+// Scenario is one experiment, as read from a scenario file and checked.
+type Scenario struct {
+	// Name names the scenario in reports.
+	Name string `yaml:"name"`
+	// Description is one line on what the scenario shows.
+	Description string `yaml:"description"`
+	// Seed is the seed whose experiment the scenario replays, if any.
+	Seed string `yaml:"seed"`
+	// Workload holds the manifests to apply.
+	Workload Workload `yaml:"workload"`
+	// Traffic is the load sent through the Service during each repetition.
+	Traffic Traffic `yaml:"traffic"`
+	// Action is what is done to the workload in each repetition.
+	Action Action `yaml:"action"`
+	// Repetitions is how many times the action runs; zero means
+	// DefaultRepetitions.
+	Repetitions int `yaml:"repetitions"`
+	// WarmUp is the traffic before the action; zero means DefaultWarmUp.
+	WarmUp time.Duration `yaml:"warmUp"`
+	// After is the traffic after the workload is settled; zero means
+	// DefaultAfter.
+	After time.Duration `yaml:"after"`
+	// Settle is the pause between repetitions; zero means DefaultSettle.
+	Settle time.Duration `yaml:"settle"`
+	// Cluster configures the cluster the scenario runs on.
+	Cluster ClusterSettings `yaml:"cluster"`
+	// Limits bound the run.
+	Limits Limits `yaml:"limits"`
+	// Quick holds the shorter settings of a quick run.
+	Quick Quick `yaml:"quick"`
+
+	// File is the scenario file's name, as given to Parse.
+	File string `yaml:"-"`
+	// Objects are the workload's objects, decoded with positions.
+	Objects []manifest.Object `yaml:"-"`
+}
+
+// Workload names the manifests of a scenario: inline, by path, or both.
+type Workload struct {
+	// Manifest is manifest text (one or more YAML documents).
+	Manifest string `yaml:"manifest"`
+	// Files are manifest files or directories, relative to the scenario
+	// file, read as kubectl's -f reads them.
+	Files []string `yaml:"files"`
+}
+
+// Traffic is the load of a scenario: see package load.
+type Traffic struct {
+	// Service is the Service's name; empty means the only Service of the
+	// workload.
+	Service string `yaml:"service"`
+	// Port is the Service port; zero means its first port.
+	Port int32 `yaml:"port"`
+	// Path is the request path; empty means DefaultPath.
+	Path string `yaml:"path"`
+	// Clients are the streams of requests; none means one new-conn client
+	// at load.DefaultRate.
+	Clients []Client `yaml:"clients"`
+	// ConnectTimeout and ResponseTimeout bound each request; zero means
+	// load's defaults.
+	ConnectTimeout  time.Duration `yaml:"connectTimeout"`
+	ResponseTimeout time.Duration `yaml:"responseTimeout"`
+	// Retry, when set, resends what is safe to resend (package retry).
+	Retry *Retry `yaml:"retry"`
+}
+
+// Client is one stream of requests.
+type Client struct {
+	// Kind is new-conn or keep-alive.
+	Kind string `yaml:"kind"`
+	// Rate is in requests per second; zero means load.DefaultRate.
+	Rate float64 `yaml:"rate"`
+	// Connections is a keep-alive client's pool size; zero means
+	// load.DefaultConnections.
+	Connections int `yaml:"connections"`
+}
+
+// Retry is the client's retry policy; zero fields are package retry's
+// defaults.
+type Retry struct {
+	// Attempts is the most attempts per request, the first included.
+	Attempts int `yaml:"attempts"`
+	// BaseDelay is the backoff before the first retry.
+	BaseDelay time.Duration `yaml:"baseDelay"`
+}
+
+// Action is what a repetition does to the workload.
+type Action struct {
+	// Kind is one of rollout-restart, delete-pod, evict, drain, scale and
+	// none.
+	Kind string `yaml:"kind"`
+	// Deployment names the Deployment; empty means the only one.
+	Deployment string `yaml:"deployment"`
+	// Replicas is the target of scale.
+	Replicas *int32 `yaml:"replicas"`
+	// Node is the node that drain empties; empty means node-1.
+	Node string `yaml:"node"`
+}
+
+// ClusterSettings configure the cluster a scenario runs on; zero fields are
+// the backend's defaults.
+type ClusterSettings struct {
+	// Nodes is the number of nodes.
+	Nodes int `yaml:"nodes"`
+	// PropagationDelay bounds the delay of endpoint changes reaching each
+	// node's routing view.
+	PropagationDelay DelayRange `yaml:"propagationDelay"`
+}
+
+// DelayRange is a range of durations; zero bounds are the backend's
+// defaults.
+type DelayRange struct {
+	Min time.Duration `yaml:"min"`
+	Max time.Duration `yaml:"max"`
+}
+
+// Limits bound a scenario's run.
+type Limits struct {
+	// Run bounds one repetition; zero means DefaultRunLimit. A repetition
+	// that reaches it is an error.
+	Run time.Duration `yaml:"run"`
+}
+
+// Quick holds the settings that replace the others in a quick run, where
+// set. It shortens periods; it must not hide the scenario's phenomenon.
+type Quick struct {
+	// Repetitions, WarmUp, After and Settle replace the scenario's own
+	// when positive.
+	Repetitions int           `yaml:"repetitions"`
+	WarmUp      time.Duration `yaml:"warmUp"`
+	After       time.Duration `yaml:"after"`
+	Settle      time.Duration `yaml:"settle"`
+	// GracePeriodSeconds replaces the terminationGracePeriodSeconds of
+	// every Deployment's pods.
+	GracePeriodSeconds *int64 `yaml:"gracePeriodSeconds"`
+	// Env sets environment variables of every container of every
+	// Deployment, replacing a variable of the same name.
+	Env map[string]string `yaml:"env"`
+}
+
+// Error is a problem in a scenario file.
+type Error struct {
+	// File names the scenario file, as given to Parse.
+	File string
+	// Line is the 1-based line of the field, or of its nearest ancestor
+	// that the file writes; 0 when the problem concerns the whole file.
+	Line int
+	// Field is the field's path, as "traffic.clients[0].rate"; empty when
+	// the problem concerns the whole file.
+	Field string
+	// Err is the reason.
+	Err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Field != "" {
+		b.WriteString(": " + e.Field)
+	}
+	b.WriteString(": " + e.Err.Error())
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ReadFile reads and parses the scenario file at path; workload files are
+// relative to its directory.
+func ReadFile(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read scenario: %w", err)
+	}
+	return Parse(path, data, func(files []string) ([]manifest.Object, []error) {
+		paths := make([]string, len(files))
+		for i, f := range files {
+			paths[i] = f
+			if !filepath.IsAbs(f) {
+				paths[i] = filepath.Join(filepath.Dir(path), f)
+			}
+		}
+		return manifest.Reader{}.Read(paths)
+	})
+}
+
+// Parse decodes and checks the scenario file named file. readFiles reads
+// the workload's files; nil means the file may name none. Every problem
+// found is returned, joined, each an *Error or a *manifest.Error naming its
+// file and line.
+func Parse(file string, data []byte, readFiles func([]string) ([]manifest.Object, []error)) (*Scenario, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &Error{File: file, Err: err}
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, &Error{File: file, Line: 1, Err: errors.New("a scenario is a YAML mapping")}
+	}
+	root := doc.Content[0]
+	p := &parser{file: file, root: root}
+	p.knownFields(root, reflect.TypeFor[Scenario](), "")
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	s := &Scenario{File: file}
+	if err := root.Decode(s); err != nil {
+		return nil, &Error{File: file, Err: err}
+	}
+	p.check(s)
+	if len(p.errs) == 0 {
+		p.readWorkload(s, readFiles)
+	}
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return s, nil
+}
+
+// parser collects the problems of one scenario file.
+type parser struct {
+	file string
+	root *yaml.Node
+	errs []error
+}
+
+func (p *parser) errorf(field, format string, args ...any) {
+	p.errs = append(p.errs, &Error{File: p.file, Line: manifest.NodeLine(p.root, field), Field: field, Err: fmt.Errorf(format, args...)})
+}
+
+// knownFields reports every key of mapping n that the struct type t, read
+// through its yaml tags, does not have, recursing into the fields it has.
+func (p *parser) knownFields(n *yaml.Node, t reflect.Type, path string) {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		if t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode {
+			for i, el := range n.Content {
+				p.knownFields(el, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			}
+			return
+		}
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode || t == reflect.TypeFor[time.Duration]() {
+		return
+	}
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" && name != "-" {
+			fields[name] = f.Type
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key := n.Content[i].Value
+		field := key
+		if path != "" {
+			field = path + "." + key
+		}
+		ft, ok := fields[key]
+		if !ok {
+			p.errs = append(p.errs, &Error{File: p.file, Line: n.Content[i].Line, Field: field, Err: errors.New("unknown field")})
+			continue
+		}
+		p.knownFields(n.Content[i+1], ft, field)
+	}
+}
+
+// check validates the decoded fields.
+func (p *parser) check(s *Scenario) {
+	if s.Name == "" {
+		p.errorf("name", "required")
+	}
+	if s.Workload.Manifest == "" && len(s.Workload.Files) == 0 {
+		p.errorf("workload", "give manifest or files")
+	}
+	for i, c := range s.Traffic.Clients {
+		if _, err := load.ParseKind(c.Kind); err != nil {
+			p.errorf(fmt.Sprintf("traffic.clients[%d].kind", i), "%q is not new-conn or keep-alive", c.Kind)
+		}
+		if c.Rate < 0 {
+			p.errorf(fmt.Sprintf("traffic.clients[%d].rate", i), "%g is negative", c.Rate)
+		}
+		if c.Connections < 0 {
+			p.errorf(fmt.Sprintf("traffic.clients[%d].connections", i), "%d is negative", c.Connections)
+		}
+	}
+	if s.Traffic.Path != "" && !strings.HasPrefix(s.Traffic.Path, "/") {
+		p.errorf("traffic.path", "%q does not start with /", s.Traffic.Path)
+	}
+	if r := s.Traffic.Retry; r != nil && r.Attempts < 0 {
+		p.errorf("traffic.retry.attempts", "%d is negative", r.Attempts)
+	}
+	switch s.Action.Kind {
+	case "":
+		p.errorf("action.kind", "required: one of %s", strings.Join(actions, ", "))
+	case ActionScale:
+		if s.Action.Replicas == nil || *s.Action.Replicas < 0 {
+			p.errorf("action.replicas", "scale needs replicas, 0 or more")
+		}
+	default:
+		if !slices.Contains(actions, s.Action.Kind) {
+			p.errorf("action.kind", "%q is not one of %s", s.Action.Kind, strings.Join(actions, ", "))
+		}
+	}
+	for _, f := range []struct {
+		field string
+		n     int
+	}{{"repetitions", s.Repetitions}, {"quick.repetitions", s.Quick.Repetitions}, {"cluster.nodes", s.Cluster.Nodes}} {
+		if f.n < 0 {
+			p.errorf(f.field, "%d is negative", f.n)
+		}
+	}
+	for _, f := range []struct {
+		field string
+		d     time.Duration
+	}{
+		{"warmUp", s.WarmUp}, {"after", s.After}, {"settle", s.Settle}, {"limits.run", s.Limits.Run},
+		{"quick.warmUp", s.Quick.WarmUp}, {"quick.after", s.Quick.After}, {"quick.settle", s.Quick.Settle},
+		{"cluster.propagationDelay.min", s.Cluster.PropagationDelay.Min}, {"cluster.propagationDelay.max", s.Cluster.PropagationDelay.Max},
+	} {
+		if f.d < 0 {
+			p.errorf(f.field, "%v is negative", f.d)
+		}
+	}
+	if d := s.Cluster.PropagationDelay; d.Max > 0 && d.Min > d.Max {
+		p.errorf("cluster.propagationDelay", "min %v is above max %v", d.Min, d.Max)
+	}
+	if g := s.Quick.GracePeriodSeconds; g != nil && *g < 0 {
+		p.errorf("quick.gracePeriodSeconds", "%d is negative", *g)
+	}
+}
+
+// readWorkload decodes the workload's manifests, and checks that they hold
+// the Service and Deployment that traffic and action name.
+func (p *parser) readWorkload(s *Scenario, readFiles func([]string) ([]manifest.Object, []error)) {
+	if m := s.Workload.Manifest; m != "" {
+		// A block scalar's text starts on the line after its key.
+		line := manifest.NodeLine(p.root, "workload.manifest")
+		objs, errs := manifest.Parse(p.file, append(bytes.Repeat([]byte("\n"), line), m...))
+		s.Objects = append(s.Objects, objs...)
+		p.errs = append(p.errs, errs...)
+	}
+	if len(s.Workload.Files) > 0 {
+		if readFiles == nil {
+			p.errorf("workload.files", "files are not available here")
+			return
+		}
+		objs, errs := readFiles(s.Workload.Files)
+		s.Objects = append(s.Objects, objs...)
+		p.errs = append(p.errs, errs...)
+	}
+	for _, o := range s.Objects {
+		switch o.Obj.(type) {
+		case *appsv1.Deployment, *corev1.Service:
+		default:
+			if o.Kind() != "PodDisruptionBudget" {
+				p.errs = append(p.errs, &manifest.Error{File: o.File, Line: o.Line, Err: fmt.Errorf("%s: a scenario's workload holds Deployments, Services and PodDisruptionBudgets", o)})
+			}
+		}
+	}
+	if len(p.errs) > 0 {
+		// An object that could not be decoded may be the one missing.
+		return
+	}
+	if _, err := s.Service(); err != nil {
+		p.errorf(namedOr(s.Traffic.Service, "traffic.service", "workload"), "%v", err)
+	}
+	if _, err := s.Deployment(); err != nil {
+		p.errorf(namedOr(s.Action.Deployment, "action.deployment", "workload"), "%v", err)
+	}
+}
+
+// Service returns the Service that traffic goes to.
+func (s *Scenario) Service() (*corev1.Service, error) {
+	return only[*corev1.Service](s.Objects, "Service", s.Traffic.Service)
+}
+
+// Deployment returns the Deployment that the action concerns.
+func (s *Scenario) Deployment() (*appsv1.Deployment, error) {
+	return only[*appsv1.Deployment](s.Objects, "Deployment", s.Action.Deployment)
+}
+
+// only returns the object of type T named name, or the only one if name is
+// empty.
+func only[T interface {
+	*appsv1.Deployment | *corev1.Service
+	GetName() string
+}](objs []manifest.Object, kind, name string) (T, error) {
+	var found []T
+	for _, o := range objs {
+		if t, ok := o.Obj.(T); ok && (name == "" || t.GetName() == name) {
+			found = append(found, t)
+		}
+	}
+	switch {
+	case len(found) == 1:
+		return found[0], nil
+	case name != "":
+		return nil, fmt.Errorf("the workload has no %s %s", kind, name)
+	case len(found) == 0:
+		return nil, fmt.Errorf("the workload has no %s", kind)
+	default:
+		return nil, fmt.Errorf("the workload has %d %ss: name one", len(found), kind)
+	}
+}
+
+// namedOr returns field when the file names an object there, and workload
+// otherwise, for errors about a missing object.
+func namedOr(name, field, workload string) string {
+	if name != "" {
+		return field
+	}
+	return workload
+}
+
+// FromManifests returns the scenario of `closingtime rollout`: the
+// manifests at paths, read as kubectl's -f reads them, with traffic and
+// action, checked as a scenario file is. Errors name the paths.
+func FromManifests(name string, paths []string, traffic Traffic, action Action, repetitions int) (*Scenario, error) {
+	s := &Scenario{
+		Name:        name,
+		File:        strings.Join(paths, ","),
+		Workload:    Workload{Files: paths},
+		Traffic:     traffic,
+		Action:      action,
+		Repetitions: repetitions,
+	}
+	p := &parser{file: s.File}
+	p.check(s)
+	if len(p.errs) == 0 {
+		p.readWorkload(s, manifest.Reader{}.Read)
+	}
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return s, nil
+}
