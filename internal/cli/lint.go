@@ -11,14 +11,16 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/lint"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
+	"github.com/closingtime-dev/closingtime/internal/report"
 )
 
 // Exit statuses of `closingtime lint`, besides ExitOK.
 const (
 	// lintExitFindings means a finding at or above the threshold.
 	lintExitFindings = 1
-	// lintExitUnreadable means an input could not be read; the others
-	// were still checked.
+	// lintExitUnreadable means an input could not be read, the others
+	// still checked, or a Deployment that --measured measured is in none
+	// of them.
 	lintExitUnreadable = 2
 )
 
@@ -30,6 +32,7 @@ type lintFlags struct {
 	threshold string // "" means the configuration file's, or lint.Warning
 	config    string // "" means lint.DefaultConfigFile when it exists
 	values    []string
+	measured  string // a results file of rollout or lab; "" for none
 	listRules bool
 }
 
@@ -47,6 +50,14 @@ cluster does: Services and PodDisruptionBudgets to workloads by selector,
 autoscalers to their targets, within each directory (or kustomization or
 chart), as if each were applied to a cluster of its own.
 
+With --measured, it also judges the preStop delay of each Deployment that
+a results file of closingtime rollout (or lab) measured, matched by
+namespace and name: how long after their termination started the old pods
+still received requests, plus a margin of ` + fmt.Sprint(lint.MeasuredMarginSeconds) + ` s, is the delay they need,
+and requests that failed around SIGTERM show a delay too short
+(prestop-shorter-than-measured). A measured Deployment that no manifest
+has is reported, with exit status 2.
+
 Arguments are files, directories (read recursively for *.yaml, *.yml,
 *.json, Dockerfiles and supervisord *.conf/*.ini files) and - for standard
 input (manifests). A directory with a kustomization.yaml is built, and one
@@ -59,10 +70,13 @@ or object in the configuration file (--config, by default
 docs/lint/RULE.md.
 
 Exit status: 0 when no finding reaches --threshold, 1 when one does, 2 when
-an input could not be read.`,
+an input or the --measured file could not be read, or a Deployment measured
+there is in none of the inputs.`,
 		Example: `  closingtime lint deploy/
   helm template ./chart | closingtime lint -
-  closingtime lint -o sarif --threshold error k8s/ > lint.sarif`,
+  closingtime lint -o sarif --threshold error k8s/ > lint.sarif
+  closingtime rollout -f deploy.yaml --local --repeat 3 --results results.json
+  closingtime lint --measured results.json deploy.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runLint(streams, flags, args)
 		},
@@ -74,6 +88,7 @@ an input could not be read.`,
 	f.StringVar(&flags.threshold, "threshold", "", "lowest severity that makes the exit status 1: info, warning or error (default: the configuration file's, else "+lint.Warning.String()+")")
 	f.StringVar(&flags.config, "config", "", "configuration file (default "+lint.DefaultConfigFile+" when it exists)")
 	f.StringArrayVarP(&flags.values, "values", "f", nil, "Helm values file for the charts among the inputs (repeatable; later files win)")
+	f.StringVar(&flags.measured, "measured", "", "results file of closingtime rollout or lab, to judge the measured Deployments' preStop delays by")
 	f.BoolVar(&flags.listRules, "list-rules", false, "list the rules and exit")
 	return cmd
 }
@@ -88,6 +103,11 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 		cfg.Enable = flags.enable
 	}
 	cfg.Disable = append(cfg.Disable, flags.disable...)
+	if flags.measured != "" {
+		if cfg.Measured, err = readMeasured(flags.measured); err != nil {
+			return err
+		}
+	}
 	threshold := lint.Warning
 	if file.Threshold != nil {
 		threshold = *file.Threshold
@@ -132,8 +152,12 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 			fmt.Fprintf(streams.Err, "closingtime: lint: %v\n", e)
 		}
 	}
+	unmatched := linter.Unmatched(in)
+	for _, m := range unmatched {
+		fmt.Fprintf(streams.Err, "closingtime: lint: --measured %s: no input has Deployment %s, so its measurement was compared with nothing\n", flags.measured, m.Deployment)
+	}
 	switch {
-	case len(errs) > 0:
+	case len(errs) > 0 || len(unmatched) > 0:
 		return exitStatus(lintExitUnreadable)
 	case report.Count(threshold) > 0:
 		return exitStatus(lintExitFindings)
@@ -160,6 +184,25 @@ func readLintConfig(name string) (lint.ConfigFile, error) {
 		return lint.ConfigFile{}, usagef("lint: %s: %v", name, err)
 	}
 	return f, nil
+}
+
+// readMeasured reads the results file at name, as `closingtime report`
+// does, into what lint compares with the manifests.
+func readMeasured(name string) ([]lint.Measurement, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, usagef("lint: --measured: %v", err)
+	}
+	defer f.Close()
+	results, err := report.ReadJSON(f)
+	if err != nil {
+		return nil, usagef("lint: --measured %s: %v", name, err)
+	}
+	measured, err := lint.Measure(results)
+	if err != nil {
+		return nil, usagef("lint: --measured %s: %v", name, err)
+	}
+	return measured, nil
 }
 
 // listRules prints one line per rule: ID, severity and title.

@@ -17,6 +17,9 @@ func TestLint(t *testing.T) {
 		missing = "../lint/testdata/readiness-probe-missing/invalid-no-probe.yaml"
 		warns   = "../lint/testdata/liveness-same-as-readiness/invalid-same-http.yaml"
 		broken  = "../lint/testdata/report/broken.yaml"
+		// measured holds manifests, each with the results of its rollout.
+		measured = "../lint/testdata/prestop-shorter-than-measured/"
+		results  = "../lint/testdata/measured/"
 	)
 	stdin, err := os.ReadFile(missing)
 	if err != nil {
@@ -70,6 +73,18 @@ func TestLint(t *testing.T) {
 			wantCode: 0, wantOut: []string{"0 errors, 0 warnings, 0 info"}},
 		{name: "helm chart that fails", args: []string{"lint", "../manifest/testdata/helm/broken"}, wantCode: 2,
 			wantOut: []string{"helm/broken: cannot read: helm template:"}},
+		{name: "measured too short", args: []string{"lint", "--measured", measured + "invalid-no-prestop.results.json", measured + "invalid-no-prestop.yaml"},
+			wantCode: 1, wantOut: []string{"invalid-no-prestop.yaml:18: error [prestop-shorter-than-measured] Deployment app", "(1 run, 3 old pods)"}},
+		{name: "measured long enough", args: []string{"lint", "--enable", "prestop-shorter-than-measured",
+			"--measured", measured + "valid-long-enough.results.json", measured + "valid-long-enough.yaml"}, wantCode: 0, wantOut: []string{"0 errors"}},
+		{name: "measured Deployment not in the inputs", args: []string{"lint", "--measured", measured + "invalid-no-prestop.results.json", measured + "valid-other-namespace.yaml"},
+			wantCode: 2, wantOut: []string{"[prestop-delay-missing] Deployment shop/app"}, notInOut: "[prestop-shorter-than-measured]",
+			wantErr: "--measured " + measured + "invalid-no-prestop.results.json: no input has Deployment default/app"},
+		{name: "measured file missing", args: []string{"lint", "--measured", "no-such-results.json", clean}, wantCode: 2, wantErr: "--measured: open no-such-results.json: no such file"},
+		{name: "measured file not results", args: []string{"lint", "--measured", results + "invalid-not-results.json", clean}, wantCode: 2,
+			wantErr: "--measured " + results + "invalid-not-results.json: no scenarios: not the results of closingtime rollout or lab"},
+		{name: "measured file truncated", args: []string{"lint", "--measured", results + "invalid-truncated.json", clean}, wantCode: 2,
+			wantErr: "invalid-truncated.json: read results: unexpected EOF"},
 		{name: "list rules", args: []string{"lint", "--list-rules"}, wantCode: 0, wantOut: []string{"shell-pid1  ", "pdb-blocks-drain  "}},
 	}
 	for _, tt := range tests {

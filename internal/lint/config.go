@@ -19,6 +19,9 @@ type Config struct {
 	Disable []string
 	// Suppress lists findings not to report.
 	Suppress []Suppression
+	// Measured are what rollouts measured, from [Measure], for the rule
+	// prestop-shorter-than-measured; none means that rule finds nothing.
+	Measured []Measurement
 }
 
 // Suppression matches findings not to report. Its empty fields match

@@ -18,6 +18,13 @@
 // kustomization's or chart's output, for a cluster of its own, and returns
 // [Finding] values that point at the file and line of the field to change.
 //
+// [Measure] summarises the results of `closingtime rollout` (or `lab`) by
+// Deployment; given in [Config.Measured], they let the rule
+// prestop-shorter-than-measured judge each measured Deployment's preStop
+// delay by how long its old pods still received requests after their
+// termination started, and [Linter.Unmatched] names the measurements that
+// concern none of the inputs.
+//
 // A finding on an object is suppressed by listing its rule ID in the
 // object's closingtime.dev/ignore annotation (see [IgnoreAnnotation]), in a
 // "# closingtime ignore=" comment above a Dockerfile instruction or in a

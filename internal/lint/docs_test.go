@@ -64,6 +64,10 @@ func docsIndex(rules []Rule) string {
 	for _, r := range rules {
 		fmt.Fprintf(&b, "| [%s](%s.md) | %s | %s |\n", r.ID, r.ID, r.Severity, r.Title)
 	}
+	b.WriteString("\n`closingtime lint --measured results.json` also compares each Deployment that a results file of " +
+		"`closingtime rollout` (or `lab`) measured, matched by namespace and name, with what was measured: " +
+		"[prestop-shorter-than-measured](prestop-shorter-than-measured.md). A results file that cannot be read, " +
+		"and a measured Deployment that is in none of the inputs, make the exit status 2.\n")
 	b.WriteString("\nSuppress a rule for one object with the annotation `" + IgnoreAnnotation + ": RULE[,RULE]`, " +
 		"for one Dockerfile instruction with a comment `# closingtime ignore=RULE[,RULE]` on the line above, " +
 		"for one supervisord program with a comment `; closingtime ignore=RULE[,RULE]` in its section, " +
@@ -92,7 +96,7 @@ func docsPage(t *testing.T, r Rule) string {
 	slices.Sort(files)
 	example := func(prefix string) (file string, text string) {
 		for _, f := range files {
-			if strings.HasPrefix(filepath.Base(f), prefix) && filepath.Ext(f) != ".golden" {
+			if strings.HasPrefix(filepath.Base(f), prefix) && filepath.Ext(f) != ".golden" && !strings.HasSuffix(f, measuredSuffix) {
 				data, err := os.ReadFile(f)
 				if err != nil {
 					t.Fatal(err)
@@ -104,10 +108,7 @@ func docsPage(t *testing.T, r Rule) string {
 		return "", ""
 	}
 	bad, badText := example("invalid-")
-	l, err := New(Config{Enable: []string{r.ID}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, measured := linterFor(t, r.ID, bad)
 	golden := render(l.Lint(readInput(t, bad)))
 	good, goodText := example("valid-")
 
@@ -116,8 +117,16 @@ func docsPage(t *testing.T, r Rule) string {
 	fmt.Fprintf(&b, "# %s\n\n%s.\n\nSeverity: **%s**.\n\n", r.ID, r.Title, r.Severity)
 	fmt.Fprintf(&b, "## Why it matters\n\n%s\n\n## Fix\n\n%s\n\n", r.Why, r.Fix)
 	fmt.Fprintf(&b, "## Example\n\n`%s` is flagged:\n\n```%s\n%s```\n\n", filepath.Base(bad), fence(bad), badText)
-	fmt.Fprintf(&b, "`closingtime lint` reports:\n\n```\n%s```\n\n", golden)
-	fmt.Fprintf(&b, "`%s` passes:\n\n```%s\n%s```\n\n", filepath.Base(good), fence(good), goodText)
+	command := "closingtime lint"
+	if measured != "" {
+		command += " --measured " + filepath.Base(measured)
+	}
+	fmt.Fprintf(&b, "`%s` reports:\n\n```\n%s```\n\n", command, golden)
+	passes := "passes"
+	if _, measured := linterFor(t, r.ID, good); measured != "" {
+		passes += " with `--measured " + filepath.Base(measured) + "`"
+	}
+	fmt.Fprintf(&b, "`%s` %s:\n\n```%s\n%s```\n\n", filepath.Base(good), passes, fence(good), goodText)
 	fmt.Fprintf(&b, "More cases: [`internal/lint/testdata/%s`](../../internal/lint/testdata/%s).\n\n", r.ID, r.ID)
 	b.WriteString("## Suppress\n\n")
 	if slices.ContainsFunc(files, func(f string) bool { return filepath.Ext(f) == ".yaml" }) {

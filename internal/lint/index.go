@@ -21,7 +21,8 @@ import (
 )
 
 // index holds the objects the rules read, related to each other as the
-// cluster relates them, and the Dockerfiles and supervisord programs.
+// cluster relates them, the Dockerfiles and supervisord programs, and what
+// rollouts measured.
 type index struct {
 	workloads   []*workload
 	services    []*service
@@ -29,6 +30,7 @@ type index struct {
 	hpas        []*hpa
 	dockerfiles []*dockerfile
 	programs    []*program
+	measured    []Measurement
 }
 
 // workload is an object that runs pods from a pod template.

@@ -176,6 +176,7 @@ var allRules = []*Rule{
 	&livenessWithoutStartupProbe,
 	&preStopDelayMissing,
 	&preStopExecSleep,
+	&preStopShorterThanMeasured,
 	&terminationBudget,
 	&terminationGraceZero,
 	&shellPID1,
@@ -195,6 +196,7 @@ var allRules = []*Rule{
 type Linter struct {
 	rules    []*Rule
 	suppress []Suppression
+	measured []Measurement
 }
 
 // New returns a Linter that runs the rules cfg selects. It returns an error
@@ -203,7 +205,7 @@ func New(cfg Config) (*Linter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	l := &Linter{suppress: cfg.Suppress}
+	l := &Linter{suppress: cfg.Suppress, measured: cfg.Measured}
 	for _, r := range allRules {
 		if len(cfg.Enable) > 0 && !slices.Contains(cfg.Enable, r.ID) {
 			continue
@@ -234,6 +236,7 @@ func (l *Linter) Rules() []Rule {
 func (l *Linter) Lint(in Input) []Finding {
 	var out []Finding
 	for _, ix := range newIndexes(in) {
+		ix.measured = l.measured
 		for _, r := range l.rules {
 			for _, f := range r.check(ix) {
 				if found, ok := l.report(r, f); ok {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/closingtime-dev/closingtime/internal/report"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -38,6 +40,46 @@ func render(findings []Finding) string {
 	return b.String()
 }
 
+// measuredSuffix ends the name of the results file that a rule's input is
+// linted with, as with --measured: X.results.json for X.yaml.
+const measuredSuffix = ".results.json"
+
+// readMeasured reads a results file as `closingtime lint --measured` does.
+func readMeasured(t *testing.T, file string) ([]Measurement, error) {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	results, err := report.ReadJSON(f)
+	if err != nil {
+		return nil, err
+	}
+	return Measure(results)
+}
+
+// linterFor returns a Linter that runs rule id alone, with the
+// measurement of the input file when it has one, and that measurement's
+// file name ("" when it has none).
+func linterFor(t *testing.T, id, file string) (*Linter, string) {
+	t.Helper()
+	cfg := Config{Enable: []string{id}}
+	measured := strings.TrimSuffix(file, filepath.Ext(file)) + measuredSuffix
+	if _, err := os.Stat(measured); err == nil {
+		if cfg.Measured, err = readMeasured(t, measured); err != nil {
+			t.Fatalf("%s: %v", measured, err)
+		}
+	} else {
+		measured = ""
+	}
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, measured
+}
+
 // checkGolden compares got with the golden file, or rewrites it under
 // -update.
 func checkGolden(t *testing.T, golden, got string) {
@@ -56,16 +98,19 @@ func checkGolden(t *testing.T, golden, got string) {
 	}
 }
 
-// testRule runs rule r alone over the inputs in testdata/<r.ID>: every
-// valid-* file must yield no finding, and every invalid-* file at least
-// one, matching its .golden file.
+// testRule runs rule r alone over the inputs in testdata/<r.ID>, each with
+// its results file when it has one: every valid-* file must yield no
+// finding, and every invalid-* file at least one, matching its .golden
+// file.
 func testRule(t *testing.T, r *Rule) {
 	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("testdata", r.ID, "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Ext(f) == ".golden" })
+	files = slices.DeleteFunc(files, func(f string) bool {
+		return filepath.Ext(f) == ".golden" || strings.HasSuffix(f, measuredSuffix)
+	})
 	var valid, invalid int
 	for _, f := range files {
 		switch {
@@ -78,14 +123,11 @@ func testRule(t *testing.T, r *Rule) {
 	if valid == 0 || invalid == 0 {
 		t.Fatalf("testdata/%s has %d valid and %d invalid manifests; want at least one of each", r.ID, valid, invalid)
 	}
-	l, err := New(Config{Enable: []string{r.ID}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, file := range files {
 		name := filepath.Base(file)
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
+			l, _ := linterFor(t, r.ID, file)
 			got := l.Lint(readInput(t, file))
 			if strings.HasPrefix(name, "valid-") {
 				if len(got) > 0 {
@@ -128,7 +170,7 @@ func TestRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range dirs {
-		if d.IsDir() && !seen[d.Name()] && d.Name() != "report" && d.Name() != "corpus" {
+		if d.IsDir() && !seen[d.Name()] && !slices.Contains([]string{"report", "corpus", "measured"}, d.Name()) {
 			t.Errorf("testdata/%s belongs to no rule", d.Name())
 		}
 	}

@@ -28,7 +28,7 @@ func results() *scenario.Results {
 	second[load.Refused] = 50
 	return &scenario.Results{Scenarios: []scenario.Result{
 		{
-			Name: "1-plain", Description: "no readiness probe", Seed: "001",
+			Name: "1-plain", Description: "no readiness probe", Seed: "001", Deployment: "default/app",
 			Totals: scenario.Totals{Requests: 401, OK: 140, Refused: 252, Closed: 9},
 			Runs: []scenario.Run{{
 				Repetition: 1, Start: start,
@@ -50,7 +50,7 @@ func results() *scenario.Results {
 			}},
 		},
 		{
-			Name: "3-graceful", Seed: "001",
+			Name: "3-graceful", Seed: "001", Deployment: "default/app",
 			Totals: scenario.Totals{Requests: 1350, OK: 1350},
 			Runs: []scenario.Run{{
 				Repetition: 1, Start: start.Add(time.Minute),

@@ -25,6 +25,9 @@ type Result struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
 	Seed        string `json:"seed,omitempty"`
+	// Deployment is the namespace/name of the Deployment the action
+	// concerns.
+	Deployment string `json:"deployment"`
 	// Totals sums the runs.
 	Totals Totals `json:"totals"`
 	Runs   []Run  `json:"runs"`

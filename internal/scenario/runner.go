@@ -131,6 +131,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 	if err != nil {
 		return nil, err
 	}
+	res.Deployment = deployment.Namespace + "/" + deployment.Name
 	c, err := r.cfg.NewCluster(s.Cluster)
 	if err != nil {
 		return nil, fmt.Errorf("scenario %s: start cluster: %w", s.Name, err)

@@ -102,6 +102,9 @@ func TestRunnerCatalog(t *testing.T) {
 		check func(t *testing.T, res *Result)
 	}{
 		{name: "1-plain", check: func(t *testing.T, res *Result) {
+			if res.Deployment != "default/app" {
+				t.Errorf("Deployment = %q, want default/app", res.Deployment)
+			}
 			tot := res.Totals
 			if tot.Failed() < tot.Requests/10 || tot.Refused <= tot.Failed()/2 {
 				t.Errorf("totals %+v: want at least a tenth of the requests failed, most of them refused", tot)

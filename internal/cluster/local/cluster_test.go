@@ -398,7 +398,9 @@ func TestClusterRolloutUnderLoad(t *testing.T) {
 		d.Spec.Strategy = rollingUpdate("1", "0")
 		ctr := &d.Spec.Template.Spec.Containers[0]
 		ctr.ReadinessProbe = httpProbe("/ready", 3)
-		ctr.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 2}}}
+		// Four times the longest propagation delay, so that a loaded
+		// machine's late timers cannot make it race.
+		ctr.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 4}}}
 		tl := underLoad(t, c, "node-2", []runtime.Object{d, svc}, 20*time.Millisecond, 3, 0)
 		if tl.ok == 0 || tl.refused+tl.other != 0 {
 			t.Errorf("ok %d, failed %d (refused %d), want no failure", tl.ok, tl.refused+tl.other, tl.refused)

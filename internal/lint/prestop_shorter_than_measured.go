@@ -1,0 +1,223 @@
+package lint
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/scenario"
+)
+
+// MeasuredMarginSeconds is the time, in seconds, that a preStop delay must
+// leave between the last request an old pod received in the measured
+// rollouts and its SIGTERM; requests that failed within it of an old pod's
+// SIGTERM count against the delay too.
+const MeasuredMarginSeconds = 1
+
+var preStopShorterThanMeasured = Rule{
+	ID:       "prestop-shorter-than-measured",
+	Severity: Error,
+	Title:    "The preStop delay is shorter than the traffic tail measured by closingtime rollout",
+	Why: "After a pod starts terminating, requests keep reaching it until every node's proxy has seen it leave the " +
+		"endpoints; a rollout of this Deployment measured how long that takes in your cluster, and a preStop delay " +
+		"shorter than that, plus a margin, lets SIGTERM arrive while requests still do, and they fail.",
+	Fix: "Set lifecycle.preStop.sleep.seconds to at least the measured tail plus the margin, keep it within " +
+		"terminationGracePeriodSeconds, and measure again with closingtime rollout.",
+	check: checkPreStopShorterThanMeasured,
+}
+
+// Measurement is what rollouts measured of one Deployment's old pods, as
+// [Measure] reads it from results, for the rule
+// prestop-shorter-than-measured. Times are from each old pod's own events.
+type Measurement struct {
+	// Deployment is the Deployment's namespace/name.
+	Deployment string
+	// Runs counts the runs measured, OldPods the old pods sent SIGTERM in
+	// them, and Served those of the old pods that answered a request.
+	Runs, OldPods, Served int
+	// Tail is the longest time from an old pod's termination start to the
+	// last request that reached it; zero when Served is.
+	Tail time.Duration
+	// Gap is the shortest time from an old pod's last request to its
+	// SIGTERM, negative when it served after SIGTERM; zero when Served is.
+	Gap time.Duration
+	// Failed counts the requests that failed within MeasuredMarginSeconds
+	// of an old pod's SIGTERM.
+	Failed int
+	// FailedPreStop is the longest preStop delay (termination start to
+	// SIGTERM) of the old pods around whose SIGTERM requests failed.
+	FailedPreStop time.Duration
+}
+
+// Measure summarises results by Deployment, one Measurement each, in the
+// order the results first name them. It returns an error naming the
+// scenario, run and pod when results lack what the summary needs: a
+// Deployment for each scenario, and the termination start of each old pod
+// that was sent SIGTERM.
+func Measure(results *scenario.Results) ([]Measurement, error) {
+	if len(results.Scenarios) == 0 {
+		return nil, errors.New("no scenarios: not the results of closingtime rollout or lab")
+	}
+	var out []Measurement
+	byDeployment := make(map[string]int)
+	for _, s := range results.Scenarios {
+		if s.Deployment == "" {
+			return nil, fmt.Errorf("scenario %q: no deployment", s.Name)
+		}
+		ns, name, ok := strings.Cut(s.Deployment, "/")
+		if !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("scenario %q: deployment %q is not namespace/name", s.Name, s.Deployment)
+		}
+		i, seen := byDeployment[s.Deployment]
+		if !seen {
+			i = len(out)
+			byDeployment[s.Deployment] = i
+			out = append(out, Measurement{Deployment: s.Deployment})
+		}
+		for _, run := range s.Runs {
+			if err := out[i].add(run); err != nil {
+				return nil, fmt.Errorf("scenario %q: run %d: %w", s.Name, run.Repetition, err)
+			}
+		}
+	}
+	return out, nil
+}
+
+// add adds a run's old pods to m.
+func (m *Measurement) add(run scenario.Run) error {
+	m.Runs++
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	terminating := make(map[string]float64)
+	var failures []float64
+	for _, e := range run.Timeline {
+		switch {
+		case e.Source == "cluster" && e.Kind == string(cluster.PodTerminating):
+			terminating[e.Pod] = e.AtMS
+		case e.Source == "client":
+			failures = append(failures, e.AtMS)
+		}
+	}
+	margin := float64(MeasuredMarginSeconds * 1000) // in milliseconds, as the timeline
+	counted := make([]bool, len(failures))
+	for _, p := range run.OldPods {
+		if p.SigtermMS == nil {
+			continue
+		}
+		start, ok := terminating[p.Name]
+		if !ok {
+			return fmt.Errorf("old pod %s: no %s event in the timeline", p.Name, cluster.PodTerminating)
+		}
+		m.OldPods++
+		preStop := ms(*p.SigtermMS - start)
+		if p.LastRequestMS != nil && p.GapMS != nil {
+			tail, gap := ms(*p.LastRequestMS-start), ms(*p.GapMS)
+			if m.Served == 0 || tail > m.Tail {
+				m.Tail = tail
+			}
+			if m.Served == 0 || gap < m.Gap {
+				m.Gap = gap
+			}
+			m.Served++
+		}
+		failed := false
+		for i, at := range failures {
+			if !counted[i] && math.Abs(at-*p.SigtermMS) <= margin {
+				counted[i], failed = true, true
+				m.Failed++
+			}
+		}
+		if failed {
+			m.FailedPreStop = max(m.FailedPreStop, preStop)
+		}
+	}
+	return nil
+}
+
+// measures reports whether m is a measurement of workload w.
+func (m Measurement) measures(w *workload) bool {
+	return w.obj.Kind() == "Deployment" && m.Deployment == namespace(w.obj)+"/"+w.obj.Meta().GetName()
+}
+
+// Unmatched returns the measurements of l's Config that concern no
+// Deployment of in, which the rule prestop-shorter-than-measured therefore
+// compares with nothing.
+func (l *Linter) Unmatched(in Input) []Measurement {
+	var out []Measurement
+	ixs := newIndexes(in)
+	for _, m := range l.measured {
+		found := false
+		for _, ix := range ixs {
+			for _, w := range ix.workloads {
+				found = found || m.measures(w)
+			}
+		}
+		if !found {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func checkPreStopShorterThanMeasured(ix *index) []finding {
+	var out []finding
+	for _, m := range ix.measured {
+		for _, w := range ix.workloads {
+			if !m.measures(w) {
+				continue
+			}
+			for _, i := range w.servingContainers() {
+				c := w.template.Spec.Containers[i]
+				seconds, known := preStopSeconds(c)
+				if !known {
+					continue
+				}
+				if f, ok := m.judge(seconds); ok {
+					f.at, f.field = object{w.obj}, w.containerPath(i)+".lifecycle.preStop"
+					f.message = fmt.Sprintf("container %q: %s", c.Name, f.message)
+					out = append(out, f)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// judge compares a preStop delay of seconds with m, and returns the
+// finding's message and fix when the delay is too short.
+func (m Measurement) judge(seconds int64) (finding, bool) {
+	preStop := time.Duration(seconds) * time.Second
+	margin := MeasuredMarginSeconds * time.Second
+	measured := fmt.Sprintf("in the measured rollouts of Deployment %s (%d %s, %d %s)",
+		m.Deployment, m.Runs, plural(m.Runs, "run"), m.OldPods, plural(m.OldPods, "old pod"))
+	if need := m.Tail + margin; m.Served > 0 && preStop < need {
+		return finding{
+			message: fmt.Sprintf("%s, requests reached old pods until %s and %s; preStop is %d s, and that tail and the %d s margin need %.2f s",
+				measured, when(m.Tail, "their termination started"), when(-m.Gap, "SIGTERM"), seconds, MeasuredMarginSeconds, need.Seconds()),
+			fix: fmt.Sprintf("Set lifecycle.preStop.sleep.seconds to at least %d, keep it within terminationGracePeriodSeconds, "+
+				"and measure again with closingtime rollout.", int64(math.Ceil(need.Seconds()))),
+		}, true
+	}
+	// A delay longer than the measured ones was not measured: the
+	// failures say nothing of it.
+	if m.Failed > 0 && preStop <= m.FailedPreStop.Round(time.Second) {
+		return finding{
+			message: fmt.Sprintf("%s, %d %s failed within %d s of an old pod's SIGTERM, with a preStop delay of %.2f s; preStop is %d s",
+				measured, m.Failed, plural(m.Failed, "request"), MeasuredMarginSeconds, m.FailedPreStop.Seconds(), seconds),
+			fix: fmt.Sprintf("Lengthen lifecycle.preStop.sleep.seconds beyond %d s and measure again with closingtime rollout; "+
+				"failures that stay at SIGTERM come from the server's shutdown, not from the delay.", seconds),
+		}, true
+	}
+	return finding{}, false
+}
+
+// when says when a request came relative to event, d after it (before it
+// when negative), for messages.
+func when(d time.Duration, event string) string {
+	if d < 0 {
+		return fmt.Sprintf("%.2f s before %s", -d.Seconds(), event)
+	}
+	return fmt.Sprintf("%.2f s after %s", d.Seconds(), event)
+}
