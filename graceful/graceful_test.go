@@ -78,15 +78,15 @@ func start(t *testing.T, ctx context.Context, s *graceful.Server) *serving {
 }
 
 // wait waits for Serve to return and says how long that took.
-func (sv *serving) wait(t *testing.T, within time.Duration) (error, time.Duration) {
+func (sv *serving) wait(t *testing.T, within time.Duration) (time.Duration, error) {
 	t.Helper()
 	begin := time.Now()
 	select {
 	case <-sv.done:
-		return sv.err, time.Since(begin)
+		return time.Since(begin), sv.err
 	case <-time.After(within):
 		t.Fatalf("Serve still running after %v", within)
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -179,7 +179,7 @@ func TestInFlightRequestCompletes(t *testing.T) {
 	if !resp.Close {
 		t.Error("in-flight response on a keep-alive connection lacks Connection: close")
 	}
-	if err, _ := sv.wait(t, 5*time.Second); err != nil {
+	if _, err := sv.wait(t, 5*time.Second); err != nil {
 		t.Errorf("Serve: %v, want nil", err)
 	}
 }
@@ -210,7 +210,7 @@ func TestBusyKeepAliveClosesAfterResponse(t *testing.T) {
 	if !c.closedByPeer() {
 		t.Error("server kept the busy connection open after its response")
 	}
-	err, _ = sv.wait(t, 5*time.Second)
+	_, err = sv.wait(t, 5*time.Second)
 	if err != nil {
 		t.Errorf("Serve: %v, want nil", err)
 	}
@@ -260,7 +260,7 @@ func TestIdleKeepAliveClosesWhenQuiet(t *testing.T) {
 	if _, _, err := busy.receive(); err != nil {
 		t.Errorf("busy request: %v", err)
 	}
-	if err, _ := sv.wait(t, 5*time.Second); err != nil {
+	if _, err := sv.wait(t, 5*time.Second); err != nil {
 		t.Errorf("Serve: %v", err)
 	}
 }
@@ -332,7 +332,7 @@ func TestReadinessFailsBeforeListenerCloses(t *testing.T) {
 	}
 
 	// After it: new connections are refused.
-	if err, _ := sv.wait(t, 5*time.Second); err != nil {
+	if _, err := sv.wait(t, 5*time.Second); err != nil {
 		t.Errorf("Serve: %v", err)
 	}
 	if took := time.Since(signalled); took < preStop {
@@ -372,7 +372,7 @@ func TestRequestOnAcceptedConnectionIsAnswered(t *testing.T) {
 	if _, _, err := busy.receive(); err != nil {
 		t.Errorf("busy request: %v", err)
 	}
-	if err, _ := sv.wait(t, 5*time.Second); err != nil {
+	if _, err := sv.wait(t, 5*time.Second); err != nil {
 		t.Errorf("Serve: %v", err)
 	}
 }
@@ -388,7 +388,7 @@ func TestSilentConnectionDoesNotHoldDrain(t *testing.T) {
 	silent := dial(t, sv.addr)
 	time.Sleep(50 * time.Millisecond)
 	terminate(t)
-	if err, took := sv.wait(t, 10*time.Second); err != nil || took > 5*time.Second {
+	if took, err := sv.wait(t, 10*time.Second); err != nil || took > 5*time.Second {
 		t.Errorf("Serve: %v after %v; want nil within a few seconds", err, took)
 	}
 	if !silent.closedByPeer() {
@@ -418,7 +418,7 @@ func TestStuckClientCannotHoldPastDeadline(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	terminate(t)
-	err, took := sv.wait(t, 10*time.Second)
+	took, err := sv.wait(t, 10*time.Second)
 	if !errors.Is(err, graceful.ErrDrainTimeout) {
 		t.Errorf("Serve: %v, want ErrDrainTimeout", err)
 	}
@@ -445,7 +445,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	terminate(t)
 	time.Sleep(200 * time.Millisecond)
 	terminate(t)
-	err, took := sv.wait(t, 5*time.Second)
+	took, err := sv.wait(t, 5*time.Second)
 	if !errors.Is(err, graceful.ErrInterrupted) {
 		t.Errorf("Serve: %v, want ErrInterrupted", err)
 	}
@@ -468,7 +468,7 @@ func TestContextBeginsTermination(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sv := start(t, ctx, s)
 	cancel()
-	if err, _ := sv.wait(t, 5*time.Second); err != nil {
+	if _, err := sv.wait(t, 5*time.Second); err != nil {
 		t.Errorf("Serve: %v", err)
 	}
 	if sig := <-terminated; sig != nil {
@@ -541,7 +541,7 @@ func TestHijackedConnectionIsDrained(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	io.WriteString(c, "bye\n")
-	if err, _ := sv.wait(t, 3*time.Second); err != nil {
+	if _, err := sv.wait(t, 3*time.Second); err != nil {
 		t.Errorf("Serve: %v", err)
 	}
 }
@@ -582,7 +582,7 @@ func TestHTTP2StreamCompletes(t *testing.T) {
 	if err := <-result; err != nil {
 		t.Errorf("in-flight HTTP/2 stream: %v", err)
 	}
-	if err, took := sv.wait(t, 5*time.Second); err != nil || took > 3*time.Second {
+	if took, err := sv.wait(t, 5*time.Second); err != nil || took > 3*time.Second {
 		t.Errorf("Serve: %v after %v", err, took)
 	}
 }
