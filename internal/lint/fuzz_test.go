@@ -12,17 +12,7 @@ import (
 // FuzzLint checks that no manifest makes a rule panic, and that every
 // finding points at a line of its input.
 func FuzzLint(f *testing.F) {
-	files, err := filepath.Glob("testdata/*/*.yaml")
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
-	}
+	addSeeds(f, "testdata/*/*.yaml")
 	l, err := New(Config{})
 	if err != nil {
 		f.Fatal(err)
@@ -40,17 +30,7 @@ func FuzzLint(f *testing.F) {
 // FuzzParseDockerfile checks that no Dockerfile makes the parser panic and
 // that the instructions it returns lie within the input.
 func FuzzParseDockerfile(f *testing.F) {
-	files, err := filepath.Glob("testdata/*/*Dockerfile")
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
-	}
+	addSeeds(f, "testdata/*/*Dockerfile")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		lines := bytes.Count(data, []byte("\n")) + 1
 		argv, in := parseDockerfile("Dockerfile", data).process()
@@ -64,17 +44,7 @@ func FuzzParseDockerfile(f *testing.F) {
 // FuzzParseSupervisord checks that no configuration makes the parser
 // panic and that the programs it returns lie within the input.
 func FuzzParseSupervisord(f *testing.F) {
-	files, err := filepath.Glob("testdata/*/*.conf")
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
-	}
+	addSeeds(f, "testdata/*/*.conf")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		lines := bytes.Count(data, []byte("\n")) + 1
 		for _, p := range parseSupervisord("supervisord.conf", data) {
@@ -86,4 +56,20 @@ func FuzzParseSupervisord(f *testing.F) {
 			firstProcessProblem(splitWords(p.settings["command"].value))
 		}
 	})
+}
+
+// addSeeds adds every file that pattern matches to f's seed corpus.
+func addSeeds(f *testing.F, pattern string) {
+	f.Helper()
+	files, err := filepath.Glob(pattern)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 }
