@@ -3,13 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,9 +48,7 @@ would otherwise be waited out, keeping every phenomenon visible.`,
   closingtime lab -f my-scenario.yaml
   closingtime lab --quick -o json > results.json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return runLab(ctx, streams, args, flags)
+			return runLab(cmd.Context(), streams, args, flags)
 		},
 	}
 	f := cmd.Flags()
@@ -82,18 +77,19 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		return fmt.Errorf("lab: find the closingtime binary for the pods: %w", err)
 	}
 	started := time.Now()
+	shown := newProgress(streams.Err, scenarios)
 	runner, err := scenario.NewRunner(scenario.RunnerConfig{
 		NewCluster:  localClusters(exe),
 		Quick:       flags.quick,
 		Repetitions: flags.repeat,
-		Progress:    progressLines(streams.Err, started),
+		Progress:    shown.update,
 	})
 	if err != nil {
 		return err
 	}
-	results, err := runAll(ctx, runner, scenarios, flags.parallel)
+	results, err := runScenarios(ctx, streams, "lab", runner, scenarios, flags.parallel, shown)
 	if err != nil {
-		return fmt.Errorf("lab: %w", err)
+		return err
 	}
 	fmt.Fprintf(streams.Err, "lab: %d scenarios in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
 	if flags.results != "" {
@@ -133,6 +129,22 @@ func labScenarios(names, files []string) ([]*scenario.Scenario, error) {
 		return nil, &usageError{fmt.Errorf("lab: %w", err)}
 	}
 	return scenarios, nil
+}
+
+// runScenarios runs scenarios as runAll does, showing their progress,
+// and stops them all at the first interrupt (see interruptible).
+func runScenarios(ctx context.Context, streams Streams, command string, runner *scenario.Runner, scenarios []*scenario.Scenario, parallel int, shown progress) (*scenario.Results, error) {
+	ctx, interrupted, stop := interruptible(ctx, streams.Err, command)
+	defer stop()
+	results, err := runAll(ctx, runner, scenarios, parallel)
+	shown.finish()
+	if interrupted() {
+		return nil, errInterrupted
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", command, err)
+	}
+	return results, nil
 }
 
 // runAll runs scenarios, parallel at a time (all if zero), and returns their
@@ -184,21 +196,6 @@ func localClusters(exe string) func(scenario.ClusterSettings) (scenario.Cluster,
 			MaxPropagationDelay: s.PropagationDelay.Max,
 			Kubelet:             local.KubeletConfig{ImageCommands: map[string][]string{scenario.Image: {exe}}},
 		})
-	}
-}
-
-// progressLines returns a progress callback that writes a line per phase
-// of each scenario, with the time since start.
-func progressLines(w io.Writer, start time.Time) func(scenario.Progress) {
-	var mu sync.Mutex
-	return func(p scenario.Progress) {
-		mu.Lock()
-		defer mu.Unlock()
-		rep := ""
-		if p.Repetition > 0 {
-			rep = fmt.Sprintf(" %d/%d", p.Repetition, p.Repetitions)
-		}
-		fmt.Fprintf(w, "%6.1fs  %-24s%s %s\n", time.Since(start).Seconds(), p.Scenario, rep, p.Phase)
 	}
 }
 

@@ -12,11 +12,16 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
+// runAsCommand is the environment variable that makes the test binary run
+// its arguments as the closingtime command line (see TestMain).
+const runAsCommand = "CLOSINGTIME_TEST_RUN_COMMAND"
+
 // TestMain runs the command line instead of the tests when the test binary
 // is started as a pod of `closingtime lab` (which runs os.Executable with
-// the pod's args, "serve …"), as os/exec's tests re-execute themselves.
+// the pod's args, "serve …"), or by a test that sets runAsCommand, as
+// os/exec's tests re-execute themselves.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "serve" {
+	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Getenv(runAsCommand) == "1") {
 		os.Exit(Run(context.Background(), os.Args[1:], StdStreams()))
 	}
 	os.Exit(m.Run())

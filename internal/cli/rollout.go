@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -57,9 +55,7 @@ args (docs/scenario.md).`,
   closingtime rollout -f k8s/ --local --repeat 3 --client new-conn=50 --client keep-alive=20 --path /work`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return runRollout(ctx, streams, flags)
+			return runRollout(cmd.Context(), streams, flags)
 		},
 	}
 	f := cmd.Flags()
@@ -116,14 +112,15 @@ func runRollout(ctx context.Context, streams Streams, flags rolloutFlags) error 
 	if err != nil {
 		return fmt.Errorf("rollout: find the closingtime binary: %w", err)
 	}
-	started := time.Now()
-	runner, err := scenario.NewRunner(scenario.RunnerConfig{NewCluster: localClusters(exe), Progress: progressLines(streams.Err, started)})
+	scenarios := []*scenario.Scenario{s}
+	shown := newProgress(streams.Err, scenarios)
+	runner, err := scenario.NewRunner(scenario.RunnerConfig{NewCluster: localClusters(exe), Progress: shown.update})
 	if err != nil {
 		return err
 	}
-	results, err := runAll(ctx, runner, []*scenario.Scenario{s}, 1)
+	results, err := runScenarios(ctx, streams, "rollout", runner, scenarios, 1, shown)
 	if err != nil {
-		return fmt.Errorf("rollout: %w", err)
+		return err
 	}
 	if flags.results != "" {
 		if err := writeResults(flags.results, results); err != nil {
