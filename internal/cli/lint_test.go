@@ -120,3 +120,14 @@ func TestLint(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnManifestsLintClean lints the project's own Dockerfile and
+// deployment manifests, which must follow what lint prescribes.
+func TestOwnManifestsLintClean(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"lint", "../../Dockerfile", "../../deploy/"}, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	if code != ExitOK {
+		t.Errorf("exit %d:\n%s%s", code, out.String(), errOut.String())
+	}
+}
