@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +24,7 @@ type labFlags struct {
 	quick    bool
 	output   string
 	results  string
+	report   string
 	parallel int
 }
 
@@ -38,8 +41,9 @@ every failed request by kind and by second.
 
 Progress goes to standard error. Then the comparison table, a row per
 scenario, and per run the seconds with failures and the old pods' figures
-go to standard output (-o json writes the results instead), and the results
-are written to --results as well.
+go to standard output (-o json writes the results instead); the results
+are written to --results as JSON, and to --report as one self-contained
+HTML page with the table and a timeline per run (docs/report.md).
 
 --quick shortens the warm-up, the repetitions and the grace periods that
 would otherwise be waited out, keeping every phenomenon visible.`,
@@ -57,6 +61,7 @@ would otherwise be waited out, keeping every phenomenon visible.`,
 	f.BoolVar(&flags.quick, "quick", false, "shorter periods and one repetition, every phenomenon still shown")
 	f.StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&flags.results, "results", "results.json", "file to write the results to as JSON; empty for none")
+	f.StringVar(&flags.report, "report", "report.html", "file to write the HTML report to (docs/report.md); empty for none")
 	f.IntVar(&flags.parallel, "parallel", 0, "scenarios run at once, each on a cluster of its own (default: all)")
 	return cmd
 }
@@ -92,10 +97,8 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		return err
 	}
 	fmt.Fprintf(streams.Err, "lab: %d scenarios in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
-	if flags.results != "" {
-		if err := writeResults(flags.results, results); err != nil {
-			return fmt.Errorf("lab: %w", err)
-		}
+	if err := writeFiles(flags.results, flags.report, results); err != nil {
+		return fmt.Errorf("lab: %w", err)
 	}
 	if flags.output == "json" {
 		return report.WriteJSON(streams.Out, results)
@@ -199,14 +202,42 @@ func localClusters(exe string) func(scenario.ClusterSettings) (scenario.Cluster,
 	}
 }
 
-func writeResults(path string, r *scenario.Results) error {
-	f, err := os.Create(path)
+// writeFiles writes results as JSON to resultsPath and as HTML to
+// reportPath, skipping an empty path. Each file appears whole or not at
+// all: it is written to a temporary file beside it, then renamed.
+func writeFiles(resultsPath, reportPath string, r *scenario.Results) error {
+	for _, out := range []struct {
+		path  string
+		write func(io.Writer, *scenario.Results) error
+	}{{resultsPath, report.WriteJSON}, {reportPath, report.WriteHTML}} {
+		if out.path == "" {
+			continue
+		}
+		if err := writeAtomically(out.path, func(w io.Writer) error { return out.write(w, r) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeAtomically writes path with write, through a temporary file in the
+// same directory renamed over path once complete.
+func writeAtomically(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
-	if err := report.WriteJSON(f, r); err != nil {
+	defer os.Remove(f.Name())
+	if err := write(f); err != nil {
 		f.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return f.Close()
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

@@ -55,15 +55,17 @@ func TestLabUsage(t *testing.T) {
 
 // TestLabQuick runs `closingtime lab --quick 1-plain -o json` with this
 // test binary as the pods' closingtime, and checks the results on standard
-// output and in the results file: refused requests dominate.
+// output and in the results file (refused requests dominate), and that the
+// HTML report was written.
 func TestLabQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a rollout under load")
 	}
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "results.json")
+	dir := t.TempDir()
+	path, page := filepath.Join(dir, "results.json"), filepath.Join(dir, "report.html")
 	var out, errOut bytes.Buffer
-	code := Run(context.Background(), []string{"lab", "--quick", "1-plain", "-o", "json", "--results", path},
+	code := Run(context.Background(), []string{"lab", "--quick", "1-plain", "-o", "json", "--results", path, "--report", page},
 		Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
 	if code != ExitOK {
 		t.Fatalf("exit %d; stderr:\n%s", code, errOut.String())
@@ -77,6 +79,16 @@ func TestLabQuick(t *testing.T) {
 	}
 	if !bytes.Equal(saved, out.Bytes()) {
 		t.Errorf("results file differs from the JSON output")
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(html, []byte("<!DOCTYPE html>")) || !bytes.Contains(html, []byte("1-plain")) {
+		t.Errorf("report.html is not the scenario's HTML report:\n%.300s", html)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+		t.Errorf("temporary files left behind: %v", left)
 	}
 	var r scenario.Results
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/closingtime-dev/closingtime/internal/report"
+	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
 type reportFlags struct {
@@ -19,10 +21,13 @@ func newReportCommand(streams Streams) *cobra.Command {
 		Use:   "report RESULTS",
 		Short: "Render saved results of lab or rollout again",
 		Long: `Read a results file that closingtime lab or closingtime rollout wrote
-(docs/lab.md § results.json) and render it: the comparison table and the
-per-run lines (-o text), or the JSON again (-o json).`,
+(docs/lab.md § results.json) and render it on standard output: the
+comparison table and the per-run lines (-o text), the JSON again
+(-o json), or one self-contained HTML page with the table and a timeline
+per run (-o html, docs/report.md).`,
 		Example: `  closingtime report results.json
-  closingtime report results.json -o json`,
+  closingtime report results.json -o json
+  closingtime report results.json -o html > report.html`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("report: want exactly one results file, got %d arguments (see closingtime report --help)", len(args))
@@ -33,13 +38,21 @@ per-run lines (-o text), or the JSON again (-o json).`,
 			return runReport(streams, args[0], flags)
 		},
 	}
-	cmd.Flags().StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVarP(&flags.output, "output", "o", "text", "output format: text, json or html")
 	return cmd
 }
 
 func runReport(streams Streams, path string, flags reportFlags) error {
-	if flags.output != "text" && flags.output != "json" {
-		return usagef("report: invalid --output %q: accepted values are text, json", flags.output)
+	var write func(io.Writer, *scenario.Results) error
+	switch flags.output {
+	case "text":
+		write = report.WriteText
+	case "json":
+		write = report.WriteJSON
+	case "html":
+		write = report.WriteHTML
+	default:
+		return usagef("report: invalid --output %q: accepted values are text, json, html", flags.output)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -50,8 +63,5 @@ func runReport(streams Streams, path string, flags reportFlags) error {
 	if err != nil {
 		return fmt.Errorf("report: %s: %w", path, err)
 	}
-	if flags.output == "json" {
-		return report.WriteJSON(streams.Out, results)
-	}
-	return report.WriteText(streams.Out, results)
+	return write(streams.Out, results)
 }

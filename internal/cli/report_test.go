@@ -16,6 +16,7 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	html := mustRead(t, "../report/testdata/table.html.golden")
 	broken := filepath.Join(t.TempDir(), "broken.json")
 	if err := os.WriteFile(broken, []byte(`{"scenarios": [`), 0o644); err != nil {
 		t.Fatal(err)
@@ -30,7 +31,8 @@ func TestReport(t *testing.T) {
 		{name: "text", args: []string{"report", golden}, wantOut: string(text)},
 		{name: "json", args: []string{"report", "-o", "json", golden}, wantOut: mustRead(t, golden)},
 		{name: "no file", args: []string{"report"}, wantCode: ExitUsage, wantErr: "want exactly one results file"},
-		{name: "bad output", args: []string{"report", "-o", "html", golden}, wantCode: ExitUsage, wantErr: `invalid --output "html"`},
+		{name: "html", args: []string{"report", "-o", "html", golden}, wantOut: html},
+		{name: "bad output", args: []string{"report", "-o", "pdf", golden}, wantCode: ExitUsage, wantErr: `invalid --output "pdf": accepted values are text, json, html`},
 		{name: "broken", args: []string{"report", broken}, wantCode: ExitError, wantErr: "broken.json: read results"},
 	}
 	for _, tt := range tests {

@@ -33,6 +33,7 @@ type rolloutFlags struct {
 	warmUp, after   time.Duration
 	output          string
 	results         string
+	report          string
 }
 
 func newRolloutCommand(streams Streams) *cobra.Command {
@@ -75,6 +76,7 @@ args (docs/scenario.md).`,
 	f.DurationVar(&flags.after, "after", scenario.DefaultAfter, "traffic after each rollout is complete and its old pods are gone")
 	f.StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&flags.results, "results", "", "file to write the results to as JSON")
+	f.StringVar(&flags.report, "report", "", "file to write the HTML report to (docs/report.md)")
 	return cmd
 }
 
@@ -122,10 +124,8 @@ func runRollout(ctx context.Context, streams Streams, flags rolloutFlags) error 
 	if err != nil {
 		return err
 	}
-	if flags.results != "" {
-		if err := writeResults(flags.results, results); err != nil {
-			return fmt.Errorf("rollout: %w", err)
-		}
+	if err := writeFiles(flags.results, flags.report, results); err != nil {
+		return fmt.Errorf("rollout: %w", err)
 	}
 	if flags.output == "json" {
 		err = report.WriteJSON(streams.Out, results)

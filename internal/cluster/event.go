@@ -74,6 +74,11 @@ const (
 	// ReplicaSetScaled: ReplicaSet Object's desired replicas changed.
 	// Fields: from, to.
 	ReplicaSetScaled EventKind = "replicaset_scaled"
+	// ProgressDeadlineExceeded: Deployment Object's rollout made no
+	// progress for its progressDeadlineSeconds, and its Progressing
+	// condition turned False. Fields: deadline (a Go duration), replicaset
+	// (the new ReplicaSet's name).
+	ProgressDeadlineExceeded EventKind = "progress_deadline_exceeded"
 	// NodeCordoned and NodeUncordoned: Node's schedulability changed.
 	NodeCordoned   EventKind = "node_cordoned"
 	NodeUncordoned EventKind = "node_uncordoned"
@@ -117,10 +122,16 @@ type EventLog struct {
 	changed chan struct{} // closed and replaced at each Record
 }
 
-// Record appends e to the log and wakes the readers waiting in Next.
+// Record appends e to the log and wakes the readers waiting in Next. An
+// event stamped before the latest one in the log, by a recorder that was
+// slow to get here, takes the latest one's time: the log's order is the
+// order of its times.
 func (l *EventLog) Record(e Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if n := len(l.events); n > 0 && e.Time.Before(l.events[n-1].Time) {
+		e.Time = l.events[n-1].Time
+	}
 	l.events = append(l.events, e)
 	if l.changed != nil {
 		close(l.changed)
@@ -156,4 +167,27 @@ func (l *EventLog) Next(ctx context.Context, i int) (Event, error) {
 			return Event{}, ctx.Err()
 		}
 	}
+}
+
+// Stream sends every event of the log from the first one, in order, on the
+// returned channel until ctx ends; the channel is closed then. It is the
+// Events method of a backend that records into l.
+func (l *EventLog) Stream(ctx context.Context) <-chan Event {
+	ch := make(chan Event)
+	go func() {
+		defer close(ch)
+		// One event per round; the loop ends with ctx.
+		for i := 0; ; i++ {
+			e, err := l.Next(ctx, i)
+			if err != nil {
+				return
+			}
+			select {
+			case ch <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch
 }

@@ -64,19 +64,93 @@ func results() *scenario.Results {
 	}}
 }
 
+// disruptions returns the results of scenarios with disruption figures:
+// an outage with restarts, back-offs and a recovery; a crash-looping
+// release rolled back; a drain blocked by a budget and one that went
+// through, over two runs.
+func disruptions() *scenario.Results {
+	start := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
+	f := func(v float64) *float64 { return &v }
+	var refused load.Counts
+	refused[load.OK], refused[load.Refused] = 10, 10
+	return &scenario.Results{Scenarios: []scenario.Result{
+		{
+			Name: "probe-liveness-deep", Seed: "000", Deployment: "default/app", Action: "outage",
+			Totals: scenario.Totals{Requests: 600, OK: 400, Refused: 200},
+			Runs: []scenario.Run{{
+				Repetition: 1, Start: start, Totals: scenario.Totals{Requests: 600, OK: 400, Refused: 200},
+				FailedSeconds: []scenario.FailedSecond{{Second: 9, Counts: refused}},
+				Restarts:      6,
+				Capacity:      &scenario.Capacity{MinReady: 0, Replicas: 3, AtMS: 5250},
+				BackOffs: []scenario.BackOff{
+					{AtMS: 9650, Pod: "app-97986c4fd-vf2jp", DelayMS: 9998.5},
+					{AtMS: 9770, Pod: "app-97986c4fd-2bxqw", DelayMS: 9999},
+					{AtMS: 23100, Pod: "app-97986c4fd-vf2jp", DelayMS: 19997},
+				},
+				Outage:    &scenario.Outage{Mode: "blackhole", StartMS: 0.2, EndMS: 30000.4},
+				RecoverMS: f(12400),
+			}},
+		},
+		{
+			Name: "crashloop", Seed: "000", Deployment: "default/app", Action: "set-env",
+			Totals: scenario.Totals{Requests: 840, OK: 840},
+			Runs: []scenario.Run{{
+				Repetition: 1, Start: start.Add(time.Minute), Totals: scenario.Totals{Requests: 840, OK: 840},
+				OldPods:      []scenario.OldPod{{Name: "app-85fcd6b497-q68cp", ExitCode: -1}},
+				RolloutMS:    38050,
+				Restarts:     3,
+				Capacity:     &scenario.Capacity{MinReady: 2, Replicas: 2},
+				BackOffs:     []scenario.BackOff{{AtMS: 40, Pod: "app-85fcd6b497-q68cp", DelayMS: 9999}, {AtMS: 10060, Pod: "app-85fcd6b497-q68cp", DelayMS: 19998}, {AtMS: 30110, Pod: "app-85fcd6b497-q68cp", DelayMS: 39998}},
+				RolledBackMS: f(38002),
+			}},
+		},
+		{
+			Name: "pdb-4-drain-min-available", Seed: "003", Deployment: "default/app", Action: "drain",
+			Totals: scenario.Totals{Requests: 320, OK: 320},
+			Runs: []scenario.Run{{
+				Repetition: 1, Start: start.Add(2 * time.Minute), Totals: scenario.Totals{Requests: 320, OK: 320},
+				Capacity:  &scenario.Capacity{MinReady: 1, Replicas: 1},
+				Evictions: &scenario.Evictions{Refused: 3},
+				Drain:     &scenario.DrainOutcome{Node: "node-1", EndMS: 12001, TimeoutMS: 12000},
+			}},
+		},
+		{
+			Name: "pdb-5-drain-max-unavailable", Seed: "003", Deployment: "default/app", Action: "drain",
+			Totals: scenario.Totals{Requests: 240, OK: 240},
+			Runs: []scenario.Run{
+				{
+					Repetition: 1, Start: start.Add(3 * time.Minute), Totals: scenario.Totals{Requests: 120, OK: 120},
+					Capacity:  &scenario.Capacity{MinReady: 0, Replicas: 1, AtMS: 1.5},
+					Evictions: &scenario.Evictions{Accepted: 1},
+					Drain:     &scenario.DrainOutcome{Node: "node-1", Drained: true, EndMS: 2010, TimeoutMS: 12000},
+				},
+				{
+					Repetition: 2, Start: start.Add(4 * time.Minute), Totals: scenario.Totals{Requests: 120, OK: 120},
+					Capacity:  &scenario.Capacity{MinReady: 0, Replicas: 1, AtMS: 2},
+					Evictions: &scenario.Evictions{Accepted: 1},
+					Drain:     &scenario.DrainOutcome{Node: "node-1", Drained: true, EndMS: 2220, TimeoutMS: 12000},
+				},
+			},
+		},
+	}}
+}
+
 func TestRender(t *testing.T) {
 	tests := []struct {
-		name   string
-		render func(*bytes.Buffer, *scenario.Results) error
+		name    string
+		results func() *scenario.Results
+		render  func(*bytes.Buffer, *scenario.Results) error
 	}{
-		{name: "table.txt", render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteTable(b, r) }},
-		{name: "text.txt", render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteText(b, r) }},
-		{name: "results.json", render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteJSON(b, r) }},
+		{name: "table.txt", results: results, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteTable(b, r) }},
+		{name: "text.txt", results: results, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteText(b, r) }},
+		{name: "results.json", results: results, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteJSON(b, r) }},
+		{name: "disruptions.txt", results: disruptions, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteText(b, r) }},
+		{name: "disruptions.json", results: disruptions, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteJSON(b, r) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got bytes.Buffer
-			if err := tt.render(&got, results()); err != nil {
+			if err := tt.render(&got, tt.results()); err != nil {
 				t.Fatal(err)
 			}
 			golden := filepath.Join("testdata", tt.name+".golden")
@@ -98,15 +172,17 @@ func TestRender(t *testing.T) {
 
 // TestReadJSON checks that results read back as they were written.
 func TestReadJSON(t *testing.T) {
-	var b bytes.Buffer
-	if err := WriteJSON(&b, results()); err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadJSON(&b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(results(), got); diff != "" {
-		t.Errorf("read back differs (-wrote +read):\n%s", diff)
+	for _, results := range []func() *scenario.Results{results, disruptions} {
+		var b bytes.Buffer
+		if err := WriteJSON(&b, results()); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadJSON(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(results(), got); diff != "" {
+			t.Errorf("read back differs (-wrote +read):\n%s", diff)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,37 +16,199 @@ import (
 // WriteTable writes the comparison table: a row per scenario with its
 // requests by outcome summed over its runs, and of its runs the highest p99
 // latency, the longest old-pod drain, the old pods' exit codes, the longest
-// rollout and the restarts.
+// rollout, the restarts and the lowest capacity. A second table follows
+// for the scenarios whose runs had an outage, back-offs, evictions, a
+// drain or a rollback, with a column for each.
 func WriteTable(w io.Writer, r *scenario.Results) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\truns\tsamples\tfailed\trefused\treset\tclosed\ttimeout\t5xx\tabsorbed\tp99\tdrain\texit codes\trollout\trestarts\t")
+	fmt.Fprintln(tw, "scenario\truns\tsamples\tfailed\trefused\treset\tclosed\ttimeout\t5xx\tabsorbed\tp99\tdrain\texit codes\trollout\trestarts\tcapacity\t")
 	for _, s := range r.Scenarios {
 		t := s.Totals
-		var p99, drain, rollout float64
-		restarts := 0
-		var codes []int
-		for _, run := range s.Runs {
-			p99 = max(p99, run.P99MS)
-			rollout = max(rollout, run.RolloutMS)
-			restarts += run.Restarts
-			for _, p := range run.OldPods {
-				drain = max(drain, p.DrainMS)
-				if !slices.Contains(codes, p.ExitCode) {
-					codes = append(codes, p.ExitCode)
-				}
+		m := summarize(s)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
+			s.Name, len(s.Runs), t.Requests, t.Failed(), t.Refused, t.Reset, t.Closed, t.Timeout, t.HTTP5xx, t.Absorbed,
+			millis(m.p99), seconds(m.drain), exitCodes(m.codes), seconds(m.rollout), m.restarts, capacity(m.capacity))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeDisruptions(w, r)
+}
+
+// summary is what the comparison table shows of a scenario's runs.
+type summary struct {
+	// p99, drain and rollout are the highest of the runs, in ms.
+	p99, drain, rollout float64
+	restarts            int
+	// codes are the old pods' exit codes, each once, in order.
+	codes []int
+	// capacity is the runs' lowest; nil if none has one.
+	capacity *scenario.Capacity
+}
+
+// summarize returns the table's figures of s's runs.
+func summarize(s scenario.Result) summary {
+	var m summary
+	for _, run := range s.Runs {
+		m.p99 = max(m.p99, run.P99MS)
+		m.rollout = max(m.rollout, run.RolloutMS)
+		m.restarts += run.Restarts
+		for _, p := range run.OldPods {
+			m.drain = max(m.drain, p.DrainMS)
+			if !slices.Contains(m.codes, p.ExitCode) {
+				m.codes = append(m.codes, p.ExitCode)
 			}
 		}
-		slices.Sort(codes)
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t\n",
-			s.Name, len(s.Runs), t.Requests, t.Failed(), t.Refused, t.Reset, t.Closed, t.Timeout, t.HTTP5xx, t.Absorbed,
-			millis(p99), seconds(drain), exitCodes(codes), seconds(rollout), restarts)
+		if c := run.Capacity; c != nil && (m.capacity == nil || c.MinReady < m.capacity.MinReady) {
+			m.capacity = c
+		}
+	}
+	slices.Sort(m.codes)
+	return m
+}
+
+// writeDisruptions writes the second table: a row per scenario with an
+// outage, back-offs, evictions, a drain or a rollback, and of its runs the
+// longest recovery, the back-off delays, the evictions summed and the
+// outcome of the last run.
+func writeDisruptions(w io.Writer, r *scenario.Results) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	rows := 0
+	for _, s := range r.Scenarios {
+		var outage, outcome string
+		var recovered float64
+		unrecovered := false
+		var delays []string
+		var ev scenario.Evictions
+		evicted := false
+		for _, run := range s.Runs {
+			if o := run.Outage; o != nil {
+				outage = fmt.Sprintf("%s %s", o.Mode, seconds(o.EndMS-o.StartMS))
+				if run.RecoverMS == nil {
+					unrecovered = true
+				} else {
+					recovered = max(recovered, *run.RecoverMS)
+				}
+			}
+			for _, b := range run.BackOffs {
+				if d := roundSeconds(b.DelayMS); !slices.Contains(delays, d) {
+					delays = append(delays, d)
+				}
+			}
+			if e := run.Evictions; e != nil {
+				evicted = true
+				ev.Accepted += e.Accepted
+				ev.Refused += e.Refused
+			}
+			if o := runOutcome(run); o != "" {
+				outcome = o
+			}
+		}
+		if outage == "" && len(delays) == 0 && !evicted && outcome == "" {
+			continue
+		}
+		if rows == 0 {
+			fmt.Fprintln(w)
+			fmt.Fprintln(tw, "scenario\toutage\trecover\tback-offs\tevictions ok/refused\toutcome\t")
+		}
+		rows++
+		recover := "-"
+		switch {
+		case unrecovered:
+			recover = "not in run"
+		case outage != "":
+			recover = seconds(recovered)
+		}
+		evictions := "-"
+		if evicted {
+			evictions = fmt.Sprintf("%d/%d", ev.Accepted, ev.Refused)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, or(outage), recover, or(strings.Join(delays, " ")), evictions, or(outcome))
 	}
 	return tw.Flush()
 }
 
-// WriteText writes the table, then for each run the requests of each
-// client by class, the seconds that had failures, in the style of seed 001's load script ("+3s ok=33
-// refused=12"), and a line per old pod.
+// writeDisruption writes a run's disruption lines.
+func writeDisruption(w io.Writer, run scenario.Run) {
+	if c := run.Capacity; c != nil {
+		fmt.Fprintf(w, "  capacity: %d of %d pods ready at the fewest", c.MinReady, c.Replicas)
+		if c.MinReady < c.Replicas {
+			fmt.Fprintf(w, ", from %s", offset(&c.AtMS))
+		}
+		fmt.Fprintln(w)
+	}
+	if o := run.Outage; o != nil {
+		fmt.Fprintf(w, "  dependency outage (%s) from %s to %s; ", o.Mode, offset(&o.StartMS), offset(&o.EndMS))
+		if run.RecoverMS == nil {
+			fmt.Fprintln(w, "not recovered within the run")
+		} else {
+			fmt.Fprintf(w, "recovered %s after its end: every pod ready, no request failing\n", seconds(*run.RecoverMS))
+		}
+	}
+	var pods []string
+	byPod := map[string][]string{}
+	for _, b := range run.BackOffs {
+		if byPod[b.Pod] == nil {
+			pods = append(pods, b.Pod)
+		}
+		byPod[b.Pod] = append(byPod[b.Pod], fmt.Sprintf("%s at %s", seconds(b.DelayMS), offset(&b.AtMS)))
+	}
+	for _, p := range pods {
+		fmt.Fprintf(w, "  back-offs of pod %s: %s\n", p, strings.Join(byPod[p], ", "))
+	}
+	if e := run.Evictions; e != nil {
+		fmt.Fprintf(w, "  evictions: %d accepted, %d refused (429) by a PodDisruptionBudget\n", e.Accepted, e.Refused)
+	}
+	switch d := run.Drain; {
+	case d != nil && d.Drained:
+		fmt.Fprintf(w, "  drain of %s: every pod gone at %s\n", d.Node, offset(&d.EndMS))
+	case d != nil:
+		fmt.Fprintf(w, "  drain of %s: blocked, given up at %s (its timeout %s); the node uncordoned\n", d.Node, offset(&d.EndMS), seconds(d.TimeoutMS))
+	}
+	if run.RolledBackMS != nil {
+		fmt.Fprintf(w, "  rolled back at %s: the rollout had not completed within its timeout\n", offset(run.RolledBackMS))
+	}
+}
+
+// runOutcome spells, for the table, how a run's drain ended, or its
+// rollback; empty if it had neither.
+func runOutcome(run scenario.Run) string {
+	switch d := run.Drain; {
+	case d != nil && d.Drained:
+		return fmt.Sprintf("%s drained in %s", d.Node, seconds(d.EndMS))
+	case d != nil:
+		return fmt.Sprintf("%s drain blocked, given up at %s", d.Node, seconds(d.EndMS))
+	case run.RolledBackMS != nil:
+		return "rolled back at " + seconds(*run.RolledBackMS)
+	}
+	return ""
+}
+
+func capacity(c *scenario.Capacity) string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d", c.MinReady, c.Replicas)
+}
+
+// roundSeconds spells a back-off delay in whole seconds: the kubelet's
+// wait is the back-off less the few milliseconds since the exit.
+func roundSeconds(ms float64) string {
+	return strconv.FormatFloat(math.Round(ms/1000), 'f', 0, 64) + "s"
+}
+
+func or(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// WriteText writes the tables, then for each run the requests of each
+// client by class, the seconds that had failures, in the style of seed
+// 001's load script ("+3s ok=33 refused=12"), a line per old pod, and the
+// run's disruption figures: its capacity, outage and recovery, back-offs
+// per pod, evictions, drain outcome and rollback.
 func WriteText(w io.Writer, r *scenario.Results) error {
 	if err := WriteTable(w, r); err != nil {
 		return err
@@ -65,9 +228,15 @@ func WriteText(w io.Writer, r *scenario.Results) error {
 				fmt.Fprintf(w, "  %+4ds %s\n", sec.Second, counts(sec.Counts))
 			}
 			for _, p := range run.OldPods {
+				if p.SigtermMS == nil && p.ExitCode < 0 {
+					// A pod in CrashLoopBackOff has no process to signal.
+					fmt.Fprintf(w, "  old pod %s: ended with no container running\n", p.Name)
+					continue
+				}
 				fmt.Fprintf(w, "  old pod %s: SIGTERM %s, last request %s%s, %d requests after SIGTERM, exit %s %s after termination began\n",
 					p.Name, offset(p.SigtermMS), offset(p.LastRequestMS), gap(p.GapMS), p.AfterSigterm, exitCodes([]int{p.ExitCode}), seconds(p.DrainMS))
 			}
+			writeDisruption(w, run)
 		}
 	}
 	return nil

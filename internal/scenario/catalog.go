@@ -11,8 +11,9 @@ import (
 )
 
 // catalogFS holds the built-in scenarios, one file each, listed in the
-// order of their names: seed 001's numbered ones, then seed 000's lettered
-// ones.
+// order of their names: seed 001's numbered ones, seed 000's lettered ones,
+// then the others (crash loops, budgets, probes, rollout strides), whose
+// names begin in lower case.
 //
 //go:embed catalog/*.yaml
 var catalogFS embed.FS
@@ -46,23 +47,31 @@ func Catalog() ([]*Scenario, error) {
 }
 
 // Select returns the scenarios of all that names lists, in the order of
-// names; all of them if names is empty. An unknown name is an error that
-// lists the known ones.
+// names; all of them if names is empty. A name is a scenario's name or a
+// group's, which stands for every scenario of the group in the catalog's
+// order. An unknown name is an error that lists the known ones.
 func Select(all []*Scenario, names []string) ([]*Scenario, error) {
 	if len(names) == 0 {
 		return all, nil
 	}
 	var picked []*Scenario
 	for _, n := range names {
-		i := slices.IndexFunc(all, func(s *Scenario) bool { return s.Name == n })
-		if i < 0 {
-			known := make([]string, len(all))
-			for j, s := range all {
-				known[j] = s.Name
+		before := len(picked)
+		for _, s := range all {
+			if s.Name == n || s.Group == n {
+				picked = append(picked, s)
+			}
+		}
+		if len(picked) == before {
+			var known []string
+			for _, s := range all {
+				if s.Group != "" && !slices.Contains(known, s.Group) {
+					known = append(known, s.Group)
+				}
+				known = append(known, s.Name)
 			}
 			return nil, fmt.Errorf("no scenario %q; the catalog has %s", n, strings.Join(known, ", "))
 		}
-		picked = append(picked, all[i])
 	}
 	return picked, nil
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
@@ -28,6 +29,8 @@ type Result struct {
 	// Deployment is the namespace/name of the Deployment the action
 	// concerns.
 	Deployment string `json:"deployment"`
+	// Action is the action's kind (docs/scenario.md).
+	Action string `json:"action,omitempty"`
 	// Totals sums the runs.
 	Totals Totals `json:"totals"`
 	Runs   []Run  `json:"runs"`
@@ -99,9 +102,79 @@ type Run struct {
 	RolloutMS float64 `json:"rolloutMs"`
 	// Restarts counts container restarts during the run's traffic.
 	Restarts int `json:"restarts"`
+	// Capacity is the fewest ready pods of the Deployment from the
+	// action's start to the run's end.
+	Capacity *Capacity `json:"capacity,omitempty"`
+	// BackOffs are the CrashLoopBackOff waits that began after the
+	// action's start, in order.
+	BackOffs []BackOff `json:"backOffs,omitempty"`
+	// Evictions counts the eviction API's answers after the action's
+	// start; absent when it was not called.
+	Evictions *Evictions `json:"evictions,omitempty"`
+	// Drain is a drain action's outcome.
+	Drain *DrainOutcome `json:"drain,omitempty"`
+	// Outage is an outage action's span.
+	Outage *Outage `json:"outage,omitempty"`
+	// RecoverMS is, after an outage, from its end to the moment from which
+	// every request succeeded and every pod of the Deployment was ready;
+	// absent when that moment did not come within the run.
+	RecoverMS *float64 `json:"recoverMs,omitempty"`
+	// RolledBackMS is when a set-env rollout that had not completed within
+	// the action's timeout was rolled back; absent if it was not.
+	RolledBackMS *float64 `json:"rolledBackMs,omitempty"`
 	// Timeline is every cluster event, pod log event and failed request of
 	// the run, in order.
 	Timeline []Entry `json:"timeline"`
+}
+
+// Capacity is the fewest ready pods of a Deployment during a run, against
+// its spec.replicas. A pod counts from its pod_ready event until it is
+// unready, terminating or deleted: a terminating pod never counts, even if
+// it still answers.
+type Capacity struct {
+	MinReady int `json:"minReady"`
+	Replicas int `json:"replicas"`
+	// AtMS is when the count first fell to MinReady; 0 when it was there
+	// at the action's start.
+	AtMS float64 `json:"atMs"`
+}
+
+// BackOff is one CrashLoopBackOff wait of a container.
+type BackOff struct {
+	AtMS float64 `json:"atMs"`
+	Pod  string  `json:"pod"`
+	// DelayMS is the wait before the restart, as the kubelet computed it:
+	// the back-off (10 s, 20 s, 40 s … by Kubernetes' rule) less the time
+	// since the exit.
+	DelayMS float64 `json:"delayMs"`
+}
+
+// Evictions counts the eviction API's answers.
+type Evictions struct {
+	// Accepted counts pods evicted; Refused, evictions refused (429) by a
+	// PodDisruptionBudget, each retry of a drain included.
+	Accepted int `json:"accepted"`
+	Refused  int `json:"refused"`
+}
+
+// DrainOutcome is how a drain ended.
+type DrainOutcome struct {
+	Node string `json:"node"`
+	// Drained reports whether every pod of the node was gone before the
+	// timeout; if not, the drain was blocked and given up.
+	Drained bool `json:"drained"`
+	// EndMS is when the drain ended, drained or given up.
+	EndMS float64 `json:"endMs"`
+	// TimeoutMS is the drain's timeout; 0 for none.
+	TimeoutMS float64 `json:"timeoutMs"`
+}
+
+// Outage is when a dependency outage lasted, and how it failed.
+type Outage struct {
+	// Mode is refuse or blackhole.
+	Mode    string  `json:"mode"`
+	StartMS float64 `json:"startMs"`
+	EndMS   float64 `json:"endMs"`
 }
 
 // FailedSecond is one second of a run with failures.
@@ -329,3 +402,103 @@ func readEvents(data []byte) ([]load.Event, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// disruption computes a run's capacity, back-offs, evictions and, after an
+// outage, recovery, from every event of the cluster (those before the run
+// give the state at its start) and the run's timeline of failed requests.
+// deployment names the Deployment, of replicas pods.
+func disruption(run *Run, events []cluster.Event, deployment string, replicas int32) {
+	start := run.Start
+	at := func(t time.Time) float64 { return ms(t.Sub(start)) }
+	tr := newReadiness(deployment)
+	var capacity *Capacity
+	var evictions Evictions
+	var fullSince time.Time // when every pod was last ready again; zero while not
+	for _, e := range events {
+		after := !e.Time.Before(start)
+		if after && capacity == nil {
+			capacity = &Capacity{MinReady: tr.ready(), Replicas: int(replicas)}
+		}
+		tr.add(e)
+		n := tr.ready()
+		switch {
+		case n < int(replicas):
+			fullSince = time.Time{}
+		case fullSince.IsZero():
+			fullSince = e.Time
+		}
+		if !after {
+			continue
+		}
+		if n < capacity.MinReady {
+			capacity.MinReady, capacity.AtMS = n, at(e.Time)
+		}
+		switch e.Kind {
+		case cluster.BackOff:
+			d, err := time.ParseDuration(e.Fields["delay"])
+			if err == nil {
+				run.BackOffs = append(run.BackOffs, BackOff{AtMS: at(e.Time), Pod: e.Pod, DelayMS: ms(d)})
+			}
+		case cluster.PodEvicted:
+			evictions.Accepted++
+		case cluster.EvictionRefused:
+			evictions.Refused++
+		}
+	}
+	if capacity == nil {
+		capacity = &Capacity{MinReady: tr.ready(), Replicas: int(replicas)}
+	}
+	run.Capacity = capacity
+	if evictions != (Evictions{}) || run.Drain != nil {
+		run.Evictions = &evictions
+	}
+	if run.Outage == nil || tr.ready() < int(replicas) {
+		return
+	}
+	recovered := at(fullSince)
+	for _, e := range run.Timeline {
+		if e.Source == "client" {
+			recovered = max(recovered, e.AtMS)
+		}
+	}
+	run.RecoverMS = ptr(max(0, recovered-run.Outage.EndMS))
+}
+
+// readiness follows the Ready condition of one Deployment's pods through a
+// cluster's events, from its first.
+type readiness struct {
+	// rs prefixes the Object of the pod_created events of the
+	// Deployment's pods: ReplicaSet/NAME-HASH, where HASH, the
+	// pod-template-hash, has no dash.
+	rs       string
+	ours     map[string]bool
+	readyNow map[string]bool
+	ended    map[string]bool // terminating or deleted: never ready again
+}
+
+func newReadiness(deployment string) *readiness {
+	return &readiness{rs: "ReplicaSet/" + deployment + "-", ours: map[string]bool{}, readyNow: map[string]bool{}, ended: map[string]bool{}}
+}
+
+// add takes the next event.
+func (r *readiness) add(e cluster.Event) {
+	switch e.Kind {
+	case cluster.PodCreated:
+		if hash, ok := strings.CutPrefix(e.Object, r.rs); ok && hash != "" && !strings.Contains(hash, "-") {
+			r.ours[e.Pod] = true
+		}
+	case cluster.PodReady:
+		if r.ours[e.Pod] && !r.ended[e.Pod] {
+			r.readyNow[e.Pod] = true
+		}
+	case cluster.PodUnready:
+		delete(r.readyNow, e.Pod)
+	case cluster.PodTerminating, cluster.PodDeleted, cluster.PodTerminated:
+		delete(r.readyNow, e.Pod)
+		r.ended[e.Pod] = true
+	}
+}
+
+// ready returns how many of the Deployment's pods are ready and not
+// terminating.
+func (r *readiness) ready() int { return len(r.readyNow) }

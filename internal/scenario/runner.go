@@ -2,11 +2,14 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -86,16 +89,21 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 type settings struct {
 	repetitions               int
 	warmUp, after, settle, rl time.Duration
+	// duration and timeout are the action's.
+	duration, timeout time.Duration
 }
 
 func (r *Runner) settings(s *Scenario) settings {
-	st := settings{repetitions: s.Repetitions, warmUp: s.WarmUp, after: s.After, settle: s.Settle, rl: s.Limits.Run}
+	st := settings{repetitions: s.Repetitions, warmUp: s.WarmUp, after: s.After, settle: s.Settle, rl: s.Limits.Run,
+		duration: s.Action.Duration, timeout: s.Action.Timeout}
 	if r.cfg.Quick {
 		q := s.Quick
 		st.repetitions = cmpOr(q.Repetitions, st.repetitions)
 		st.warmUp = cmpOr(q.WarmUp, st.warmUp)
 		st.after = cmpOr(q.After, st.after)
 		st.settle = cmpOr(q.Settle, st.settle)
+		st.duration = cmpOr(q.Duration, st.duration)
+		st.timeout = cmpOr(q.Timeout, st.timeout)
 	}
 	st.repetitions = cmpOr(r.cfg.Repetitions, st.repetitions, DefaultRepetitions)
 	st.warmUp = cmpOr(st.warmUp, DefaultWarmUp)
@@ -115,19 +123,34 @@ func cmpOr[T int | time.Duration](vs ...T) T {
 	return 0
 }
 
-// Run runs scenario s on a cluster of its own: it applies the workload,
-// then for each repetition starts the traffic, warms up, acts, waits until
-// the Deployment is complete and every terminating pod is gone, keeps the
-// traffic on for the after period, stops it and computes the run's figures.
-// It returns when every repetition is done, or early with an error; the
-// cluster is closed and its processes gone either way.
+// Run runs scenario s on a cluster of its own: it starts the scenario's
+// dependency, if any, applies the workload, then for each repetition
+// starts the traffic, warms up, acts, waits until the Deployment is
+// complete, its pods ready and every terminating pod gone, keeps the
+// traffic on for the after period, stops it and computes the run's
+// figures. It returns when every repetition is done, or early with an
+// error; the cluster and the dependency are closed and their processes gone
+// either way.
 func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) {
 	st := r.settings(s)
-	res = &Result{Name: s.Name, Description: s.Description, Seed: s.Seed}
+	res = &Result{Name: s.Name, Description: s.Description, Seed: s.Seed, Action: s.Action.Kind}
 	progress := func(rep int, p Phase) {
 		r.cfg.Progress(Progress{Scenario: s.Name, Repetition: rep, Repetitions: st.repetitions, Phase: p})
 	}
-	objects, deployment, target, err := r.prepare(s)
+	var dep *dependency
+	env := map[string]string{}
+	if s.Dependency != nil {
+		if dep, err = startDependency(); err != nil {
+			return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+		defer func() {
+			if cerr := dep.close(); cerr != nil && err == nil {
+				err = fmt.Errorf("scenario %s: close dependency: %w", s.Name, cerr)
+			}
+		}()
+		env[cmp.Or(s.Dependency.Env, DefaultDependencyEnv)] = dep.URL()
+	}
+	objects, deployment, target, err := r.prepare(s, env)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +192,8 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 				return nil, err
 			}
 		}
-		run, err := r.repeat(ctx, s, st, c, rec, deployment, target, func(p Phase) { progress(rep, p) })
+		a := &actor{c: c, rec: rec, action: s.Action, d: deployment, dep: dep, duration: st.duration, timeout: st.timeout}
+		run, err := r.repeat(ctx, s, st, a, target, func(p Phase) { progress(rep, p) })
 		if err != nil {
 			return nil, fmt.Errorf("scenario %s: repetition %d: %w", s.Name, rep, err)
 		}
@@ -181,9 +205,10 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 	return res, nil
 }
 
-// prepare returns the objects to apply, with quick overrides and defaulted
+// prepare returns the objects to apply, with quick overrides, the
+// variables of env in every container of every Deployment and defaulted
 // namespaces, the Deployment acted on and the traffic's URL.
-func (r *Runner) prepare(s *Scenario) ([]runtime.Object, *appsv1.Deployment, string, error) {
+func (r *Runner) prepare(s *Scenario, env map[string]string) ([]runtime.Object, *appsv1.Deployment, string, error) {
 	var objects []runtime.Object
 	var deployment *appsv1.Deployment
 	var service *corev1.Service
@@ -205,6 +230,7 @@ func (r *Runner) prepare(s *Scenario) ([]runtime.Object, *appsv1.Deployment, str
 			if r.cfg.Quick {
 				quick(dep, s.Quick)
 			}
+			setEnv(&dep.Spec.Template.Spec, env)
 			if o.Obj == d {
 				deployment = dep
 			}
@@ -236,9 +262,16 @@ func quick(d *appsv1.Deployment, q Quick) {
 		g := *q.GracePeriodSeconds
 		spec.TerminationGracePeriodSeconds = &g
 	}
+	setEnv(spec, q.Env)
+}
+
+// setEnv sets the variables of env in every container of spec, replacing
+// a variable of the same name.
+func setEnv(spec *corev1.PodSpec, env map[string]string) {
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
-		for name, value := range q.Env {
+		for _, name := range slices.Sorted(maps.Keys(env)) {
+			value := env[name]
 			replaced := false
 			for j := range c.Env {
 				if c.Env[j].Name == name {
@@ -253,10 +286,11 @@ func quick(d *appsv1.Deployment, q Quick) {
 	}
 }
 
-// repeat runs one repetition.
-func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, c Cluster, rec *recording, d *appsv1.Deployment, target string, progress func(Phase)) (*Run, error) {
+// repeat runs one repetition of a's action.
+func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor, target string, progress func(Phase)) (*Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, st.rl)
 	defer cancel()
+	c, rec, d := a.c, a.rec, a.d
 	gen, requests, err := generator(s.Traffic, target, c.DialContext, st.rl)
 	if err != nil {
 		return nil, err
@@ -273,37 +307,38 @@ func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, c Cluster
 		rep, err := gen.Run(lctx)
 		loaded <- outcome{rep, err}
 	}()
+	// fail stops the traffic and returns err.
+	fail := func(err error) (*Run, error) {
+		stopLoad()
+		<-loaded
+		return nil, err
+	}
 
 	progress(PhaseWarmUp)
 	if err := sleep(ctx, st.warmUp); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	progress(PhaseAct)
 	run := &Run{Start: time.Now()}
-	if err := act(ctx, c, rec, s.Action, d); err != nil {
-		stopLoad()
-		<-loaded
-		return nil, err
+	if err := a.act(ctx, run); err != nil {
+		return fail(err)
 	}
 	progress(PhaseWait)
-	goneAt, err := settled(ctx, c, rec, s.Action, d, firstEvent)
+	goneAt, err := a.settled(ctx, firstEvent)
 	if err != nil {
-		stopLoad()
-		<-loaded
-		return nil, err
+		return fail(err)
 	}
 	progress(PhaseAfter)
 	if err := sleep(ctx, st.after); err != nil {
-		stopLoad()
-		<-loaded
-		return nil, err
+		return fail(err)
 	}
 	stopLoad()
 	out := <-loaded
 	if out.err != nil {
 		return nil, out.err
 	}
-	events := rec.since(firstEvent)
+	all := rec.since(0)
+	events := all[firstEvent:]
 	lines, err := readEvents(requests.Bytes())
 	if err != nil {
 		return nil, err
@@ -317,7 +352,16 @@ func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, c Cluster
 		logs[pod] = l
 	}
 	figures(run, out.report, lines, events, logs, goneAt)
+	disruption(run, all, d.Name, replicas(d))
 	return run, nil
+}
+
+// replicas returns d's spec.replicas, defaulted.
+func replicas(d *appsv1.Deployment) int32 {
+	if d.Spec.Replicas == nil {
+		return cluster.DefaultReplicas
+	}
+	return *d.Spec.Replicas
 }
 
 // generator returns a load generator for traffic, writing its event lines
@@ -349,19 +393,47 @@ func generator(t Traffic, target string, dial load.Dialer, limit time.Duration) 
 	return gen, buf, err
 }
 
-// act does the action.
-func act(ctx context.Context, c Cluster, rec *recording, a Action, d *appsv1.Deployment) error {
-	switch a.Kind {
+// actor does a scenario's action to its Deployment d on cluster c, and
+// waits for its end.
+type actor struct {
+	c      Cluster
+	rec    *recording
+	action Action
+	d      *appsv1.Deployment
+	// dep is the scenario's dependency; nil if it has none.
+	dep *dependency
+	// duration and timeout are the action's, after quick overrides.
+	duration, timeout time.Duration
+	// acted, if not nil, matches the event that the action's last change
+	// records. The recording follows the cluster's events a little behind:
+	// settled waits for that event before it judges from the recording.
+	acted func(cluster.Event) bool
+}
+
+// act does the action, and records its outcome in run: an outage's
+// times, a drain's outcome, a rollback.
+func (a *actor) act(ctx context.Context, run *Run) error {
+	c, d := a.c, a.d
+	a.acted = nil
+	since := func() float64 { return ms(time.Since(run.Start)) }
+	switch a.action.Kind {
 	case ActionRolloutRestart:
 		return c.RolloutRestart(ctx, d.Namespace, d.Name)
 	case ActionScale:
-		return c.Scale(ctx, d.Namespace, d.Name, *a.Replicas)
+		return c.Scale(ctx, d.Namespace, d.Name, *a.action.Replicas)
 	case ActionDeletePod, ActionEvict:
-		pod := rec.readyPod()
+		pod := a.rec.readyPod()
 		if pod == "" {
-			return errors.New("no ready pod to " + a.Kind)
+			return errors.New("no ready pod to " + a.action.Kind)
 		}
-		if a.Kind == ActionEvict {
+		a.acted = func(e cluster.Event) bool {
+			switch e.Kind {
+			case cluster.PodDeleted, cluster.PodEvicted, cluster.EvictionRefused:
+				return e.Pod == pod
+			}
+			return false
+		}
+		if a.action.Kind == ActionEvict {
 			var refused *cluster.EvictionError
 			if err := c.Evict(ctx, d.Namespace, pod); err != nil && !errors.As(err, &refused) {
 				return err
@@ -371,30 +443,85 @@ func act(ctx context.Context, c Cluster, rec *recording, a Action, d *appsv1.Dep
 		}
 		return c.DeletePod(ctx, d.Namespace, pod, nil)
 	case ActionDrain:
-		node := a.Node
-		if node == "" {
-			node = "node-1"
-		}
-		var refused *cluster.EvictionError
-		if err := c.Drain(ctx, node, cluster.DrainOptions{}); err != nil && !errors.As(err, &refused) {
+		node := cmp.Or(a.action.Node, "node-1")
+		err := c.Drain(ctx, node, cluster.DrainOptions{Timeout: a.timeout})
+		if err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 			return err
 		}
-		return nil
+		// A drain that a budget blocks until its timeout is an outcome,
+		// not an error.
+		run.Drain = &DrainOutcome{Node: node, Drained: err == nil, EndMS: since(), TimeoutMS: ms(a.timeout)}
+		// The maintenance is over, drained or not: the operator uncordons
+		// the node, which takes pods again.
+		a.acted = func(e cluster.Event) bool { return e.Kind == cluster.NodeUncordoned && e.Node == node }
+		return c.Cordon(ctx, node, false)
+	case ActionSetEnv:
+		changed := d.DeepCopy()
+		setEnv(&changed.Spec.Template.Spec, a.action.Env)
+		if err := c.Apply(ctx, []runtime.Object{changed}); err != nil {
+			return err
+		}
+		if a.timeout == 0 {
+			return nil
+		}
+		rctx, cancel := context.WithTimeout(ctx, a.timeout)
+		_, err := c.RolloutStatus(rctx, d.Namespace, d.Name)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		// Not complete within the timeout: back to the previous template,
+		// as `kubectl rollout undo` does.
+		run.RolledBackMS = ptr(since())
+		return c.Apply(ctx, []runtime.Object{d})
+	case ActionOutage:
+		if err := a.dep.down(a.action.Mode); err != nil {
+			return err
+		}
+		run.Outage = &Outage{Mode: a.action.Mode, StartMS: since()}
+		err := sleep(ctx, a.duration)
+		if uerr := a.dep.up(); err == nil {
+			err = uerr
+		}
+		run.Outage.EndMS = since()
+		return err
 	}
 	return nil
 }
 
-// settled waits until the Deployment is complete and no pod terminates,
-// and returns when the last pod that terminated was gone.
-func settled(ctx context.Context, c Cluster, rec *recording, a Action, d *appsv1.Deployment, from int) (time.Time, error) {
-	if a.Kind == ActionRolloutRestart {
+// settled waits until the Deployment is complete, every one of its pods
+// ready, and no pod terminates, and returns when the last pod that
+// terminated after event from was gone.
+func (a *actor) settled(ctx context.Context, from int) (time.Time, error) {
+	c, d := a.c, a.d
+	if a.action.Kind == ActionRolloutRestart {
 		st, err := c.RolloutStatus(ctx, d.Namespace, d.Name)
 		return st.OldPodsGoneAt, err
+	}
+	if a.acted != nil {
+		if err := a.rec.wait(ctx, func(events []cluster.Event) bool { return slices.ContainsFunc(events[from:], a.acted) }); err != nil {
+			return time.Time{}, err
+		}
 	}
 	if _, err := c.RolloutStatus(ctx, d.Namespace, d.Name); err != nil {
 		return time.Time{}, err
 	}
-	return rec.terminatingGone(ctx, from)
+	want := replicas(d)
+	if a.action.Kind == ActionScale {
+		want = *a.action.Replicas
+	}
+	// A Deployment whose rollout completed can lose readiness afterwards,
+	// as in an outage: wait until it has it back.
+	if err := a.rec.wait(ctx, func(events []cluster.Event) bool {
+		tr := newReadiness(d.Name)
+		for _, e := range events {
+			tr.add(e)
+		}
+		return tr.ready() >= int(want)
+	}); err != nil {
+		return time.Time{}, err
+	}
+	return a.rec.terminatingGone(ctx, from)
 }
 
 // waitServing waits until 10 requests in a row to url succeed.
@@ -486,14 +613,36 @@ func (r *recording) readyPod() string {
 	return first
 }
 
+// wait waits until done reports true of the events recorded so far.
+func (r *recording) wait(ctx context.Context, done func([]cluster.Event) bool) error {
+	// Each round waits for one more event; the loop ends with done or ctx.
+	for {
+		r.mu.Lock()
+		if done(r.events) {
+			r.mu.Unlock()
+			return nil
+		}
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // terminatingGone waits until every pod that started terminating after
 // event from has terminated, and returns when the last did.
 func (r *recording) terminatingGone(ctx context.Context, from int) (time.Time, error) {
-	for {
-		r.mu.Lock()
+	var last time.Time
+	err := r.wait(ctx, func(events []cluster.Event) bool {
 		open := map[string]bool{}
-		var last time.Time
-		for _, e := range r.events[from:] {
+		last = time.Time{}
+		for _, e := range events[from:] {
 			switch e.Kind {
 			case cluster.PodTerminating:
 				open[e.Pod] = true
@@ -507,21 +656,9 @@ func (r *recording) terminatingGone(ctx context.Context, from int) (time.Time, e
 				last = e.Time
 			}
 		}
-		if len(open) == 0 {
-			r.mu.Unlock()
-			return last, nil
-		}
-		if r.changed == nil {
-			r.changed = make(chan struct{})
-		}
-		changed := r.changed
-		r.mu.Unlock()
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		}
-	}
+		return len(open) == 0
+	})
+	return last, err
 }
 
 // podsOf returns the pods that events name, in order of first mention.

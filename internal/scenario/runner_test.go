@@ -2,9 +2,12 @@ package scenario
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,10 +50,22 @@ func newRunner(t *testing.T) *Runner {
 	return r
 }
 
-// runCatalog runs the catalog's scenarios names quick, at once, each on a
-// cluster of its own, and returns their results in the order of names.
-func runCatalog(t *testing.T, names ...string) []*Result {
+// catalogCheck is a catalog scenario and a check of the phenomenon its
+// result must show.
+type catalogCheck struct {
+	name  string
+	check func(t *testing.T, res *Result)
+}
+
+// checkCatalog runs the scenarios of checks quick, at once, each on a
+// cluster of its own, and then each check, as a subtest, on its
+// scenario's result.
+func checkCatalog(t *testing.T, checks []catalogCheck) {
 	t.Helper()
+	names := make([]string, len(checks))
+	for i, c := range checks {
+		names[i] = c.name
+	}
 	all, err := Catalog()
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +75,7 @@ func runCatalog(t *testing.T, names ...string) []*Result {
 		t.Fatal(err)
 	}
 	r := newRunner(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	results := make([]*Result, len(scenarios))
 	errs := make([]error, len(scenarios))
@@ -77,7 +92,14 @@ func runCatalog(t *testing.T, names ...string) []*Result {
 			t.Fatalf("%s: %d runs, want 1", names[i], len(results[i].Runs))
 		}
 	}
-	return results
+	for i, c := range checks {
+		t.Run(c.name, func(t *testing.T) { c.check(t, results[i]) })
+	}
+}
+
+// firstRun adapts a check of a result's first run to a catalogCheck's.
+func firstRun(check func(t *testing.T, run Run)) func(t *testing.T, res *Result) {
+	return func(t *testing.T, res *Result) { check(t, res.Runs[0]) }
 }
 
 // TestRunnerCatalog runs four of the catalog's scenarios quick, at once (they
@@ -97,10 +119,7 @@ func TestRunnerCatalog(t *testing.T) {
 		t.Skip("runs rollouts under load")
 	}
 	t.Parallel()
-	tests := []struct {
-		name  string
-		check func(t *testing.T, res *Result)
-	}{
+	checkCatalog(t, []catalogCheck{
 		{name: "1-plain", check: func(t *testing.T, res *Result) {
 			if res.Deployment != "default/app" {
 				t.Errorf("Deployment = %q, want default/app", res.Deployment)
@@ -161,21 +180,17 @@ func TestRunnerCatalog(t *testing.T) {
 				}
 			}
 		}},
-	}
-	names := make([]string, len(tests))
-	for i, tt := range tests {
-		names[i] = tt.name
-	}
-	results := runCatalog(t, names...)
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.check(t, results[i]) })
-	}
+	})
 }
 
 // TestRunnerActions runs the actions other than a rollout restart: a
 // deleted pod and a scale-in each end one old pod, which exits on SIGTERM;
 // an eviction that the budget refuses ends none, and the timeline has the
-// refusal.
+// refusal. A drain of a single replica that a budget of minAvailable 1
+// protects is refused until its timeout, an outcome rather than an error.
+// A dependency outage under a liveness probe that checks the dependency
+// restarts pods, which recover once it is over. A release that crashes at
+// start backs off 10 s, then 20 s, and is rolled back at the timeout.
 func TestRunnerActions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs pods under load")
@@ -183,12 +198,60 @@ func TestRunnerActions(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		file        string
-		wantOldPods int
+		wantOldPods int    // each exits 143 after SIGTERM; -1: not checked
 		wantKind    string // a cluster event kind the timeline must have
+		check       func(t *testing.T, run Run)
 	}{
-		{file: "valid-action-delete-pod.yaml", wantOldPods: 1, wantKind: "pod_deleted"},
+		{file: "valid-action-delete-pod.yaml", wantOldPods: 1, wantKind: "pod_deleted", check: func(t *testing.T, run Run) {
+			if c := run.Capacity; c == nil || c.Replicas != 3 || c.MinReady != 2 {
+				t.Errorf("capacity %+v, want 2 of 3 ready", c)
+			}
+			// The wait covers the deleted pod's exit.
+			if run.RolloutMS <= 0 {
+				t.Errorf("rollout %v ms, want the time the deleted pod was gone", run.RolloutMS)
+			}
+		}},
 		{file: "valid-action-scale.yaml", wantOldPods: 1, wantKind: "replicaset_scaled"},
-		{file: "valid-action-evict.yaml", wantOldPods: 0, wantKind: "eviction_refused"},
+		{file: "valid-action-evict.yaml", wantOldPods: 0, wantKind: "eviction_refused", check: func(t *testing.T, run Run) {
+			if e := run.Evictions; e == nil || *e != (Evictions{Refused: 1}) {
+				t.Errorf("evictions %+v, want 1 refused", e)
+			}
+		}},
+		{file: "valid-action-drain.yaml", wantOldPods: 0, wantKind: "node_uncordoned", check: func(t *testing.T, run Run) {
+			d := run.Drain
+			if d == nil || d.Drained || d.Node != "node-1" || d.TimeoutMS != 7000 || d.EndMS < 6500 {
+				t.Errorf("drain %+v, want node-1 blocked until the quick timeout of 7 s", d)
+			}
+			// kubectl drain retries every 5 s: at 0 s and 5 s.
+			if e := run.Evictions; e == nil || e.Accepted != 0 || e.Refused < 2 {
+				t.Errorf("evictions %+v, want 2 or more refused, none accepted", e)
+			}
+		}},
+		{file: "valid-action-outage.yaml", wantOldPods: -1, wantKind: "liveness_kill", check: func(t *testing.T, run Run) {
+			o := run.Outage
+			if o == nil || o.Mode != OutageRefuse || o.EndMS-o.StartMS < 5000 {
+				t.Fatalf("outage %+v, want 5 s of refuse", o)
+			}
+			if run.Restarts == 0 || run.RecoverMS == nil {
+				t.Errorf("restarts %d, recover %v: want restarts, and a recovery", run.Restarts, run.RecoverMS)
+			}
+		}},
+		{file: "valid-action-set-env.yaml", wantOldPods: -1, wantKind: "back_off", check: func(t *testing.T, run Run) {
+			if len(run.BackOffs) < 2 {
+				t.Fatalf("back-offs %+v, want 2 or more", run.BackOffs)
+			}
+			// The kubelet's rule: 10 s, then twice that, less the time
+			// from the exit to the restart decision.
+			if d0, d1 := run.BackOffs[0].DelayMS, run.BackOffs[1].DelayMS; d0 < 9000 || d0 > 10000 || d1 < 19000 || d1 > 20000 {
+				t.Errorf("back-offs %+v, want about 10 s then 20 s", run.BackOffs)
+			}
+			if run.RolledBackMS == nil || *run.RolledBackMS < 13000 {
+				t.Errorf("rolled back at %v, want at the 13 s timeout", run.RolledBackMS)
+			}
+			if run.Totals.Failed() != 0 || run.Capacity == nil || run.Capacity.MinReady != 1 {
+				t.Errorf("totals %+v, capacity %+v: want no failure, the old pod ready throughout", run.Totals, run.Capacity)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -204,12 +267,14 @@ func TestRunnerActions(t *testing.T) {
 				t.Fatal(err)
 			}
 			run := res.Runs[0]
-			if len(run.OldPods) != tt.wantOldPods {
-				t.Fatalf("old pods %+v, want %d", run.OldPods, tt.wantOldPods)
-			}
-			for _, p := range run.OldPods {
-				if p.ExitCode != 143 || p.SigtermMS == nil {
-					t.Errorf("old pod %+v: want SIGTERM and exit 143", p)
+			if tt.wantOldPods >= 0 {
+				if len(run.OldPods) != tt.wantOldPods {
+					t.Fatalf("old pods %+v, want %d", run.OldPods, tt.wantOldPods)
+				}
+				for _, p := range run.OldPods {
+					if p.ExitCode != 143 || p.SigtermMS == nil {
+						t.Errorf("old pod %+v: want SIGTERM and exit 143", p)
+					}
 				}
 			}
 			found := false
@@ -222,6 +287,91 @@ func TestRunnerActions(t *testing.T) {
 			if res.Totals.OK == 0 {
 				t.Errorf("totals %+v: no request succeeded", res.Totals)
 			}
+			if tt.check != nil {
+				tt.check(t, run)
+			}
 		})
 	}
+}
+
+// TestRunnerCatalogDisruptions runs the catalog's scenarios beyond the
+// rollouts quick, at once, and checks the phenomenon each shows (seeds 000,
+// 003, 004): a liveness probe on a dependency restarts pods during an
+// outage and CrashLoopBackOff delays the recovery, while the same check as
+// readiness restarts nothing and recovers within seconds; a release that
+// crashes at start backs off 10, 20, 40 s; a surge keeps every pod ready
+// where maxUnavailable 1 does not; a budget refuses an eviction but not a
+// DELETE or a rollout, and blocks the drain of a single replica with
+// minAvailable 1 but not with maxUnavailable 1.
+func TestRunnerCatalogDisruptions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs outages and rollouts under load")
+	}
+	t.Parallel()
+	capacity := func(want string) func(t *testing.T, run Run) {
+		return func(t *testing.T, run Run) {
+			if c := run.Capacity; c == nil || fmt.Sprintf("%d/%d", c.MinReady, c.Replicas) != want {
+				t.Errorf("capacity %+v, want %s", c, want)
+			}
+		}
+	}
+	evictions := func(accepted int, refused bool) func(t *testing.T, run Run) {
+		return func(t *testing.T, run Run) {
+			if e := run.Evictions; e == nil || e.Accepted != accepted || (e.Refused > 0) != refused {
+				t.Errorf("evictions %+v, want %d accepted, refusals %v", e, accepted, refused)
+			}
+		}
+	}
+	checkCatalog(t, []catalogCheck{
+		{name: "probe-liveness-deep", check: firstRun(func(t *testing.T, run Run) {
+			if run.Restarts == 0 || len(run.BackOffs) == 0 || run.RecoverMS == nil || *run.RecoverMS < 5000 {
+				t.Errorf("restarts %d, back-offs %+v, recover %v ms: want restarts, back-offs and 5 s or more to recover",
+					run.Restarts, run.BackOffs, run.RecoverMS)
+			}
+		})},
+		{name: "probe-readiness-deep", check: firstRun(func(t *testing.T, run Run) {
+			if run.Restarts != 0 || run.RecoverMS == nil || *run.RecoverMS > 5000 || run.Capacity.MinReady != 0 {
+				t.Errorf("restarts %d, recover %v ms, capacity %+v: want no restart, every pod unready, back within 5 s",
+					run.Restarts, run.RecoverMS, run.Capacity)
+			}
+			if tot := run.Totals; tot.Failed() != tot.Refused+tot.HTTP5xx {
+				t.Errorf("totals %+v: want only refused or 5xx, as while no pod is ready", tot)
+			}
+		})},
+		{name: "crashloop", check: firstRun(func(t *testing.T, run Run) {
+			var delays []float64
+			for _, b := range run.BackOffs {
+				delays = append(delays, math.Round(b.DelayMS/1000))
+			}
+			if !slices.Equal(delays, []float64{10, 20, 40}) || run.RolledBackMS == nil || run.Totals.Failed() != 0 {
+				t.Errorf("back-offs %v s, rolled back %v, totals %+v: want 10 20 40, a rollback, no failure", delays, run.RolledBackMS, run.Totals)
+			}
+		})},
+		{name: "surge-1-unavailable-0", check: firstRun(capacity("3/3"))},
+		{name: "surge-0-unavailable-1", check: firstRun(capacity("2/3"))},
+		{name: "pdb-1-evict", check: firstRun(evictions(0, true))},
+		{name: "pdb-2-delete", check: firstRun(func(t *testing.T, run Run) {
+			if len(run.OldPods) != 1 || run.Evictions != nil {
+				t.Errorf("old pods %+v, evictions %+v: want the pod deleted, no eviction", run.OldPods, run.Evictions)
+			}
+		})},
+		{name: "pdb-3-rollout", check: firstRun(func(t *testing.T, run Run) {
+			capacity("2/3")(t, run)
+			if len(run.OldPods) != 3 {
+				t.Errorf("old pods %+v, want 3 replaced", run.OldPods)
+			}
+		})},
+		{name: "pdb-4-drain-min-available", check: firstRun(func(t *testing.T, run Run) {
+			evictions(0, true)(t, run)
+			if d := run.Drain; d == nil || d.Drained {
+				t.Errorf("drain %+v, want blocked", d)
+			}
+		})},
+		{name: "pdb-5-drain-max-unavailable", check: firstRun(func(t *testing.T, run Run) {
+			evictions(1, false)(t, run)
+			if d := run.Drain; d == nil || !d.Drained {
+				t.Errorf("drain %+v, want drained", d)
+			}
+		})},
+	})
 }

@@ -41,6 +41,10 @@ const (
 	DefaultRunLimit = 5 * time.Minute
 	// DefaultPath is the HTTP path that traffic requests.
 	DefaultPath = "/"
+	// DefaultDependencyEnv is the container variable that gets the URL of
+	// a scenario's dependency: the one `closingtime serve` checks on
+	// /health-deep (docs/serve.md).
+	DefaultDependencyEnv = "CT_DEPENDENCY"
 )
 
 // The actions a scenario can take.
@@ -50,10 +54,25 @@ const (
 	ActionEvict          = "evict"
 	ActionDrain          = "drain"
 	ActionScale          = "scale"
+	ActionSetEnv         = "set-env"
+	ActionOutage         = "outage"
 	ActionNone           = "none"
 )
 
-var actions = []string{ActionRolloutRestart, ActionDeletePod, ActionEvict, ActionDrain, ActionScale, ActionNone}
+var actions = []string{ActionRolloutRestart, ActionDeletePod, ActionEvict, ActionDrain, ActionScale, ActionSetEnv, ActionOutage, ActionNone}
+
+// The ways an outage takes the dependency down.
+const (
+	// OutageRefuse closes the dependency's listener and connections: new
+	// connections are refused at once, as when the process is stopped.
+	OutageRefuse = "refuse"
+	// OutageBlackhole keeps the dependency's port open but never answers:
+	// each request hangs until the client gives up, as when a firewall
+	// drops the packets (seed 004's iptables DROP).
+	OutageBlackhole = "blackhole"
+)
+
+var outageModes = []string{OutageRefuse, OutageBlackhole}
 
 // Scenario is one experiment, as read from a scenario file and checked.
 type Scenario struct {
@@ -63,8 +82,15 @@ type Scenario struct {
 	Description string `yaml:"description"`
 	// Seed is the seed whose experiment the scenario replays, if any.
 	Seed string `yaml:"seed"`
+	// Group names the experiment that the scenario is one side of, when
+	// several scenarios make one comparison: `closingtime lab GROUP` runs
+	// them all (Select).
+	Group string `yaml:"group"`
 	// Workload holds the manifests to apply.
 	Workload Workload `yaml:"workload"`
+	// Dependency, when set, is a service that the workload's pods depend
+	// on, which the runner starts and an outage takes down.
+	Dependency *Dependency `yaml:"dependency"`
 	// Traffic is the load sent through the Service during each repetition.
 	Traffic Traffic `yaml:"traffic"`
 	// Action is what is done to the workload in each repetition.
@@ -99,6 +125,17 @@ type Workload struct {
 	// Files are manifest files or directories, relative to the scenario
 	// file, read as kubectl's -f reads them.
 	Files []string `yaml:"files"`
+}
+
+// Dependency is an HTTP service outside the cluster that the workload's
+// pods call, such as a database behind a health check. The runner serves it
+// on a loopback address of its own, outside every pod range; it answers
+// every GET with 200 while it is up.
+type Dependency struct {
+	// Env is the container variable that the runner sets to the
+	// dependency's URL in every container of every Deployment; empty means
+	// DefaultDependencyEnv.
+	Env string `yaml:"env"`
 }
 
 // Traffic is the load of a scenario: see package load.
@@ -143,8 +180,8 @@ type Retry struct {
 
 // Action is what a repetition does to the workload.
 type Action struct {
-	// Kind is one of rollout-restart, delete-pod, evict, drain, scale and
-	// none.
+	// Kind is one of rollout-restart, delete-pod, evict, drain, scale,
+	// set-env, outage and none.
 	Kind string `yaml:"kind"`
 	// Deployment names the Deployment; empty means the only one.
 	Deployment string `yaml:"deployment"`
@@ -152,6 +189,21 @@ type Action struct {
 	Replicas *int32 `yaml:"replicas"`
 	// Node is the node that drain empties; empty means node-1.
 	Node string `yaml:"node"`
+	// Env are the variables that set-env sets in every container of the
+	// Deployment's pod template, as `kubectl set env` does: a new version
+	// is rolled out.
+	Env map[string]string `yaml:"env"`
+	// Mode is how an outage takes the dependency down: refuse or
+	// blackhole.
+	Mode string `yaml:"mode"`
+	// Duration is how long an outage lasts.
+	Duration time.Duration `yaml:"duration"`
+	// Timeout bounds a drain, as `kubectl drain --timeout` does, and a
+	// set-env rollout, as `helm upgrade --atomic --timeout` does: a drain
+	// still blocked then is given up, a rollout still incomplete is rolled
+	// back to the previous template (`kubectl rollout undo`). Zero means
+	// no bound.
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // ClusterSettings configure the cluster a scenario runs on; zero fields are
@@ -187,6 +239,9 @@ type Quick struct {
 	WarmUp      time.Duration `yaml:"warmUp"`
 	After       time.Duration `yaml:"after"`
 	Settle      time.Duration `yaml:"settle"`
+	// Duration and Timeout replace the action's when positive.
+	Duration time.Duration `yaml:"duration"`
+	Timeout  time.Duration `yaml:"timeout"`
 	// GracePeriodSeconds replaces the terminationGracePeriodSeconds of
 	// every Deployment's pods.
 	GracePeriodSeconds *int64 `yaml:"gracePeriodSeconds"`
@@ -348,18 +403,7 @@ func (p *parser) check(s *Scenario) {
 	if r := s.Traffic.Retry; r != nil && r.Attempts < 0 {
 		p.errorf("traffic.retry.attempts", "%d is negative", r.Attempts)
 	}
-	switch s.Action.Kind {
-	case "":
-		p.errorf("action.kind", "required: one of %s", strings.Join(actions, ", "))
-	case ActionScale:
-		if s.Action.Replicas == nil || *s.Action.Replicas < 0 {
-			p.errorf("action.replicas", "scale needs replicas, 0 or more")
-		}
-	default:
-		if !slices.Contains(actions, s.Action.Kind) {
-			p.errorf("action.kind", "%q is not one of %s", s.Action.Kind, strings.Join(actions, ", "))
-		}
-	}
+	p.checkAction(s)
 	for _, f := range []struct {
 		field string
 		n     int
@@ -374,6 +418,7 @@ func (p *parser) check(s *Scenario) {
 	}{
 		{"warmUp", s.WarmUp}, {"after", s.After}, {"settle", s.Settle}, {"limits.run", s.Limits.Run},
 		{"quick.warmUp", s.Quick.WarmUp}, {"quick.after", s.Quick.After}, {"quick.settle", s.Quick.Settle},
+		{"quick.duration", s.Quick.Duration}, {"quick.timeout", s.Quick.Timeout}, {"action.timeout", s.Action.Timeout},
 		{"cluster.propagationDelay.min", s.Cluster.PropagationDelay.Min}, {"cluster.propagationDelay.max", s.Cluster.PropagationDelay.Max},
 	} {
 		if f.d < 0 {
@@ -385,6 +430,56 @@ func (p *parser) check(s *Scenario) {
 	}
 	if g := s.Quick.GracePeriodSeconds; g != nil && *g < 0 {
 		p.errorf("quick.gracePeriodSeconds", "%d is negative", *g)
+	}
+}
+
+// checkAction validates the action, and that it has the fields its kind
+// needs and none that another kind takes.
+func (p *parser) checkAction(s *Scenario) {
+	a := s.Action
+	switch a.Kind {
+	case "":
+		p.errorf("action.kind", "required: one of %s", strings.Join(actions, ", "))
+		return
+	case ActionScale:
+		if a.Replicas == nil || *a.Replicas < 0 {
+			p.errorf("action.replicas", "scale needs replicas, 0 or more")
+		}
+	case ActionSetEnv:
+		if len(a.Env) == 0 {
+			p.errorf("action.env", "set-env needs one variable or more")
+		}
+	case ActionOutage:
+		if s.Dependency == nil {
+			p.errorf("action.kind", "an outage needs the scenario's dependency section")
+		}
+		if !slices.Contains(outageModes, a.Mode) {
+			p.errorf("action.mode", "%q is not one of %s", a.Mode, strings.Join(outageModes, ", "))
+		}
+		if a.Duration <= 0 {
+			p.errorf("action.duration", "an outage needs a positive duration")
+		}
+	default:
+		if !slices.Contains(actions, a.Kind) {
+			p.errorf("action.kind", "%q is not one of %s", a.Kind, strings.Join(actions, ", "))
+			return
+		}
+	}
+	for _, f := range []struct {
+		field string
+		set   bool
+		kinds []string
+	}{
+		{"action.replicas", a.Replicas != nil, []string{ActionScale}},
+		{"action.node", a.Node != "", []string{ActionDrain}},
+		{"action.env", len(a.Env) > 0, []string{ActionSetEnv}},
+		{"action.mode", a.Mode != "", []string{ActionOutage}},
+		{"action.duration", a.Duration != 0, []string{ActionOutage}},
+		{"action.timeout", a.Timeout != 0, []string{ActionDrain, ActionSetEnv}},
+	} {
+		if f.set && !slices.Contains(f.kinds, a.Kind) {
+			p.errorf(f.field, "only for %s, not %s", strings.Join(f.kinds, " or "), a.Kind)
+		}
 	}
 }
 
