@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
@@ -9,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,18 +29,21 @@ type labFlags struct {
 	results  string
 	report   string
 	parallel int
+	list     bool
 }
 
 func newLabCommand(streams Streams) *cobra.Command {
 	var flags labFlags
 	cmd := &cobra.Command{
-		Use:   "lab [NAME...] [-f SCENARIO.yaml...]",
+		Use:   "lab [NAME|GROUP...] [-f SCENARIO.yaml...]",
 		Short: "Replay the seeds' experiments on the embedded cluster and compare them",
-		Long: `Run the built-in scenarios (all of them, or the NAMEs given), or the
-scenario files given with -f (docs/scenario.md), on the embedded local
-cluster: each deploys its workload as real closingtime serve
-processes, sends traffic through its Service, restarts the rollout and counts
-every failed request by kind and by second.
+		Long: `Run the built-in scenarios (all of them, or those named, by name or by
+group: --list shows them), or the scenario files given with -f
+(docs/scenario.md), on the embedded local cluster: each deploys its
+workload as real closingtime serve processes, sends traffic through its
+Service, acts on it (a rollout, a pod deleted or evicted, a node drained,
+a dependency outage…) and counts every failed request by kind and by
+second.
 
 Progress goes to standard error. Then the comparison table, a row per
 scenario, and per run the seconds with failures and the old pods' figures
@@ -48,7 +54,9 @@ HTML page with the table and a timeline per run (docs/report.md).
 --quick shortens the warm-up, the repetitions and the grace periods that
 would otherwise be waited out, keeping every phenomenon visible.`,
 		Example: `  closingtime lab --quick
+  closingtime lab --list
   closingtime lab 1-plain 3-graceful --repeat 3
+  closingtime lab pdb surge-vs-unavailable
   closingtime lab -f my-scenario.yaml
   closingtime lab --quick -o json > results.json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -62,6 +70,7 @@ would otherwise be waited out, keeping every phenomenon visible.`,
 	f.StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&flags.results, "results", "results.json", "file to write the results to as JSON; empty for none")
 	f.StringVar(&flags.report, "report", "report.html", "file to write the HTML report to (docs/report.md); empty for none")
+	f.BoolVar(&flags.list, "list", false, "list the built-in scenarios, with their group, seed and description, and exit")
 	f.IntVar(&flags.parallel, "parallel", 0, "scenarios run at once, each on a cluster of its own (default: all)")
 	return cmd
 }
@@ -76,6 +85,9 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 	scenarios, err := labScenarios(names, flags.files)
 	if err != nil {
 		return err
+	}
+	if flags.list {
+		return listScenarios(streams.Out, scenarios, flags.output)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -104,6 +116,32 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		return report.WriteJSON(streams.Out, results)
 	}
 	return report.WriteText(streams.Out, results)
+}
+
+// listScenarios writes the name, group, seed and description of each of
+// scenarios, as a table or (output json) as a JSON array.
+func listScenarios(w io.Writer, scenarios []*scenario.Scenario, output string) error {
+	type entry struct {
+		Name        string `json:"name"`
+		Group       string `json:"group,omitempty"`
+		Seed        string `json:"seed,omitempty"`
+		Description string `json:"description"`
+	}
+	entries := make([]entry, len(scenarios))
+	for i, s := range scenarios {
+		entries[i] = entry{s.Name, s.Group, s.Seed, s.Description}
+	}
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(entries)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tGROUP\tSEED\tDESCRIPTION")
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Name, cmp.Or(e.Group, "-"), cmp.Or(e.Seed, "-"), e.Description)
+	}
+	return tw.Flush()
 }
 
 // labScenarios returns the scenarios of files, or those of the catalog that

@@ -101,3 +101,32 @@ func TestLabQuick(t *testing.T) {
 		t.Errorf("totals %+v: want refused requests, most of the failures", tot)
 	}
 }
+
+// TestLabList lists the catalog, or the scenarios a group selects, without
+// running anything.
+func TestLabList(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	if code := Run(context.Background(), []string{"lab", "--list", "pdb", "-o", "json"}, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut}); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var list []struct{ Name, Group, Seed, Description string }
+	if err := json.Unmarshal(out.Bytes(), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) < 2 {
+		t.Fatalf("group pdb lists %d scenarios, want several", len(list))
+	}
+	for _, e := range list {
+		if e.Group != "pdb" || e.Description == "" {
+			t.Errorf("listed %+v: want group pdb and a description", e)
+		}
+	}
+	out.Reset()
+	if code := Run(context.Background(), []string{"lab", "--list"}, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut}); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(out.String(), "1-plain") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}
