@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
 )
 
@@ -55,5 +56,5 @@ func TestCorpus(t *testing.T) {
 		reason = strings.ReplaceAll(reason, abs+string(filepath.Separator), "")
 		fmt.Fprintf(&b, "  %s:%d: %s\n", filepath.ToSlash(rel), line, strings.ReplaceAll(reason, "\n", " "))
 	}
-	checkGolden(t, filepath.Join("testdata", "corpus.golden"), b.String())
+	golden.Check(t, filepath.Join("testdata", "corpus.golden"), []byte(b.String()))
 }

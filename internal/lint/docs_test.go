@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/closingtime-dev/closingtime/internal/golden"
 )
 
 // docsDir holds the rule pages that TestDocs keeps in step with the rules.
@@ -20,15 +22,8 @@ func TestDocs(t *testing.T) {
 	for _, r := range Rules() {
 		pages[r.ID+".md"] = docsPage(t, r)
 	}
-	if *update {
-		if err := os.MkdirAll(docsDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for name, text := range pages {
-			if err := os.WriteFile(filepath.Join(docsDir, name), []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+	for name, text := range pages {
+		golden.Check(t, filepath.Join(docsDir, name), []byte(text))
 	}
 	entries, err := os.ReadDir(docsDir)
 	if err != nil {
@@ -37,16 +32,6 @@ func TestDocs(t *testing.T) {
 	for _, e := range entries {
 		if _, ok := pages[e.Name()]; !ok {
 			t.Errorf("docs/lint/%s belongs to no rule", e.Name())
-		}
-	}
-	for name, want := range pages {
-		got, err := os.ReadFile(filepath.Join(docsDir, name))
-		if err != nil {
-			t.Errorf("docs/lint/%s: %v (run go test ./internal/lint -run TestDocs -update)", name, err)
-			continue
-		}
-		if string(got) != want {
-			t.Errorf("docs/lint/%s is out of date (run go test ./internal/lint -run TestDocs -update)", name)
 		}
 	}
 }

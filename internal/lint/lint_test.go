@@ -1,7 +1,6 @@
 package lint
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,12 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
+	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/report"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // readInput reads a testdata file as Read would, under its base name, so
 // that golden files do not depend on where the test runs.
@@ -80,24 +76,6 @@ func linterFor(t *testing.T, id, file string) (*Linter, string) {
 	return l, measured
 }
 
-// checkGolden compares got with the golden file, or rewrites it under
-// -update.
-func checkGolden(t *testing.T, golden, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s mismatch (-want +got):\n%s", golden, diff)
-	}
-}
-
 // testRule runs rule r alone over the inputs in testdata/<r.ID>, each with
 // its results file when it has one: every valid-* file must yield no
 // finding, and every invalid-* file at least one, matching its .golden
@@ -143,7 +121,7 @@ func testRule(t *testing.T, r *Rule) {
 					t.Errorf("finding lacks a position, field, message or fix: %+v", f)
 				}
 			}
-			checkGolden(t, strings.TrimSuffix(file, filepath.Ext(file))+".golden", render(got))
+			golden.Check(t, strings.TrimSuffix(file, filepath.Ext(file))+".golden", []byte(render(got)))
 		})
 	}
 }

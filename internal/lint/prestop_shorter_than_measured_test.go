@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/closingtime-dev/closingtime/internal/golden"
 )
 
 func TestPreStopShorterThanMeasured(t *testing.T) { testRule(t, &preStopShorterThanMeasured) }
@@ -38,7 +40,7 @@ func TestMeasure(t *testing.T) {
 			for _, m := range measured {
 				got += fmt.Sprintf("%+v\n", m)
 			}
-			checkGolden(t, strings.TrimSuffix(file, filepath.Ext(file))+".golden", got)
+			golden.Check(t, strings.TrimSuffix(file, filepath.Ext(file))+".golden", []byte(got))
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
 )
 
@@ -43,7 +44,7 @@ func TestWrite(t *testing.T) {
 			if err := tt.write(&b); err != nil {
 				t.Fatal(err)
 			}
-			checkGolden(t, filepath.Join("testdata", "report", tt.golden), b.String())
+			golden.Check(t, filepath.Join("testdata", "report", tt.golden), b.Bytes())
 		})
 	}
 }

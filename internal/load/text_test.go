@@ -3,16 +3,14 @@ package load
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+	"github.com/closingtime-dev/closingtime/internal/golden"
+)
 
 // goldenReport is seed 001's first rollout, as a report of two clients.
 func goldenReport() *Report {
@@ -49,29 +47,12 @@ func goldenReport() *Report {
 	}
 }
 
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s mismatch (-want +got):\n%s", name, diff)
-	}
-}
-
 func TestWriteText(t *testing.T) {
 	var b bytes.Buffer
 	if err := WriteText(&b, goldenReport()); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "report.golden.txt", b.Bytes())
+	golden.Check(t, filepath.Join("testdata", "report.golden.txt"), b.Bytes())
 }
 
 // TestReportJSON pins the JSON field names, which scripts rely on, and
@@ -82,7 +63,7 @@ func TestReportJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "report.golden.json", append(got, '\n'))
+	golden.Check(t, filepath.Join("testdata", "report.golden.json"), append(got, '\n'))
 	var back Report
 	if err := json.Unmarshal(got, &back); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package manifest
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+	"github.com/closingtime-dev/closingtime/internal/golden"
+)
 
 // inputs returns the manifests under testdata.
 func inputs(t testing.TB) []string {
@@ -67,19 +66,7 @@ func TestParse(t *testing.T) {
 				}
 			}
 			got := summary(objs, errs)
-			golden := strings.TrimSuffix(file, filepath.Ext(file)) + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("Parse(%s) mismatch (-want +got):\n%s", name, diff)
-			}
+			golden.Check(t, strings.TrimSuffix(file, filepath.Ext(file))+".golden", []byte(got))
 		})
 	}
 }

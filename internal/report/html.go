@@ -99,34 +99,16 @@ func newHTMLPage(r *scenario.Results) htmlPage {
 	return p
 }
 
-// newTableRow sums a scenario's runs as WriteTable does.
+// newTableRow spells a scenario's row with WriteTable's figures.
 func newTableRow(s scenario.Result, anchor string) tableRow {
 	t := s.Totals
-	var p99, drain, rollout float64
-	restarts := 0
-	var codes []int
-	var lowest *scenario.Capacity
-	for _, run := range s.Runs {
-		if c := run.Capacity; c != nil && (lowest == nil || c.MinReady < lowest.MinReady) {
-			lowest = c
-		}
-		p99 = max(p99, run.P99MS)
-		rollout = max(rollout, run.RolloutMS)
-		restarts += run.Restarts
-		for _, p := range run.OldPods {
-			drain = max(drain, p.DrainMS)
-			if !slices.Contains(codes, p.ExitCode) {
-				codes = append(codes, p.ExitCode)
-			}
-		}
-	}
-	slices.Sort(codes)
+	m := summarize(s)
 	return tableRow{
 		Name: s.Name, Anchor: anchor, Runs: len(s.Runs),
 		Samples: t.Requests, Failed: t.Failed(), Refused: t.Refused, Reset: t.Reset, Closed: t.Closed,
 		Timeout: t.Timeout, HTTP5xx: t.HTTP5xx, Absorb: t.Absorbed,
-		P99: millis(p99), Drain: seconds(drain), ExitCodes: exitCodes(codes), Rollout: seconds(rollout), Restarts: restarts,
-		Capacity: capacity(lowest), Short: lowest != nil && lowest.MinReady < lowest.Replicas,
+		P99: millis(m.p99), Drain: seconds(m.drain), ExitCodes: exitCodes(m.codes), Rollout: seconds(m.rollout), Restarts: m.restarts,
+		Capacity: capacity(m.capacity), Short: m.capacity != nil && m.capacity.MinReady < m.capacity.Replicas,
 	}
 }
 
@@ -138,11 +120,7 @@ func newHTMLRun(run scenario.Run) htmlRun {
 		Chart: newTimelineChart(run),
 	}
 	for _, c := range run.Clients {
-		line := fmt.Sprintf("%s at %g/s: %s", c.Kind, c.Rate, counts(c.Totals))
-		if n := c.Absorbed.Total(); n > 0 {
-			line += ", absorbed " + counts(c.Absorbed)
-		}
-		h.Clients = append(h.Clients, line)
+		h.Clients = append(h.Clients, clientLine(c))
 	}
 	var figures strings.Builder
 	writeDisruption(&figures, run)
@@ -350,9 +328,11 @@ func (l *chartLane) place(y float64) {
 
 // actionLane draws what the action did beside the pods, when the run
 // has it: a dependency outage and the recovery after it, a node's drain,
-// a rollback, the cluster-wide events (progress_deadline_exceeded, a node
-// cordoned or uncordoned) and the moment the ready pods fell to their
-// fewest.
+// a rollback, the set-env variables applied, the cluster-wide events
+// (progress_deadline_exceeded, a node cordoned or uncordoned) and the
+// moment the ready pods fell to their fewest. The runner's other steps
+// on the timeline are those of the outage, drain and rollback figures,
+// drawn from the figures.
 func actionLane(run scenario.Run, s timeScale) (chartLane, bool) {
 	l := chartLane{Height: routeHeight, Label: "action", Title: "what the action did"}
 	// A bar shows its label inside when it is wide enough.
@@ -388,20 +368,20 @@ func actionLane(run scenario.Run, s timeScale) (chartLane, bool) {
 			Title: fmt.Sprintf("ready pods fell to %d of %d at %s", c.MinReady, c.Replicas, at(c.AtMS))})
 	}
 	for _, e := range run.Timeline {
-		switch cluster.EventKind(e.Kind) {
-		case cluster.ProgressDeadlineExceeded, cluster.NodeCordoned, cluster.NodeUncordoned:
-			if e.Source != "cluster" {
-				continue
-			}
-			title := fmt.Sprintf("%s at %s", e.Kind, at(e.AtMS))
-			if e.Node != "" {
-				title += " on " + e.Node
-			}
-			if d := details(e.Detail); d != "" {
-				title += ": " + d
-			}
-			tick(e.AtMS, strings.ReplaceAll(e.Kind, "_", " "), title)
+		switch k := cluster.EventKind(e.Kind); {
+		case e.Source == "cluster" && (k == cluster.ProgressDeadlineExceeded || k == cluster.NodeCordoned || k == cluster.NodeUncordoned):
+		case e.Source == "runner" && e.Kind == scenario.RunnerEnvApplied:
+		default:
+			continue
 		}
+		title := fmt.Sprintf("%s at %s", e.Kind, at(e.AtMS))
+		if e.Node != "" {
+			title += " on " + e.Node
+		}
+		if d := details(e.Detail); d != "" {
+			title += ": " + d
+		}
+		tick(e.AtMS, strings.ReplaceAll(e.Kind, "_", " "), title)
 	}
 	return l, len(l.Bars) > 0 || len(l.Marks) > 0
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -71,19 +72,7 @@ func TestHTMLGolden(t *testing.T) {
 			if again := renderHTML(t, tt.results(t)); again != got {
 				t.Fatalf("two renderings of the same results differ:\n%s", cmp.Diff(got, again))
 			}
-			golden := filepath.Join("testdata", tt.name+".golden")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("%s differs from %s (-want +got; go test ./internal/report -run TestHTMLGolden -update):\n%s", tt.name, golden, diff)
-			}
+			golden.Check(t, filepath.Join("testdata", tt.name+".golden"), []byte(got))
 		})
 	}
 }
@@ -393,6 +382,29 @@ func TestHTMLDisruption(t *testing.T) {
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
+		}
+	}
+}
+
+// TestHTMLRunnerSteps checks that the action lane draws the runner's
+// steps once: the variables applied as a tick of their own, the outage,
+// drain and rollback from their figures, not again from their entries.
+func TestHTMLRunnerSteps(t *testing.T) {
+	page := html.UnescapeString(renderHTML(t, disruptions()))
+	for _, want := range []string{
+		`>env applied</text>`, `env_applied at +0.001 s: CT_CRASH_CODE=1`,
+		`dependency outage (blackhole) from +0.000 s to +30.000 s`, `drain of node-1 from +0.000 s to +12.001 s: blocked, given up`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if n := strings.Count(page, `>rolled back</text>`); n != 1 {
+		t.Errorf("the page has %d rollback ticks, want 1", n)
+	}
+	for _, unwanted := range []string{"outage started", "outage ended", "drain started", "drain ended", "rolled_back at"} {
+		if strings.Contains(page, unwanted) {
+			t.Errorf("the page draws the runner's step %q again", unwanted)
 		}
 	}
 }

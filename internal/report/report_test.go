@@ -2,19 +2,16 @@ package report
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // results returns two scenarios' results as a lab run makes them: one that
 // failed with refused requests and a killed pod, one without failures.
@@ -67,10 +64,19 @@ func results() *scenario.Results {
 // disruptions returns the results of scenarios with disruption figures:
 // an outage with restarts, back-offs and a recovery; a crash-looping
 // release rolled back; a drain blocked by a budget and one that went
-// through, over two runs.
+// through, over two runs. Their timelines have the runner's steps.
 func disruptions() *scenario.Results {
 	start := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
 	f := func(v float64) *float64 { return &v }
+	step := func(atMS float64, kind, node string, detail map[string]string) scenario.Entry {
+		return scenario.Entry{AtMS: atMS, Source: "runner", Kind: kind, Node: node, Detail: detail}
+	}
+	drain := func(endMS float64, drained string) []scenario.Entry {
+		return []scenario.Entry{
+			step(0.1, scenario.RunnerDrainStarted, "node-1", map[string]string{"timeout": "12s"}),
+			step(endMS, scenario.RunnerDrainEnded, "node-1", map[string]string{"drained": drained}),
+		}
+	}
 	var refused load.Counts
 	refused[load.OK], refused[load.Refused] = 10, 10
 	return &scenario.Results{Scenarios: []scenario.Result{
@@ -89,6 +95,10 @@ func disruptions() *scenario.Results {
 				},
 				Outage:    &scenario.Outage{Mode: "blackhole", StartMS: 0.2, EndMS: 30000.4},
 				RecoverMS: f(12400),
+				Timeline: []scenario.Entry{
+					step(0.2, scenario.RunnerOutageStarted, "", map[string]string{"mode": "blackhole"}),
+					step(30000.4, scenario.RunnerOutageEnded, "", map[string]string{"mode": "blackhole"}),
+				},
 			}},
 		},
 		{
@@ -102,6 +112,10 @@ func disruptions() *scenario.Results {
 				Capacity:     &scenario.Capacity{MinReady: 2, Replicas: 2},
 				BackOffs:     []scenario.BackOff{{AtMS: 40, Pod: "app-85fcd6b497-q68cp", DelayMS: 9999}, {AtMS: 10060, Pod: "app-85fcd6b497-q68cp", DelayMS: 19998}, {AtMS: 30110, Pod: "app-85fcd6b497-q68cp", DelayMS: 39998}},
 				RolledBackMS: f(38002),
+				Timeline: []scenario.Entry{
+					step(0.9, scenario.RunnerEnvApplied, "", map[string]string{"CT_CRASH_CODE": "1"}),
+					step(38002, scenario.RunnerRolledBack, "", map[string]string{"timeout": "38s"}),
+				},
 			}},
 		},
 		{
@@ -112,6 +126,7 @@ func disruptions() *scenario.Results {
 				Capacity:  &scenario.Capacity{MinReady: 1, Replicas: 1},
 				Evictions: &scenario.Evictions{Refused: 3},
 				Drain:     &scenario.DrainOutcome{Node: "node-1", EndMS: 12001, TimeoutMS: 12000},
+				Timeline:  drain(12001, "false"),
 			}},
 		},
 		{
@@ -123,12 +138,14 @@ func disruptions() *scenario.Results {
 					Capacity:  &scenario.Capacity{MinReady: 0, Replicas: 1, AtMS: 1.5},
 					Evictions: &scenario.Evictions{Accepted: 1},
 					Drain:     &scenario.DrainOutcome{Node: "node-1", Drained: true, EndMS: 2010, TimeoutMS: 12000},
+					Timeline:  drain(2010, "true"),
 				},
 				{
 					Repetition: 2, Start: start.Add(4 * time.Minute), Totals: scenario.Totals{Requests: 120, OK: 120},
 					Capacity:  &scenario.Capacity{MinReady: 0, Replicas: 1, AtMS: 2},
 					Evictions: &scenario.Evictions{Accepted: 1},
 					Drain:     &scenario.DrainOutcome{Node: "node-1", Drained: true, EndMS: 2220, TimeoutMS: 12000},
+					Timeline:  drain(2220, "true"),
 				},
 			},
 		},
@@ -153,19 +170,7 @@ func TestRender(t *testing.T) {
 			if err := tt.render(&got, tt.results()); err != nil {
 				t.Fatal(err)
 			}
-			golden := filepath.Join("testdata", tt.name+".golden")
-			if *update {
-				if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(string(want), got.String()); diff != "" {
-				t.Errorf("%s differs from %s (-want +got):\n%s", tt.name, golden, diff)
-			}
+			golden.Check(t, filepath.Join("testdata", tt.name+".golden"), got.Bytes())
 		})
 	}
 }

@@ -218,11 +218,7 @@ func WriteText(w io.Writer, r *scenario.Results) error {
 			fmt.Fprintf(w, "\n%s, run %d (action at %s UTC): %d requests, %d failed\n",
 				s.Name, run.Repetition, run.Start.UTC().Format("15:04:05.000"), run.Totals.Requests, run.Totals.Failed())
 			for _, c := range run.Clients {
-				fmt.Fprintf(w, "  %s at %g/s: %s", c.Kind, c.Rate, counts(c.Totals))
-				if n := c.Absorbed.Total(); n > 0 {
-					fmt.Fprintf(w, ", absorbed %s", counts(c.Absorbed))
-				}
-				fmt.Fprintln(w)
+				fmt.Fprintf(w, "  %s\n", clientLine(c))
 			}
 			for _, sec := range run.FailedSeconds {
 				fmt.Fprintf(w, "  %+4ds %s\n", sec.Second, counts(sec.Counts))
@@ -240,6 +236,16 @@ func WriteText(w io.Writer, r *scenario.Results) error {
 		}
 	}
 	return nil
+}
+
+// clientLine spells a client's kind, rate and requests by class, and the
+// requests that failed and then succeeded on a retry, if any.
+func clientLine(c load.ClientReport) string {
+	line := fmt.Sprintf("%s at %g/s: %s", c.Kind, c.Rate, counts(c.Totals))
+	if n := c.Absorbed.Total(); n > 0 {
+		line += ", absorbed " + counts(c.Absorbed)
+	}
+	return line
 }
 
 // counts spells the classes with requests, in load's order.

@@ -122,8 +122,8 @@ type Run struct {
 	// RolledBackMS is when a set-env rollout that had not completed within
 	// the action's timeout was rolled back; absent if it was not.
 	RolledBackMS *float64 `json:"rolledBackMs,omitempty"`
-	// Timeline is every cluster event, pod log event and failed request of
-	// the run, in order.
+	// Timeline is every cluster event, pod log event, failed request and
+	// step of the runner's action of the run, in order.
 	Timeline []Entry `json:"timeline"`
 }
 
@@ -210,16 +210,44 @@ type OldPod struct {
 type Entry struct {
 	// AtMS is the offset from the action's start.
 	AtMS float64 `json:"atMs"`
-	// Source is cluster, pod (a log event of a pod) or client (a failed
-	// request).
+	// Source is cluster, pod (a log event of a pod), client (a failed
+	// request) or runner (a step of the action, one of the Runner kinds).
 	Source string `json:"source"`
-	// Kind is the event kind, log event name or failure class.
+	// Kind is the event kind, log event name, failure class or runner
+	// step.
 	Kind string `json:"kind"`
 	Pod  string `json:"pod,omitempty"`
 	Node string `json:"node,omitempty"`
 	// Detail holds the event's fields.
 	Detail map[string]string `json:"detail,omitempty"`
 }
+
+// The kinds of the timeline entries of Source "runner": the steps of an
+// action that the cluster's events do not show, each at the moment the
+// runner took it. The runner sets the figures of a step (Outage, Drain,
+// RolledBackMS) from the same entries.
+const (
+	// RunnerOutageStarted is when the dependency went down; Detail has
+	// its mode.
+	RunnerOutageStarted = "outage_started"
+	// RunnerOutageEnded is when the dependency was up again; Detail has
+	// its mode.
+	RunnerOutageEnded = "outage_ended"
+	// RunnerDrainStarted is when the drain of Node began; Detail has its
+	// timeout, if any.
+	RunnerDrainStarted = "drain_started"
+	// RunnerDrainEnded is when the drain of Node ended; Detail's drained
+	// is true if every pod was gone, false if it was given up at its
+	// timeout.
+	RunnerDrainEnded = "drain_ended"
+	// RunnerEnvApplied is when the Deployment with the set-env action's
+	// variables was applied; Detail has the variables.
+	RunnerEnvApplied = "env_applied"
+	// RunnerRolledBack is when the Deployment's previous template was
+	// applied again because the set-env rollout had not completed within
+	// its timeout; Detail has the timeout.
+	RunnerRolledBack = "rolled_back"
+)
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Microsecond)) / 1000 }
 

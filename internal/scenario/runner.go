@@ -411,11 +411,22 @@ type actor struct {
 }
 
 // act does the action, and records its outcome in run: an outage's
-// times, a drain's outcome, a rollback.
+// times, a drain's outcome, a rollback, each from the entry of the step on
+// run's timeline.
 func (a *actor) act(ctx context.Context, run *Run) error {
 	c, d := a.c, a.d
 	a.acted = nil
-	since := func() float64 { return ms(time.Since(run.Start)) }
+	// step adds the runner's step of kind to the timeline, now, and
+	// returns its time.
+	step := func(kind, node string, detail map[string]string) float64 {
+		e := Entry{AtMS: ms(time.Since(run.Start)), Source: "runner", Kind: kind, Node: node, Detail: detail}
+		run.Timeline = append(run.Timeline, e)
+		return e.AtMS
+	}
+	var timeout map[string]string
+	if a.timeout > 0 {
+		timeout = map[string]string{"timeout": a.timeout.String()}
+	}
 	switch a.action.Kind {
 	case ActionRolloutRestart:
 		return c.RolloutRestart(ctx, d.Namespace, d.Name)
@@ -444,13 +455,15 @@ func (a *actor) act(ctx context.Context, run *Run) error {
 		return c.DeletePod(ctx, d.Namespace, pod, nil)
 	case ActionDrain:
 		node := cmp.Or(a.action.Node, "node-1")
+		step(RunnerDrainStarted, node, timeout)
 		err := c.Drain(ctx, node, cluster.DrainOptions{Timeout: a.timeout})
 		if err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 			return err
 		}
 		// A drain that a budget blocks until its timeout is an outcome,
 		// not an error.
-		run.Drain = &DrainOutcome{Node: node, Drained: err == nil, EndMS: since(), TimeoutMS: ms(a.timeout)}
+		end := step(RunnerDrainEnded, node, map[string]string{"drained": strconv.FormatBool(err == nil)})
+		run.Drain = &DrainOutcome{Node: node, Drained: err == nil, EndMS: end, TimeoutMS: ms(a.timeout)}
 		// The maintenance is over, drained or not: the operator uncordons
 		// the node, which takes pods again.
 		a.acted = func(e cluster.Event) bool { return e.Kind == cluster.NodeUncordoned && e.Node == node }
@@ -461,6 +474,7 @@ func (a *actor) act(ctx context.Context, run *Run) error {
 		if err := c.Apply(ctx, []runtime.Object{changed}); err != nil {
 			return err
 		}
+		step(RunnerEnvApplied, "", maps.Clone(a.action.Env))
 		if a.timeout == 0 {
 			return nil
 		}
@@ -472,18 +486,19 @@ func (a *actor) act(ctx context.Context, run *Run) error {
 		}
 		// Not complete within the timeout: back to the previous template,
 		// as `kubectl rollout undo` does.
-		run.RolledBackMS = ptr(since())
+		run.RolledBackMS = ptr(step(RunnerRolledBack, "", timeout))
 		return c.Apply(ctx, []runtime.Object{d})
 	case ActionOutage:
 		if err := a.dep.down(a.action.Mode); err != nil {
 			return err
 		}
-		run.Outage = &Outage{Mode: a.action.Mode, StartMS: since()}
+		mode := map[string]string{"mode": a.action.Mode}
+		run.Outage = &Outage{Mode: a.action.Mode, StartMS: step(RunnerOutageStarted, "", mode)}
 		err := sleep(ctx, a.duration)
 		if uerr := a.dep.up(); err == nil {
 			err = uerr
 		}
-		run.Outage.EndMS = since()
+		run.Outage.EndMS = step(RunnerOutageEnded, "", mode)
 		return err
 	}
 	return nil

@@ -191,6 +191,8 @@ func TestRunnerCatalog(t *testing.T) {
 // A dependency outage under a liveness probe that checks the dependency
 // restarts pods, which recover once it is over. A release that crashes at
 // start backs off 10 s, then 20 s, and is rolled back at the timeout.
+// The timeline has the runner's steps of each (a drain's start and end, an
+// outage's, the variables applied and the rollback) at the figures' times.
 func TestRunnerActions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs pods under load")
@@ -200,7 +202,9 @@ func TestRunnerActions(t *testing.T) {
 		file        string
 		wantOldPods int    // each exits 143 after SIGTERM; -1: not checked
 		wantKind    string // a cluster event kind the timeline must have
-		check       func(t *testing.T, run Run)
+		// wantSteps are the kinds of the runner's entries, in order.
+		wantSteps []string
+		check     func(t *testing.T, run Run)
 	}{
 		{file: "valid-action-delete-pod.yaml", wantOldPods: 1, wantKind: "pod_deleted", check: func(t *testing.T, run Run) {
 			if c := run.Capacity; c == nil || c.Replicas != 3 || c.MinReady != 2 {
@@ -217,26 +221,37 @@ func TestRunnerActions(t *testing.T) {
 				t.Errorf("evictions %+v, want 1 refused", e)
 			}
 		}},
-		{file: "valid-action-drain.yaml", wantOldPods: 0, wantKind: "node_uncordoned", check: func(t *testing.T, run Run) {
+		{file: "valid-action-drain.yaml", wantOldPods: 0, wantKind: "node_uncordoned", wantSteps: []string{RunnerDrainStarted, RunnerDrainEnded}, check: func(t *testing.T, run Run) {
 			d := run.Drain
 			if d == nil || d.Drained || d.Node != "node-1" || d.TimeoutMS != 7000 || d.EndMS < 6500 {
-				t.Errorf("drain %+v, want node-1 blocked until the quick timeout of 7 s", d)
+				t.Fatalf("drain %+v, want node-1 blocked until the quick timeout of 7 s", d)
+			}
+			steps := runnerSteps(run)
+			if s := steps[1]; s.AtMS != d.EndMS || s.Node != "node-1" || s.Detail["drained"] != "false" || steps[0].Detail["timeout"] != "7s" {
+				t.Errorf("drain steps %+v, want node-1's, given up at %v after a 7s timeout", steps, d.EndMS)
 			}
 			// kubectl drain retries every 5 s: at 0 s and 5 s.
 			if e := run.Evictions; e == nil || e.Accepted != 0 || e.Refused < 2 {
 				t.Errorf("evictions %+v, want 2 or more refused, none accepted", e)
 			}
 		}},
-		{file: "valid-action-outage.yaml", wantOldPods: -1, wantKind: "liveness_kill", check: func(t *testing.T, run Run) {
+		{file: "valid-action-outage.yaml", wantOldPods: -1, wantKind: "liveness_kill", wantSteps: []string{RunnerOutageStarted, RunnerOutageEnded}, check: func(t *testing.T, run Run) {
 			o := run.Outage
 			if o == nil || o.Mode != OutageRefuse || o.EndMS-o.StartMS < 5000 {
 				t.Fatalf("outage %+v, want 5 s of refuse", o)
+			}
+			steps := runnerSteps(run)
+			if steps[0].AtMS != o.StartMS || steps[1].AtMS != o.EndMS || steps[0].Detail["mode"] != OutageRefuse {
+				t.Errorf("outage steps %+v, want the outage's start and end %+v", steps, o)
 			}
 			if run.Restarts == 0 || run.RecoverMS == nil {
 				t.Errorf("restarts %d, recover %v: want restarts, and a recovery", run.Restarts, run.RecoverMS)
 			}
 		}},
-		{file: "valid-action-set-env.yaml", wantOldPods: -1, wantKind: "back_off", check: func(t *testing.T, run Run) {
+		{file: "valid-action-set-env.yaml", wantOldPods: -1, wantKind: "back_off", wantSteps: []string{RunnerEnvApplied, RunnerRolledBack}, check: func(t *testing.T, run Run) {
+			if steps := runnerSteps(run); run.RolledBackMS == nil || steps[1].AtMS != *run.RolledBackMS || len(steps[0].Detail) == 0 {
+				t.Errorf("set-env steps %+v, want the variables applied, then the rollback at %v", steps, run.RolledBackMS)
+			}
 			if len(run.BackOffs) < 2 {
 				t.Fatalf("back-offs %+v, want 2 or more", run.BackOffs)
 			}
@@ -284,6 +299,18 @@ func TestRunnerActions(t *testing.T) {
 			if !found {
 				t.Errorf("no %s event after the action in the timeline", tt.wantKind)
 			}
+			var steps []string
+			last := 0.0
+			for _, e := range runnerSteps(run) {
+				steps = append(steps, e.Kind)
+				if e.AtMS < last {
+					t.Errorf("runner step %+v before the one it follows (%v ms)", e, last)
+				}
+				last = e.AtMS
+			}
+			if !slices.Equal(steps, tt.wantSteps) {
+				t.Fatalf("runner steps %v, want %v", steps, tt.wantSteps)
+			}
 			if res.Totals.OK == 0 {
 				t.Errorf("totals %+v: no request succeeded", res.Totals)
 			}
@@ -292,6 +319,17 @@ func TestRunnerActions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runnerSteps returns the runner's entries of run's timeline.
+func runnerSteps(run Run) []Entry {
+	var steps []Entry
+	for _, e := range run.Timeline {
+		if e.Source == "runner" {
+			steps = append(steps, e)
+		}
+	}
+	return steps
 }
 
 // TestRunnerCatalogDisruptions runs the catalog's scenarios beyond the

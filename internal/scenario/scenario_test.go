@@ -1,16 +1,12 @@
 package scenario
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/closingtime-dev/closingtime/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // TestReadFile reads every testdata/valid-*.yaml, which must parse, and
 // every invalid-*.yaml, whose errors must match its .golden file.
@@ -40,20 +36,7 @@ func TestReadFile(t *testing.T) {
 			if err == nil {
 				t.Fatal("ReadFile() succeeded, want errors")
 			}
-			golden := strings.TrimSuffix(file, ".yaml") + ".golden"
-			got := err.Error() + "\n"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("errors differ from %s (-want +got):\n%s", golden, diff)
-			}
+			golden.Check(t, strings.TrimSuffix(file, ".yaml")+".golden", []byte(err.Error()+"\n"))
 		})
 	}
 }
