@@ -6,11 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/netip"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -30,6 +29,7 @@ type labFlags struct {
 	report   string
 	parallel int
 	list     bool
+	images   []string
 }
 
 func newLabCommand(streams Streams) *cobra.Command {
@@ -70,6 +70,7 @@ would otherwise be waited out, keeping every phenomenon visible.`,
 	f.StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&flags.results, "results", "results.json", "file to write the results to as JSON; empty for none")
 	f.StringVar(&flags.report, "report", "report.html", "file to write the HTML report to (docs/report.md); empty for none")
+	f.StringArrayVar(&flags.images, "image-command", nil, imageCommandUsage)
 	f.BoolVar(&flags.list, "list", false, "list the built-in scenarios, with their group, seed and description, and exit")
 	f.IntVar(&flags.parallel, "parallel", 0, "scenarios run at once, each on a cluster of its own (default: all)")
 	return cmd
@@ -89,6 +90,10 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 	if flags.list {
 		return listScenarios(streams.Out, scenarios, flags.output)
 	}
+	images, err := imageCommands("lab", flags.images)
+	if err != nil {
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("lab: find the closingtime binary for the pods: %w", err)
@@ -96,7 +101,7 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 	started := time.Now()
 	shown := newProgress(streams.Err, scenarios)
 	runner, err := scenario.NewRunner(scenario.RunnerConfig{
-		NewCluster:  localClusters(exe),
+		NewCluster:  localClusters(exe, images),
 		Quick:       flags.quick,
 		Repetitions: flags.repeat,
 		Progress:    shown.update,
@@ -223,22 +228,37 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 }
 
 // localClusters returns a scenario.RunnerConfig.NewCluster that starts
-// embedded clusters whose image scenario.Image runs exe, each on a /16 of
-// its own of 127.0.0.0/8 so that clusters running at once never share an
-// address.
-func localClusters(exe string) func(scenario.ClusterSettings) (scenario.Cluster, error) {
-	var n atomic.Int32
+// embedded clusters whose image scenario.Image runs exe and whose other
+// images run the commands of images. Each claims a pod range of its own.
+func localClusters(exe string, images map[string][]string) func(scenario.ClusterSettings) (scenario.Cluster, error) {
+	commands := map[string][]string{scenario.Image: {exe}}
+	maps.Copy(commands, images)
 	return func(s scenario.ClusterSettings) (scenario.Cluster, error) {
-		i := n.Add(1)
 		return local.New(local.Config{
 			Nodes:               s.Nodes,
-			PodCIDR:             netip.PrefixFrom(netip.AddrFrom4([4]byte{127, byte(100 + i%100), 0, 0}), 16),
 			MinPropagationDelay: s.PropagationDelay.Min,
 			MaxPropagationDelay: s.PropagationDelay.Max,
-			Kubelet:             local.KubeletConfig{ImageCommands: map[string][]string{scenario.Image: {exe}}},
+			Kubelet:             local.KubeletConfig{ImageCommands: commands},
 		})
 	}
 }
+
+// imageCommands parses the values of --image-command, IMAGE=CMD ARGS…
+// each, into the commands that stand for the images' entrypoints.
+func imageCommands(command string, values []string) (map[string][]string, error) {
+	images := map[string][]string{}
+	for _, v := range values {
+		image, argv, err := local.ParseImageCommand(v)
+		if err != nil {
+			return nil, usagef("%s: --image-command %q: %v", command, v, err)
+		}
+		images[image] = argv
+	}
+	return images, nil
+}
+
+// imageCommandUsage is the help of the --image-command flag.
+const imageCommandUsage = "run the local command CMD for containers of image IMAGE that give no command of their own, as IMAGE=CMD ARGS... (docs/local-cluster.md); repeatable"
 
 // writeFiles writes results as JSON to resultsPath and as HTML to
 // reportPath, skipping an empty path. Each file appears whole or not at

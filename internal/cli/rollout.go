@@ -34,6 +34,7 @@ type rolloutFlags struct {
 	output          string
 	results         string
 	report          string
+	images          []string
 }
 
 func newRolloutCommand(streams Streams) *cobra.Command {
@@ -51,9 +52,13 @@ The command exits 1 when more than --max-failures requests failed over all
 repetitions, so that it can gate CI.
 
 A container of image closingtime without a command runs this binary with its
-args (docs/scenario.md).`,
+args (docs/scenario.md). A container of another image without a command
+runs the local command that --image-command maps its image to, or that
+its pod template's annotation closingtime.dev/command.CONTAINER gives
+(docs/local-cluster.md).`,
 		Example: `  closingtime rollout -f deploy.yaml --local
-  closingtime rollout -f k8s/ --local --repeat 3 --client new-conn=50 --client keep-alive=20 --path /work`,
+  closingtime rollout -f k8s/ --local --repeat 3 --client new-conn=50 --client keep-alive=20 --path /work
+  closingtime rollout -f deploy.yaml --local --image-command 'registry.example/shop:1.4=./bin/shop --port $(PORT)'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRollout(cmd.Context(), streams, flags)
@@ -77,6 +82,7 @@ args (docs/scenario.md).`,
 	f.StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&flags.results, "results", "", "file to write the results to as JSON")
 	f.StringVar(&flags.report, "report", "", "file to write the HTML report to (docs/report.md)")
+	f.StringArrayVar(&flags.images, "image-command", nil, imageCommandUsage)
 	return cmd
 }
 
@@ -92,6 +98,10 @@ func runRollout(ctx context.Context, streams Streams, flags rolloutFlags) error 
 		return usagef("rollout: --repeat, --rate, --connections, --connect-timeout and --response-timeout must be positive")
 	case flags.maxFailures < 0 || flags.warmUp < 0 || flags.after < 0:
 		return usagef("rollout: --max-failures, --warm-up and --after must not be negative")
+	}
+	images, err := imageCommands("rollout", flags.images)
+	if err != nil {
+		return err
 	}
 	clients, err := parseClients(flags.clients, flags.rate, flags.connections)
 	if err != nil {
@@ -116,7 +126,7 @@ func runRollout(ctx context.Context, streams Streams, flags rolloutFlags) error 
 	}
 	scenarios := []*scenario.Scenario{s}
 	shown := newProgress(streams.Err, scenarios)
-	runner, err := scenario.NewRunner(scenario.RunnerConfig{NewCluster: localClusters(exe), Progress: shown.update})
+	runner, err := scenario.NewRunner(scenario.RunnerConfig{NewCluster: localClusters(exe, images), Progress: shown.update})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,7 @@ func TestRolloutUsage(t *testing.T) {
 		{name: "no backend", args: []string{"rollout", "-f", plain}, wantErr: "give --local"},
 		{name: "no such service", args: []string{"rollout", "-f", plain, "--local", "--service", "web"}, wantErr: "traffic.service: the workload has no Service web"},
 		{name: "bad client", args: []string{"rollout", "-f", plain, "--local", "--client", "udp"}, wantErr: `--client "udp"`},
+		{name: "bad image command", args: []string{"rollout", "-f", plain, "--local", "--image-command", "shop:1"}, wantErr: `--image-command "shop:1"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,5 +64,31 @@ func TestRolloutGate(t *testing.T) {
 				t.Errorf("stdout lacks the table or the old pods:\n%s", out.String())
 			}
 		})
+	}
+}
+
+// TestRolloutImageCommand runs a Deployment whose container has an image
+// and no command: without --image-command the error names the container
+// and the flag; with it, the mapped local command (this test binary as
+// closingtime serve) runs as the pods.
+func TestRolloutImageCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a rollout under load")
+	}
+	t.Parallel()
+	args := []string{"rollout", "-f", "testdata/rollout-image.yaml", "--local", "--path", "/work", "--warm-up", "1s", "--after", "1s", "--max-failures", "1000000"}
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	if code == ExitOK || !strings.Contains(errOut.String(), "registry.example/shop:1.4") || !strings.Contains(errOut.String(), "--image-command") {
+		t.Errorf("without --image-command: exit %d, stderr:\n%s", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	args = append(args, "--image-command", "registry.example/shop:1.4="+os.Args[0]+" serve")
+	if code := Run(context.Background(), args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut}); code != ExitOK {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "old pod") {
+		t.Errorf("stdout lacks the old pods:\n%s", out.String())
 	}
 }

@@ -38,7 +38,10 @@ type Backend interface {
 	// RolloutStatus waits for Deployment name's current rollout and returns
 	// its two moments: when it completed (the new ReplicaSet available, the
 	// old ones scaled to zero) and when the last old pod was gone. If ctx
-	// ends first, it returns what it has seen so far and ctx.Err().
+	// ends first, it returns what it has seen so far and ctx.Err(). Like
+	// `kubectl rollout status`, it fails with what it has seen when the
+	// Deployment's Progressing condition says the rollout exceeded its
+	// progressDeadlineSeconds (reason ProgressDeadlineExceeded).
 	RolloutStatus(ctx context.Context, namespace, name string) (RolloutStatus, error)
 
 	// DeletePod deletes pod name as the API's DELETE does, with

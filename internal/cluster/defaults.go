@@ -35,6 +35,12 @@ const (
 	DefaultMaxUnavailable = "25%"
 )
 
+// DefaultProgressDeadlineSeconds is a Deployment's
+// spec.progressDeadlineSeconds when unset: after this long without progress
+// its Progressing condition turns False, reason ProgressDeadlineExceeded
+// (k8s.io/kubernetes pkg/apis/apps/v1/defaults.go, SetDefaults_Deployment).
+const DefaultProgressDeadlineSeconds int32 = 600
+
 // DefaultDaemonSetMaxUnavailable is a RollingUpdate DaemonSet's
 // spec.updateStrategy.rollingUpdate.maxUnavailable when unset (k8s.io/kubernetes
 // pkg/apis/apps/v1/defaults.go, SetDefaults_DaemonSet); its maxSurge
@@ -95,3 +101,50 @@ const (
 // grace period (k8s.io/kubernetes pkg/kubelet/kuberuntime/kuberuntime_manager.go,
 // minimumGracePeriodInSeconds; killContainer applies it).
 const MinimumGracePeriodSeconds int64 = 2
+
+// The delays between the components of a cluster, which upstream leaves to
+// the environment (spec/k8s-semantics.md §10, E5, E11, T17). The embedded
+// cluster takes each as a setting; these are its defaults. Each step keeps
+// its own event, so that a timeline shows where the time went.
+const (
+	// DefaultKubeletObserveDelay is the time from a change of a pod in the
+	// API (its binding, its deletion) to the kubelet acting on it: the
+	// latency of the kubelet's watch, which delivers the change as soon as
+	// the API server stores it (k8s.io/kubernetes pkg/kubelet/config/apiserver.go,
+	// NewSourceApiserver). Upstream gives no number; on a healthy cluster it
+	// is milliseconds, so the default adds none. The grace period counts
+	// from the end of this delay, not from deletionTimestamp (T17).
+	DefaultKubeletObserveDelay time.Duration = 0
+	// DefaultStatusPushDelay is the time from the kubelet's change of a
+	// pod's status (a probe result that makes it Ready) to the API, and so
+	// the EndpointSlice controller, seeing it. The status manager sends a
+	// change at once, not at its 10 s resync (k8s.io/kubernetes
+	// pkg/kubelet/status/status_manager.go, SetPodStatus): no delay.
+	DefaultStatusPushDelay time.Duration = 0
+	// DefaultEndpointSyncDelay is the time from a pod change the API has
+	// to the EndpointSlice controller writing the slices; its work queue
+	// takes a change at once: no delay.
+	DefaultEndpointSyncDelay time.Duration = 0
+	// DefaultEndpointSliceBatchPeriod is kube-controller-manager's
+	// --endpointslice-updates-batch-period, during which the controller
+	// gathers a Service's pod changes into one update; the flag has no
+	// default, which is no batching (E11).
+	DefaultEndpointSliceBatchPeriod time.Duration = 0
+	// DefaultMinPropagationDelay and DefaultMaxPropagationDelay bound the
+	// time from the EndpointSlice update to a node's proxy rules following
+	// it: the watch, then kube-proxy's sync, rate-limited by its
+	// minSyncPeriod (1 s in iptables mode; k8s.io/kubernetes
+	// pkg/proxy/apis/config/v1alpha1/defaults.go). Upstream gives no
+	// number (E11); seed 001 measured the last request to a deleted pod
+	// 0.02 to 1.03 s after its deletion, which this range reproduces.
+	DefaultMinPropagationDelay = 100 * time.Millisecond
+	DefaultMaxPropagationDelay = time.Second
+)
+
+// DefaultSessionAffinityTimeout is how long a Service with sessionAffinity
+// ClientIP keeps sending a client to the endpoint it used last when
+// spec.sessionAffinityConfig.clientIP.timeoutSeconds is unset: 10800 s,
+// three hours (k8s.io/api core/v1 types.go,
+// DefaultClientIPServiceAffinitySeconds; k8s.io/kubernetes
+// pkg/apis/core/v1/defaults.go, SetDefaults_Service).
+const DefaultSessionAffinityTimeout = time.Duration(corev1.DefaultClientIPServiceAffinitySeconds) * time.Second

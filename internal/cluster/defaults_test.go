@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -42,5 +43,28 @@ func TestResolveFenceposts(t *testing.T) {
 				t.Errorf("ResolveFenceposts() = (%d, %d), want (%d, %d)", surge, unavailable, tt.wantSurge, tt.wantUnavailable)
 			}
 		})
+	}
+}
+
+// TestDefaultDelays pins what the embedded cluster's documentation says of
+// its delays: none between the API and its watchers, a propagation range
+// of 100 ms to 1 s, and three hours of session affinity.
+func TestDefaultDelays(t *testing.T) {
+	t.Parallel()
+	for name, d := range map[string]time.Duration{
+		"DefaultKubeletObserveDelay":      DefaultKubeletObserveDelay,
+		"DefaultStatusPushDelay":          DefaultStatusPushDelay,
+		"DefaultEndpointSyncDelay":        DefaultEndpointSyncDelay,
+		"DefaultEndpointSliceBatchPeriod": DefaultEndpointSliceBatchPeriod,
+	} {
+		if d != 0 {
+			t.Errorf("%s = %v, want none", name, d)
+		}
+	}
+	if DefaultMinPropagationDelay != 100*time.Millisecond || DefaultMaxPropagationDelay != time.Second {
+		t.Errorf("propagation delay %v–%v, want 100ms–1s", DefaultMinPropagationDelay, DefaultMaxPropagationDelay)
+	}
+	if DefaultSessionAffinityTimeout != 3*time.Hour {
+		t.Errorf("DefaultSessionAffinityTimeout = %v, want 3h", DefaultSessionAffinityTimeout)
 	}
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -52,3 +53,10 @@ func DisruptionsAllowed(currentHealthy, expected, desired int32) int32 {
 	}
 	return currentHealthy - desired
 }
+
+// DisruptedPodTimeout is how long a budget counts a pod that the eviction
+// API evicted as disrupted, and so not healthy, while the pod is not yet
+// being deleted (k8s.io/kubernetes pkg/controller/disruption/disruption.go,
+// DeletionTimeout): its entry in status.disruptedPods is dropped once the
+// pod's deletion starts, or after this long.
+const DisruptedPodTimeout = 2 * time.Minute

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +21,6 @@ var binary string
 
 func TestMain(m *testing.M) { os.Exit(testbinary.Main(m, &binary)) }
 
-// subnets gives each test cluster a /16 of its own.
-var subnets atomic.Int32
-
 // newRunner returns a runner of quick runs on local clusters whose pods
 // run binary, working in a temporary directory.
 func newRunner(t *testing.T) *Runner {
@@ -36,7 +31,6 @@ func newRunner(t *testing.T) *Runner {
 		NewCluster: func(s ClusterSettings) (Cluster, error) {
 			return local.New(local.Config{
 				Nodes:               s.Nodes,
-				PodCIDR:             netip.PrefixFrom(netip.AddrFrom4([4]byte{127, byte(30 + subnets.Add(1)%30), 0, 0}), 16),
 				MinPropagationDelay: s.PropagationDelay.Min,
 				MaxPropagationDelay: s.PropagationDelay.Max,
 				Kubelet:             local.KubeletConfig{WorkingDir: dir, ImageCommands: map[string][]string{Image: {binary}}},

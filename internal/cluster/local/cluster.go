@@ -33,8 +33,11 @@ type Config struct {
 	// Nodes is the number of nodes, named node-1, node-2…; DefaultNodes if
 	// zero.
 	Nodes int
-	// PodCIDR is the range of pod addresses, split into a /24 per node;
-	// DefaultPodCIDR if zero. It must be a /16 or larger of 127.0.0.0/8.
+	// PodCIDR is the range of pod addresses, split into a /24 per node. It
+	// must be a /16 or larger of 127.0.0.0/8 that no other cluster on the
+	// machine uses: a cluster claims its range for as long as it runs,
+	// across processes. If it is zero, New claims the first free /16 from
+	// 127.100.0.0/16 to 127.254.0.0/16.
 	PodCIDR netip.Prefix
 	// Kubelet configures every node's kubelet. Its NodeName, PodCIDR,
 	// Clock, Recorder and StatusUpdated are set by the cluster.
@@ -42,6 +45,20 @@ type Config struct {
 	// MinPropagationDelay and MaxPropagationDelay bound each node's delay
 	// in applying endpoint changes; see ProxyConfig.
 	MinPropagationDelay, MaxPropagationDelay time.Duration
+	// KubeletObserveDelay is the time from a change of a pod in the store
+	// (its binding to a node, its deletion) to the node's kubelet acting
+	// on it; the grace period of a deleted pod starts after it (spec
+	// T17). cluster.DefaultKubeletObserveDelay if zero.
+	KubeletObserveDelay time.Duration
+	// StatusPushDelay is the time from a kubelet's change of a pod's
+	// status (Ready after a probe, a container's exit) to the store
+	// holding it, where the controllers see it (E5).
+	// cluster.DefaultStatusPushDelay if zero.
+	StatusPushDelay time.Duration
+	// EndpointSyncDelay and EndpointBatchPeriod are the EndpointSlice
+	// controller's delay from a pod change to its publication, and the
+	// period it gathers a Service's changes over; see EndpointsConfig.
+	EndpointSyncDelay, EndpointBatchPeriod time.Duration
 	// Clock is the clock of every component; the real clock if nil.
 	Clock clock.Clock
 }
@@ -53,14 +70,21 @@ type Config struct {
 // event stream, stamped by one clock. It implements [cluster.Backend] and
 // is safe for concurrent use.
 type Cluster struct {
-	clock     clock.Clock
-	log       cluster.EventLog
-	nodes     []*node
-	endpoints *Endpoints
-	ctx       context.Context
-	stop      context.CancelFunc
-	done      chan struct{}
-	wake      chan struct{}
+	clock         clock.Clock
+	imageCommands map[string][]string
+	observeDelay  time.Duration
+	statusDelay   time.Duration
+	log           cluster.EventLog
+	nodes         []*node
+	endpoints     *Endpoints
+	statuses      *delayQueue // pod statuses on their way from the kubelets
+	ctx           context.Context
+	stop          context.CancelFunc
+	done          chan struct{}
+	wake          chan struct{}
+	serving       sync.WaitGroup // the Serve calls
+	podCIDR       netip.Prefix
+	claim         net.Listener // holds podCIDR (claimRange)
 
 	mu          sync.Mutex
 	changed     chan struct{} // closed and replaced at every change of the store
@@ -69,16 +93,18 @@ type Cluster struct {
 	pods        map[string]*corev1.Pod
 	services    map[string]*corev1.Service
 	pdbs        map[string]*policyv1.PodDisruptionBudget
-	disrupted   map[string]time.Time // pods evicted and not yet gone, by key (PDB status.disruptedPods)
-	nextWake    time.Time            // when minReadySeconds makes a pod available
+	pdbObserve  map[string]time.Time // when the disruption controller observes a budget's latest generation, by key
+	nextWake    time.Time            // when a controller has work: minReadySeconds, a progress deadline, a budget
 }
 
 var _ cluster.Backend = (*Cluster)(nil)
 
-// node is one node: its kubelet, its routing view, its schedulability.
+// node is one node: its kubelet and the watch that feeds it, its routing
+// view, its schedulability.
 type node struct {
 	name          string
 	kubelet       *Kubelet
+	watch         *delayQueue // pods on their way to the kubelet
 	proxy         *Proxy
 	unschedulable bool // guarded by Cluster.mu
 }
@@ -88,22 +114,51 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = DefaultNodes
 	}
-	if !cfg.PodCIDR.IsValid() {
-		cfg.PodCIDR = DefaultPodCIDR
-	}
-	if cfg.Nodes < 1 || cfg.Nodes > 250 || cfg.PodCIDR.Bits() > 16 {
+	if cfg.Nodes < 1 || cfg.Nodes > 250 || (cfg.PodCIDR.IsValid() && cfg.PodCIDR.Bits() > 16) {
 		return nil, fmt.Errorf("%d nodes in %s: want 1 to 250 nodes in a /16 or larger", cfg.Nodes, cfg.PodCIDR)
+	}
+	if cfg.KubeletObserveDelay == 0 {
+		cfg.KubeletObserveDelay = cluster.DefaultKubeletObserveDelay
+	}
+	if cfg.StatusPushDelay == 0 {
+		cfg.StatusPushDelay = cluster.DefaultStatusPushDelay
+	}
+	if cfg.KubeletObserveDelay < 0 || cfg.StatusPushDelay < 0 {
+		return nil, fmt.Errorf("kubelet observe delay %s, status push delay %s: want non-negative durations", cfg.KubeletObserveDelay, cfg.StatusPushDelay)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	var claim net.Listener
+	var err error
+	if cfg.PodCIDR.IsValid() {
+		claim, err = claimRange(cfg.PodCIDR)
+	} else {
+		cfg.PodCIDR, claim, err = claimFreeRange()
+	}
+	if err != nil {
+		return nil, err
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Cluster{
-		clock: cfg.Clock, ctx: ctx, stop: stop, done: make(chan struct{}), wake: make(chan struct{}, 1),
+		clock: cfg.Clock, imageCommands: cfg.Kubelet.ImageCommands, observeDelay: cfg.KubeletObserveDelay, statusDelay: cfg.StatusPushDelay,
+		statuses: newDelayQueue(cfg.Clock), ctx: ctx, stop: stop, done: make(chan struct{}), wake: make(chan struct{}, 1),
 		changed: make(chan struct{}), deployments: map[string]*deployment{}, rss: map[string]*appsv1.ReplicaSet{},
 		pods: map[string]*corev1.Pod{}, services: map[string]*corev1.Service{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
-		disrupted: map[string]time.Time{},
+		pdbObserve: map[string]time.Time{}, podCIDR: cfg.PodCIDR, claim: claim,
 	}
+	if err := c.start(cfg); err != nil {
+		stop()
+		c.closeComponents(context.Background())
+		return nil, err
+	}
+	go c.run()
+	return c, nil
+}
+
+// start builds the nodes and the endpoints controller; what it built
+// before an error is left for closeComponents.
+func (c *Cluster) start(cfg Config) error {
 	var proxies []*Proxy
 	base := cfg.PodCIDR.Masked().Addr().As4()
 	for i := 1; i <= cfg.Nodes; i++ {
@@ -113,39 +168,62 @@ func New(cfg Config) (*Cluster, error) {
 		kc.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{base[0], base[1], byte(i), 0}), 24)
 		k, err := NewKubelet(kc)
 		if err != nil {
-			c.closeNodes(context.Background())
-			return nil, err
+			return err
 		}
 		p, err := NewProxy(ProxyConfig{NodeName: name, MinPropagationDelay: cfg.MinPropagationDelay, MaxPropagationDelay: cfg.MaxPropagationDelay,
 			Clock: cfg.Clock, Recorder: &c.log})
 		if err != nil {
 			k.Close(context.Background())
-			c.closeNodes(context.Background())
-			return nil, err
+			return err
 		}
-		c.nodes = append(c.nodes, &node{name: name, kubelet: k, proxy: p})
+		c.nodes = append(c.nodes, &node{name: name, kubelet: k, watch: newDelayQueue(cfg.Clock), proxy: p})
 		proxies = append(proxies, p)
 	}
-	c.endpoints = NewEndpoints(EndpointsConfig{Proxies: proxies, Clock: cfg.Clock, Recorder: &c.log})
-	go c.run()
-	return c, nil
+	var err error
+	c.endpoints, err = NewEndpoints(EndpointsConfig{Proxies: proxies, SyncDelay: cfg.EndpointSyncDelay, BatchPeriod: cfg.EndpointBatchPeriod,
+		Clock: cfg.Clock, Recorder: &c.log})
+	return err
 }
 
-// Close kills every pod at once (SIGKILL, no grace) and stops the cluster's
-// components; it returns when every process is gone, or with ctx.Err() when
-// ctx ends first. The cluster must not be used afterwards.
+// PodCIDR returns the range of the cluster's pod addresses, which it holds
+// until Close.
+func (c *Cluster) PodCIDR() netip.Prefix { return c.podCIDR }
+
+// Close kills every pod at once (SIGKILL, no grace, no preStop), stops
+// the cluster's components and the Serve calls, and returns when every
+// process and goroutine of the cluster is gone, or with ctx.Err() when ctx
+// ends first (the processes die then all the same, SIGKILLed; only their
+// reaping is left). Changes on their way between components are dropped.
+// The cluster must not be used afterwards; Close may be called again.
 func (c *Cluster) Close(ctx context.Context) error {
+	c.mu.Lock()
 	c.stop()
+	c.mu.Unlock()
 	<-c.done
-	return c.closeNodes(ctx)
+	return c.closeComponents(ctx)
 }
 
-func (c *Cluster) closeNodes(ctx context.Context) error {
+// closeComponents stops what New started, in the order that lets nothing
+// start again: the watches first, so that no pod reaches a kubelet, then
+// the kubelets, then the status, endpoint and proxy queues, then the
+// Serve calls, which end with the cluster's context.
+func (c *Cluster) closeComponents(ctx context.Context) error {
+	for _, n := range c.nodes {
+		n.watch.close()
+	}
 	var errs []error
 	for _, n := range c.nodes {
 		errs = append(errs, n.kubelet.Close(ctx))
+	}
+	c.statuses.close()
+	if c.endpoints != nil {
+		c.endpoints.Close()
+	}
+	for _, n := range c.nodes {
 		n.proxy.Close()
 	}
+	c.serving.Wait()
+	c.claim.Close() // after every pod is gone: its range is free again
 	return errors.Join(errs...)
 }
 
@@ -206,13 +284,7 @@ func (c *Cluster) reconcileLocked() {
 	for _, svc := range sortedValues(c.services) {
 		c.endpoints.Sync(svc, c.podsLocked(svc.Namespace))
 	}
-	for key, at := range c.disrupted {
-		// The disruption controller forgets an eviction after 2 minutes
-		// (disruption.go, DeletionTimeout) or once the pod is gone.
-		if _, ok := c.pods[key]; !ok || c.clock.Since(at) > 2*time.Minute {
-			delete(c.disrupted, key)
-		}
-	}
+	c.syncBudgetsLocked()
 	for _, d := range c.deployments {
 		c.observeRolloutLocked(d)
 	}
@@ -256,8 +328,16 @@ func (c *Cluster) record(e cluster.Event) {
 // An object without a namespace goes to "default".
 func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 	for _, o := range objects {
-		switch o.(type) {
-		case *appsv1.Deployment, *corev1.Service, *policyv1.PodDisruptionBudget:
+		switch o := o.(type) {
+		case *appsv1.Deployment:
+			// Refuse at once what no kubelet could run, rather than
+			// fail each pod the Deployment makes.
+			for _, ctr := range o.Spec.Template.Spec.Containers {
+				if _, err := entrypoint(o.Spec.Template.Annotations, &ctr, c.imageCommands); err != nil {
+					return fmt.Errorf("apply Deployment %s: %w", o.Name, err)
+				}
+			}
+		case *corev1.Service, *policyv1.PodDisruptionBudget:
 		default:
 			return fmt.Errorf("apply %s: the local cluster runs Deployments, Services and PodDisruptionBudgets only", o.GetObjectKind().GroupVersionKind().Kind)
 		}
@@ -285,7 +365,9 @@ func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 			if p.Namespace == "" {
 				p.Namespace = "default"
 			}
-			c.pdbs[key(p.Namespace, p.Name)] = p
+			if err := c.applyBudgetLocked(p); err != nil {
+				return fmt.Errorf("apply PodDisruptionBudget %s: %w", p.Name, err)
+			}
 		}
 	}
 	c.changedLocked()
@@ -349,19 +431,46 @@ func (c *Cluster) scheduleLocked() {
 		}
 		pod.Spec.NodeName = best.name
 		c.record(cluster.Event{Kind: cluster.PodScheduled, Namespace: pod.Namespace, Pod: pod.Name, Node: best.name})
-		if err := best.kubelet.SyncPod(pod.DeepCopy()); err != nil {
-			// The kubelet refuses the pod: it fails, as a pod whose
-			// container config is invalid never runs.
-			pod.Status.Phase = corev1.PodFailed
-			pod.Status.Message = err.Error()
-			c.record(cluster.Event{Kind: cluster.ContainerStartFailed, Namespace: pod.Namespace, Pod: pod.Name, Node: best.name,
-				Fields: map[string]string{"error": err.Error()}})
-		}
+		c.syncPodLocked(best, pod)
 	}
 }
 
-// statusUpdated takes a pod status from a kubelet.
+// syncPodLocked hands pod, as the store holds it now, to node n's kubelet
+// once the kubelet's observe delay has passed; the watch keeps the order
+// of the changes.
+func (c *Cluster) syncPodLocked(n *node, pod *corev1.Pod) {
+	pod = pod.DeepCopy()
+	n.watch.push(c.observeDelay, func() {
+		if err := n.kubelet.SyncPod(pod); err != nil && !errors.Is(err, ErrClosed) {
+			c.podRefused(n, pod, err)
+		}
+	})
+}
+
+// podRefused fails a pod that node n's kubelet refused, as a pod whose
+// container config is invalid never runs.
+func (c *Cluster) podRefused(n *node, pod *corev1.Pod, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	stored := c.pods[key(pod.Namespace, pod.Name)]
+	if stored == nil || stored.UID != pod.UID {
+		return
+	}
+	stored.Status.Phase = corev1.PodFailed
+	stored.Status.Message = err.Error()
+	c.record(cluster.Event{Kind: cluster.ContainerStartFailed, Namespace: pod.Namespace, Pod: pod.Name, Node: n.name,
+		Fields: map[string]string{"error": err.Error()}})
+	c.changedLocked()
+}
+
+// statusUpdated takes a pod status from a kubelet; the store holds it
+// once the status push delay has passed.
 func (c *Cluster) statusUpdated(pod *corev1.Pod) {
+	c.statuses.push(c.statusDelay, func() { c.storeStatus(pod) })
+}
+
+// storeStatus stores a pod status a kubelet pushed.
+func (c *Cluster) storeStatus(pod *corev1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := key(pod.Namespace, pod.Name)
@@ -414,7 +523,7 @@ func (c *Cluster) deletePodLocked(pod *corev1.Pod, grace *int64) {
 	}
 	for _, n := range c.nodes {
 		if n.name == pod.Spec.NodeName {
-			n.kubelet.SyncPod(pod.DeepCopy())
+			c.syncPodLocked(n, pod)
 		}
 	}
 	c.changedLocked()
@@ -443,23 +552,7 @@ func (c *Cluster) Pods(namespace string) []*corev1.Pod {
 
 // Events sends every event from the first one, in order, until ctx ends.
 func (c *Cluster) Events(ctx context.Context) <-chan cluster.Event {
-	ch := make(chan cluster.Event)
-	go func() {
-		defer close(ch)
-		// One event per round; the loop ends with ctx.
-		for i := 0; ; i++ {
-			e, err := c.log.Next(ctx, i)
-			if err != nil {
-				return
-			}
-			select {
-			case ch <- e:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch
+	return c.log.Stream(ctx)
 }
 
 // EventLog returns the cluster's event log, for readers that follow it by
@@ -483,15 +576,29 @@ func (c *Cluster) Logs(ctx context.Context, namespace, pod, container string) ([
 	return lines, nil
 }
 
-// DialContext connects to a Service through the first node's routing view,
-// as a client pod on node-1 would; see [Proxy.DialContext]. Dialer gives
+// DialContext connects to a Service through the first node's routing
+// view, as a client pod on node-1 would; see [Proxy.DialContext]. Every
+// connection it makes has the node's address as its source, so that with
+// sessionAffinity ClientIP they all stick to one endpoint. Dialer gives
 // the view of another node.
 func (c *Cluster) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	return c.nodes[0].proxy.DialContext(ctx, network, address)
 }
 
-// Dialer returns the DialContext of node's routing view, or nil if there is
-// no such node.
+// Nodes returns the names of the cluster's nodes, in order: node-1,
+// node-2…
+func (c *Cluster) Nodes() []string {
+	names := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		names[i] = n.name
+	}
+	return names
+}
+
+// Dialer returns the DialContext of node's routing view, which dials as a
+// client on that node would, or nil if there is no such node. Each node
+// applies endpoint changes after a delay of its own, so that two nodes'
+// dialers can route the same Service differently for a while.
 func (c *Cluster) Dialer(node string) func(ctx context.Context, network, address string) (net.Conn, error) {
 	for _, n := range c.nodes {
 		if n.name == node {
@@ -499,6 +606,31 @@ func (c *Cluster) Dialer(node string) func(ctx context.Context, network, address
 		}
 	}
 	return nil
+}
+
+// Serve accepts connections on ln and forwards each to the Service at
+// address ("name.namespace:port") through the first node's routing view,
+// for clients outside the cluster (curl, k6, a browser); see
+// [Proxy.Serve] for where it differs from iptables. Each client's address
+// is its source for session affinity. It returns when ctx ends or the
+// cluster closes, after closing ln and every forwarded connection, or when
+// ln fails; after Close it closes ln and returns an error that wraps
+// net.ErrClosed.
+func (c *Cluster) Serve(ctx context.Context, ln net.Listener, address string) error {
+	c.mu.Lock()
+	if c.ctx.Err() != nil {
+		c.mu.Unlock()
+		ln.Close()
+		return fmt.Errorf("serve Service %s: cluster %w", address, net.ErrClosed)
+	}
+	c.serving.Add(1)
+	c.mu.Unlock()
+	defer c.serving.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.ctx, cancel)
+	defer stop()
+	return c.nodes[0].proxy.Serve(ctx, ln, address)
 }
 
 // waitLocked waits, with c.mu held, until done reports true or ctx ends;

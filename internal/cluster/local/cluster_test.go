@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,32 +22,31 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
-// newCluster starts a two-node cluster on a /16 of its own and closes it
-// when the test ends.
+// newCluster starts a two-node cluster on a /16 of its own, with endpoint
+// changes reaching the nodes within 0.1 to 0.5 s, and closes it when the
+// test ends.
 func newCluster(t *testing.T) *Cluster {
 	t.Helper()
-	c, err := New(Config{
-		PodCIDR:             netipPrefix(subnets.Add(1)),
-		MinPropagationDelay: 100 * time.Millisecond,
-		MaxPropagationDelay: 500 * time.Millisecond,
-		Kubelet:             KubeletConfig{WorkingDir: t.TempDir()},
-	})
+	return startCluster(t, Config{MinPropagationDelay: 100 * time.Millisecond, MaxPropagationDelay: 500 * time.Millisecond})
+}
+
+// startCluster starts a cluster configured by cfg, with a temporary
+// working directory, and closes it when the test or benchmark ends.
+func startCluster(tb testing.TB, cfg Config) *Cluster {
+	tb.Helper()
+	cfg.Kubelet.WorkingDir = tb.TempDir()
+	c, err := New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
 		if err := c.Close(ctx); err != nil {
-			t.Errorf("close cluster: %v", err)
+			tb.Errorf("close cluster: %v", err)
 		}
 	})
 	return c
-}
-
-// netipPrefix returns the n-th /16 of the tests' clusters.
-func netipPrefix(n int32) netip.Prefix {
-	return netip.PrefixFrom(netip.AddrFrom4([4]byte{127, byte(150 + n%100), 0, 0}), 16)
 }
 
 // webDeployment returns Deployment web of `closingtime serve` pods with
@@ -180,12 +178,7 @@ func TestClusterEvictionBudget(t *testing.T) {
 	c := newCluster(t)
 	d, svc := webDeployment(1, 2, "--shutdown=exit")
 	d.Spec.Template.Spec.Containers[0].ReadinessProbe = httpProbe("/ready", 3)
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
-	}
+	pdb := budget("web", policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrString("1")})
 	rollout(t, c, []runtime.Object{d, svc, pdb}, 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
@@ -269,6 +262,28 @@ type tally struct {
 	okAt               []time.Time // when each successful one started
 }
 
+// add counts the outcome of a request that started at start.
+func (tl *tally) add(start time.Time, err error) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if err != nil {
+		tl.failedAt = append(tl.failedAt, start)
+	} else {
+		tl.okAt = append(tl.okAt, start)
+	}
+	switch {
+	case err == nil:
+		tl.ok++
+	case errors.Is(err, syscall.ECONNREFUSED):
+		tl.refused++
+	default:
+		tl.other++
+		if tl.firstOther == nil {
+			tl.firstOther = err
+		}
+	}
+}
+
 // drive sends GET /work through dial on a new connection every interval
 // until ctx ends, as a script or a probe would, and counts the outcomes.
 func drive(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), interval time.Duration) *tally {
@@ -285,25 +300,7 @@ func drive(ctx context.Context, dial func(context.Context, string, string) (net.
 			go func() {
 				defer wg.Done()
 				start := time.Now()
-				err := request(dial)
-				tl.mu.Lock()
-				defer tl.mu.Unlock()
-				if err != nil {
-					tl.failedAt = append(tl.failedAt, start)
-				} else {
-					tl.okAt = append(tl.okAt, start)
-				}
-				switch {
-				case err == nil:
-					tl.ok++
-				case errors.Is(err, syscall.ECONNREFUSED):
-					tl.refused++
-				default:
-					tl.other++
-					if tl.firstOther == nil {
-						tl.firstOther = err
-					}
-				}
+				tl.add(start, request(dial))
 			}()
 		}
 	}
@@ -404,8 +401,23 @@ func TestClusterRolloutUnderLoad(t *testing.T) {
 		tl := underLoad(t, c, "node-2", []runtime.Object{d, svc}, 20*time.Millisecond, 3, 0)
 		if tl.ok == 0 || tl.refused+tl.other != 0 {
 			t.Errorf("ok %d, failed %d (refused %d), want no failure", tl.ok, tl.refused+tl.other, tl.refused)
+			logEventsNear(t, c, tl.failedAt)
 		}
 	})
+}
+
+// logEventsNear logs the cluster's events within a second of each of
+// times, to tell why requests failed then.
+func logEventsNear(t *testing.T, c *Cluster, times []time.Time) {
+	t.Helper()
+	for _, f := range times {
+		t.Logf("failure at %s; events around it:", f.Format("15:04:05.000"))
+		for _, e := range c.EventLog().Events() {
+			if d := e.Time.Sub(f); d > -time.Second && d < time.Second {
+				t.Logf("  %+6dms %s %s %s %s %v", d.Milliseconds(), e.Kind, e.Node, e.Pod, e.Object, e.Fields)
+			}
+		}
+	}
 }
 
 // underLoad applies objects and waits for their pods to serve, then drives
@@ -420,12 +432,12 @@ func underLoad(t *testing.T, c *Cluster, node string, objects []runtime.Object, 
 	if _, err := c.RolloutStatus(ctx, "default", "web"); err != nil {
 		t.Fatal(err)
 	}
-	// Let the first pods open their ports and every node's view take them
-	// in: the load measures the rollouts, not the start.
-	if err := waitServing(ctx, c); err != nil {
+	// Let the first pods open their ports and the load's node's view take
+	// them in: the load measures the rollouts, not the start.
+	dial := c.Dialer(node)
+	if err := waitServingThrough(ctx, dial); err != nil {
 		t.Fatal(err)
 	}
-	dial := c.Dialer(node)
 	lctx, stop := context.WithCancel(context.Background())
 	var tl *tally
 	done := make(chan struct{})
@@ -441,11 +453,18 @@ func underLoad(t *testing.T, c *Cluster, node string, objects []runtime.Object, 
 	return tl
 }
 
-// waitServing waits until 10 requests in a row through the dialer succeed.
+// waitServing waits until 10 requests in a row through the cluster's
+// dialer succeed.
 func waitServing(ctx context.Context, c *Cluster) error {
+	return waitServingThrough(ctx, c.DialContext)
+}
+
+// waitServingThrough waits until 10 requests in a row through dial
+// succeed.
+func waitServingThrough(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error)) error {
 	// One request per round; the loop ends with success or ctx.
 	for good := 0; good < 10; {
-		if err := request(c.DialContext); err != nil {
+		if err := request(dial); err != nil {
 			good = 0
 			select {
 			case <-ctx.Done():
@@ -556,12 +575,7 @@ func TestClusterDrain(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	d, svc := webDeployment(2, 2, "--shutdown=exit")
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
-	}
+	pdb := budget("web", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrString("1")})
 	rollout(t, c, []runtime.Object{d, svc, pdb}, 0)
 	nodes := map[string]bool{}
 	for _, p := range activePods(c) {

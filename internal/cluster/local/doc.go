@@ -18,6 +18,29 @@
 // [Endpoints] controller computes, after a propagation delay, and dials
 // Services as iptables DNAT does.
 //
-// Every rule these follow is in spec/k8s-semantics.md, cited by key (T7,
-// P5, B2…) next to the code that implements it.
+// Changes move between the parts late but in order, as watches and work
+// queues move them: a pod reaches its kubelet after Config.KubeletObserveDelay,
+// a status reaches the store after Config.StatusPushDelay, the endpoints
+// controller publishes after Config.EndpointSyncDelay (gathering a
+// Service's changes over Config.EndpointBatchPeriod), and each node's proxy
+// applies them after a delay of its own. The defaults are in package
+// cluster; each step records its own event.
+//
+// The proxy routes as kube-proxy's iptables rules do: Ready endpoints,
+// else serving and terminating ones; internalTrafficPolicy Local, whose
+// DROP rule makes a connect time out; sessionAffinity ClientIP; REJECT
+// when nothing is usable. Topology hints are not read. [Cluster.Dialer]
+// dials from a given node; [Cluster.Serve] is a Service's listener for
+// clients outside the cluster, a userspace proxy that turns a refused
+// backend into a reset.
+//
+// A container without a command runs the local command its pod's
+// [CommandAnnotationPrefix] annotation gives, else the one
+// KubeletConfig.ImageCommands maps its image to ([ParseImageCommand]
+// parses the --image-command flag). [Cluster.Close] leaves no process,
+// goroutine, open file or listener behind.
+//
+// docs/local-cluster.md describes the cluster for its users. Every rule
+// these parts follow is in spec/k8s-semantics.md, cited by key (T7, P5,
+// B2…) next to the code that implements it.
 package local

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -17,58 +18,111 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
-// EndpointsConfig configures an [Endpoints] controller.
+// EndpointsConfig configures an [Endpoints] controller. The zero value
+// publishes to no proxy, with no delay.
 type EndpointsConfig struct {
 	// Proxies are the nodes' routing views that each change is published
 	// to.
 	Proxies []*Proxy
-	// Clock stamps events; the real clock if nil.
-	Clock clock.PassiveClock
-	// Recorder receives an EndpointsPublished event for each change;
+	// SyncDelay is the time from a call of Sync that changes a Service's
+	// endpoints to their publication: the controller's latency.
+	// cluster.DefaultEndpointSyncDelay if zero.
+	SyncDelay time.Duration
+	// BatchPeriod, when positive, gathers the changes of a Service made
+	// within it, from the first one, into one publication of the latest,
+	// as kube-controller-manager's --endpointslice-updates-batch-period
+	// does; it adds to SyncDelay. cluster.DefaultEndpointSliceBatchPeriod
+	// (no batching) if zero.
+	BatchPeriod time.Duration
+	// Clock times the delays and stamps events; the real clock if nil.
+	Clock clock.Clock
+	// Recorder receives an EndpointsPublished event for each publication;
 	// events are dropped if nil.
 	Recorder cluster.Recorder
 }
 
 // Endpoints is the EndpointSlice controller: it turns a Service and its
 // pods into EndpointSlices with ready, serving and terminating conditions
-// (spec E1–E4) and publishes each change to every node's [Proxy], which
-// applies it after its own propagation delay. It is safe for concurrent
-// use.
+// (spec E1–E4) and publishes each change, after its sync delay, to every
+// node's [Proxy], which applies it after its own propagation delay. It is
+// safe for concurrent use.
 type Endpoints struct {
 	cfg   EndpointsConfig
-	clock clock.PassiveClock
+	clock clock.Clock
+	queue *delayQueue
 
-	mu   sync.Mutex
-	last map[string]string // by namespace/name: the endpoints last published
+	mu      sync.Mutex
+	last    map[string]string       // by namespace/name: the endpoints last computed
+	pending map[string]*publication // by namespace/name: a batch not yet published
 }
 
-// NewEndpoints returns an endpoints controller configured by cfg.
-func NewEndpoints(cfg EndpointsConfig) *Endpoints {
+// publication is what a Service's next publication sends.
+type publication struct {
+	svc    *corev1.Service
+	slices []*discoveryv1.EndpointSlice
+}
+
+// NewEndpoints returns an endpoints controller configured by cfg, or an
+// error for a negative delay. Close stops it.
+func NewEndpoints(cfg EndpointsConfig) (*Endpoints, error) {
+	if cfg.SyncDelay == 0 {
+		cfg.SyncDelay = cluster.DefaultEndpointSyncDelay
+	}
+	if cfg.BatchPeriod == 0 {
+		cfg.BatchPeriod = cluster.DefaultEndpointSliceBatchPeriod
+	}
+	if cfg.SyncDelay < 0 || cfg.BatchPeriod < 0 {
+		return nil, fmt.Errorf("endpoint sync delay %s, batch period %s: want non-negative durations", cfg.SyncDelay, cfg.BatchPeriod)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Endpoints{cfg: cfg, clock: cfg.Clock, last: map[string]string{}}
+	return &Endpoints{cfg: cfg, clock: cfg.Clock, queue: newDelayQueue(cfg.Clock),
+		last: map[string]string{}, pending: map[string]*publication{}}, nil
+}
+
+// Close stops the controller; changes not yet published are dropped.
+func (e *Endpoints) Close() {
+	e.queue.close()
 }
 
 // Sync computes the EndpointSlices of svc from pods, the pods of its
-// namespace as the API holds them now, and publishes them if they changed.
+// namespace as the API holds them now, and publishes them after the sync
+// delay if they changed; changes are published in order. Within a batch
+// period, the latest change is published, once.
 func (e *Endpoints) Sync(svc *corev1.Service, pods []*corev1.Pod) {
 	slices := EndpointSlices(svc, pods)
 	key := svc.Namespace + "/" + svc.Name
-	described := describeSlices(slices)
+	state := cluster.DescribeEndpoints(slices) + portsKey(slices)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if prev, ok := e.last[key]; ok && prev == described+portsKey(slices) {
+	if prev, ok := e.last[key]; ok && prev == state {
 		return
 	}
-	e.last[key] = described + portsKey(slices)
-	if e.cfg.Recorder != nil {
-		e.cfg.Recorder.Record(cluster.Event{Time: e.clock.Now(), Kind: cluster.EndpointsPublished, Object: "Service/" + key,
-			Fields: map[string]string{"endpoints": described}})
+	e.last[key] = state
+	if pub := e.pending[key]; pub != nil {
+		pub.svc, pub.slices = svc, slices
+		return
 	}
-	for _, p := range e.cfg.Proxies {
-		p.Publish(svc, slices)
+	pub := &publication{svc: svc, slices: slices}
+	if e.cfg.BatchPeriod > 0 {
+		e.pending[key] = pub
 	}
+	e.queue.push(e.cfg.SyncDelay+e.cfg.BatchPeriod, func() {
+		e.mu.Lock()
+		if e.pending[key] == pub {
+			delete(e.pending, key)
+		}
+		svc, slices := pub.svc, pub.slices
+		e.mu.Unlock()
+		if e.cfg.Recorder != nil {
+			e.cfg.Recorder.Record(cluster.Event{Time: e.clock.Now(), Kind: cluster.EndpointsPublished, Object: "Service/" + key,
+				Fields: map[string]string{"endpoints": cluster.DescribeEndpoints(slices)}})
+		}
+		for _, p := range e.cfg.Proxies {
+			p.Publish(svc, slices)
+		}
+	})
 }
 
 // EndpointSlices returns the EndpointSlices of svc, as the EndpointSlice

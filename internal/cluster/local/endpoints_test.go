@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -49,7 +53,7 @@ func TestEndpointSlices(t *testing.T) {
 		pod("failed", "127.77.0.6", nil, corev1.PodFailed, false),
 		other,
 	}
-	got := describeSlices(EndpointSlices(svc, pods))
+	got := cluster.DescribeEndpoints(EndpointSlices(svc, pods))
 	want := "127.77.0.1=1/1/0,127.77.0.2=0/0/0,127.77.0.3=0/1/1,127.77.0.4=0/0/1"
 	if got != want {
 		t.Errorf("EndpointSlices() = %s, want %s", got, want)
@@ -58,7 +62,7 @@ func TestEndpointSlices(t *testing.T) {
 		t.Errorf("EndpointSlices() ports = %v, want the named port resolved to 8080", slices)
 	}
 	svc.Spec.PublishNotReadyAddresses = true
-	got = describeSlices(EndpointSlices(svc, pods))
+	got = cluster.DescribeEndpoints(EndpointSlices(svc, pods))
 	want = "127.77.0.1=1/1/0,127.77.0.2=1/0/0,127.77.0.3=1/1/1,127.77.0.4=1/0/1"
 	if got != want {
 		t.Errorf("EndpointSlices() with publishNotReadyAddresses = %s, want %s", got, want)
@@ -95,7 +99,12 @@ func newMiniCluster(t *testing.T, nodes ...string) *miniCluster {
 		t.Cleanup(p.Close)
 		proxies = append(proxies, p)
 	}
-	m.endpoints = NewEndpoints(EndpointsConfig{Proxies: proxies, Recorder: m.log})
+	var err error
+	m.endpoints, err = NewEndpoints(EndpointsConfig{Proxies: proxies, Recorder: m.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.endpoints.Close)
 	for _, node := range nodes {
 		k, _ := newKubelet(t, KubeletConfig{NodeName: node, StatusUpdated: m.statusUpdated, Recorder: m.log})
 		m.kubelets[node] = k
@@ -241,21 +250,7 @@ func TestRouting(t *testing.T) {
 		}
 	})
 	outside := func() (string, error) {
-		conn, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			return "", err
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(waitLimit))
-		if _, err := io.WriteString(conn, "GET /work HTTP/1.1\r\nHost: web\r\n\r\n"); err != nil {
-			return "", err
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			return "", err
-		}
-		resp.Body.Close()
-		return resp.Header.Get("X-Pod-Name"), nil
+		return podVia(func(context.Context, string, string) (net.Conn, error) { return net.Dial("tcp", ln.Addr().String()) })
 	}
 	if pod, err := outside(); err != nil || (pod != "web-a" && pod != "web-b") {
 		t.Errorf("request through the Service's listener: pod %q, %v", pod, err)
@@ -324,5 +319,81 @@ func TestRouting(t *testing.T) {
 	}
 	if _, err := proxy.DialContext(context.Background(), "tcp", "nothing.default:80"); err == nil {
 		t.Error("dial of an unknown Service succeeded")
+	}
+}
+
+// TestEndpointsDelayAndBatch: the controller publishes a change after its
+// sync delay; with a batch period, the changes made within it, from the
+// first one, go out once, as the latest (spec §10, E11).
+func TestEndpointsDelayAndBatch(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	pod := func(ip string, ready bool) *corev1.Pod {
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ip, Namespace: "default", Labels: map[string]string{"app": "web"}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
+	}
+	a := []*corev1.Pod{pod("127.77.0.1", false)}
+	b := []*corev1.Pod{pod("127.77.0.1", true)}
+	c := []*corev1.Pod{pod("127.77.0.1", true), pod("127.77.0.2", true)}
+	tests := []struct {
+		name         string
+		delay, batch time.Duration
+		// script: pod changes (a, b, c), clock steps (seconds) and waits
+		// for the n-th publication ("=n").
+		script []string
+		want   []string // the publications: endpoints@seconds after t0
+	}{
+		{name: "delay", delay: 500 * time.Millisecond,
+			script: []string{"a", "0.5", "=1", "0.5", "b", "b", "0.5", "=2", "c", "0.5", "=3"},
+			want:   []string{"127.77.0.1=0/0/0@0.5", "127.77.0.1=1/1/0@1.5", "127.77.0.1=1/1/0,127.77.0.2=1/1/0@2"}},
+		{name: "delay and batch", delay: 500 * time.Millisecond, batch: time.Second,
+			script: []string{"a", "1", "b", "b", "0.5", "=1", "c", "1.5", "=2"},
+			want:   []string{"127.77.0.1=1/1/0@1.5", "127.77.0.1=1/1/0,127.77.0.2=1/1/0@3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fc := clocktesting.NewFakeClock(t0)
+			log := &cluster.EventLog{}
+			e, err := NewEndpoints(EndpointsConfig{SyncDelay: tt.delay, BatchPeriod: tt.batch, Clock: fc, Recorder: log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+			defer cancel()
+			// A publication is stamped when the queue runs it; the clock
+			// stays put until the test has seen it.
+			for _, step := range tt.script {
+				switch {
+				case step == "a" || step == "b" || step == "c":
+					e.Sync(svc, map[string][]*corev1.Pod{"a": a, "b": b, "c": c}[step])
+				case strings.HasPrefix(step, "="):
+					n, _ := strconv.Atoi(step[1:])
+					if _, err := log.Next(ctx, n-1); err != nil {
+						t.Fatalf("publication %d never came; events: %s", n, describe(log.Events()))
+					}
+				default:
+					d, _ := strconv.ParseFloat(step, 64)
+					fc.Step(time.Duration(d * float64(time.Second)))
+				}
+			}
+			var got []string
+			for _, ev := range log.Events() {
+				got = append(got, fmt.Sprintf("%s@%g", ev.Fields["endpoints"], ev.Time.Sub(t0).Seconds()))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("publications %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -65,19 +66,30 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP string) (map[strin
 	return vars, entries, nil
 }
 
-// commandLine returns the argv of container c: its command and args, each
-// with $(NAME) expanded from env (k8s.io/kubernetes
+// CommandAnnotationPrefix begins the pod annotation that gives a container
+// the local command standing for its image's entrypoint:
+// closingtime.dev/command.<container name>. Its value is a command line, split
+// into words as [ParseImageCommand] splits one (no shell runs it), and $(VAR)
+// references in it are expanded from the container's environment, as in a
+// command. For its pod it wins over KubeletConfig.ImageCommands; a container
+// that has a command ignores it.
+//
+// Kubernetes validates the part after the slash as a name of at most 63
+// characters, so a container name may have at most 55 for the annotation to
+// be accepted by a real API server.
+const CommandAnnotationPrefix = "closingtime.dev/command."
+
+// commandLine returns the argv of container c of pod: its command and
+// args, each with $(NAME) expanded from env (k8s.io/kubernetes
 // pkg/kubelet/container/helpers.go, ExpandContainerCommandAndArgs). A
-// container without a command runs the command its image maps to in
-// imageCommands, followed by its args.
-func commandLine(c *corev1.Container, env map[string]string, imageCommands map[string][]string) ([]string, error) {
-	command := c.Command
-	if len(command) == 0 {
-		command = imageCommands[c.Image]
-		if len(command) == 0 {
-			return nil, fmt.Errorf("container %s has no command and image %q maps to no local command: "+
-				"give the container a command, or map the image to a local command (KubeletConfig.ImageCommands)", c.Name, c.Image)
-		}
+// container without a command runs what stands for its image's entrypoint
+// (a Dockerfile ENTRYPOINT, with CMD when there are no args): the command
+// of pod's CommandAnnotationPrefix annotation for c, else the command
+// imageCommands maps c's image to, followed by c's args.
+func commandLine(pod *corev1.Pod, c *corev1.Container, env map[string]string, imageCommands map[string][]string) ([]string, error) {
+	command, err := entrypoint(pod.Annotations, c, imageCommands)
+	if err != nil {
+		return nil, err
 	}
 	argv := make([]string, 0, len(command)+len(c.Args))
 	for _, s := range command {
@@ -87,6 +99,109 @@ func commandLine(c *corev1.Container, env map[string]string, imageCommands map[s
 		argv = append(argv, expand(s, env))
 	}
 	return argv, nil
+}
+
+// entrypoint returns the command of container c, or the local command that
+// stands for its image's entrypoint: from the pod's annotations first,
+// then from imageCommands. The error for a container with neither says how
+// to give one.
+func entrypoint(annotations map[string]string, c *corev1.Container, imageCommands map[string][]string) ([]string, error) {
+	if len(c.Command) > 0 {
+		return c.Command, nil
+	}
+	key := CommandAnnotationPrefix + c.Name
+	if v, ok := annotations[key]; ok {
+		argv, err := splitWords(v)
+		if err != nil {
+			return nil, fmt.Errorf("container %s: annotation %s: %w", c.Name, key, err)
+		}
+		return argv, nil
+	}
+	if command := imageCommands[c.Image]; len(command) > 0 {
+		return command, nil
+	}
+	return nil, fmt.Errorf("container %s has no command and its image %q maps to no local command: "+
+		"map the image with --image-command '%s=CMD ARGS…', or annotate the pod template with %s: 'CMD ARGS…'",
+		c.Name, c.Image, c.Image, key)
+}
+
+// ParseImageCommand parses the value of the --image-command flag,
+// IMAGE=CMD ARGS…: the image, exactly as containers name it, then the local
+// command that stands for its entrypoint, split into words as a shell would
+// split a simple command, but without a shell: words are separated by
+// blanks; single quotes keep everything up to the next one; double quotes
+// keep everything but a backslash-escaped " or \; outside quotes a
+// backslash keeps the next character. $(VAR) references are kept for the
+// kubelet to expand. Shell operators (| & ; < > and backquotes) outside
+// quotes are an error, since no shell interprets them: wrap such a command
+// in sh -c '…'. It returns an error for a missing =, an empty image or
+// command, or an unclosed quote.
+func ParseImageCommand(s string) (image string, argv []string, err error) {
+	image, command, ok := strings.Cut(s, "=")
+	image = strings.TrimSpace(image)
+	if !ok || image == "" {
+		return "", nil, fmt.Errorf("image command %q: want IMAGE=CMD ARGS…", s)
+	}
+	argv, err = splitWords(command)
+	if err != nil {
+		return "", nil, fmt.Errorf("image command %q: %w", s, err)
+	}
+	return image, argv, nil
+}
+
+// splitWords splits a command line into words, as ParseImageCommand
+// describes. It returns an error when there is no word.
+func splitWords(s string) ([]string, error) {
+	var words []string
+	var word strings.Builder
+	inWord := false
+	for i := 0; i < len(s); i++ {
+		switch ch := s[i]; {
+		case ch == ' ' || ch == '\t' || ch == '\n':
+			if inWord {
+				words, inWord = append(words, word.String()), false
+				word.Reset()
+			}
+		case ch == '\'':
+			end := strings.IndexByte(s[i+1:], '\'')
+			if end < 0 {
+				return nil, fmt.Errorf("unclosed ' at byte %d", i)
+			}
+			word.WriteString(s[i+1 : i+1+end])
+			i, inWord = i+1+end, true
+		case ch == '"':
+			j := i + 1
+			for ; j < len(s) && s[j] != '"'; j++ {
+				if s[j] == '\\' && j+1 < len(s) && (s[j+1] == '"' || s[j+1] == '\\') {
+					j++
+				}
+				word.WriteByte(s[j])
+			}
+			if j == len(s) {
+				return nil, fmt.Errorf("unclosed \" at byte %d", i)
+			}
+			i, inWord = j, true
+		case ch == '\\':
+			if i+1 == len(s) {
+				return nil, fmt.Errorf("trailing \\ at byte %d", i)
+			}
+			i++
+			word.WriteByte(s[i])
+			inWord = true
+		case strings.IndexByte("|&;<>`", ch) >= 0:
+			return nil, fmt.Errorf("shell operator %q at byte %d: no shell runs the command; quote it, or run sh -c '…'", ch, i)
+		default:
+			word.WriteByte(ch)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, word.String())
+	}
+	if len(words) == 0 {
+		return nil, errors.New("no command")
+	}
+	return words, nil
 }
 
 // expand replaces each $(NAME) in s by the value of NAME in vars, as

@@ -43,6 +43,9 @@ type KubeletConfig struct {
 	// CrashLoopBackOff is the restart back-off of each container; its zero
 	// fields are Kubernetes' defaults.
 	CrashLoopBackOff cluster.CrashLoopBackOff
+	// PIDNamespace is how containers' processes are isolated;
+	// PIDNamespaceAuto, the strongest the system allows, if empty.
+	PIDNamespace PIDNamespaceMode
 	// MaxLogLines is how many lines are kept of each container;
 	// DefaultMaxLogLines if zero.
 	MaxLogLines int
@@ -57,6 +60,28 @@ type KubeletConfig struct {
 	// manager sends the latest status). It may call the Kubelet's methods.
 	StatusUpdated func(pod *corev1.Pod)
 }
+
+// PIDNamespaceMode is how a kubelet isolates a container's processes
+// from its own. A container's first process is PID 1, with PID 1's signal
+// rules, only in a PID namespace (spec I1).
+type PIDNamespaceMode string
+
+const (
+	// PIDNamespaceAuto takes the strongest isolation the system allows: a
+	// PID namespace, which needs root; where that is refused, a user
+	// namespace with a PID namespace in it, which an unprivileged user
+	// gets where the kernel allows user namespaces; else none. The
+	// container_started event names the one taken and why a stronger one
+	// was refused.
+	PIDNamespaceAuto PIDNamespaceMode = ""
+	// PIDNamespaceUser starts from the user namespace, as the kubelet of
+	// an unprivileged user does once the PID namespace alone was refused.
+	PIDNamespaceUser PIDNamespaceMode = "user"
+	// PIDNamespaceNone gives containers no namespace: their first process
+	// is not PID 1, and the default action of a signal applies to it, as
+	// under an init such as tini or with shareProcessNamespace (I5, I6).
+	PIDNamespaceNone PIDNamespaceMode = "none"
+)
 
 // Kubelet runs pods on one node as local processes: it starts their
 // containers, probes them, restarts them with back-off, and terminates them
@@ -97,7 +122,18 @@ func NewKubelet(cfg KubeletConfig) (*Kubelet, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	level := isolatePID
+	switch cfg.PIDNamespace {
+	case PIDNamespaceAuto:
+	case PIDNamespaceUser:
+		level = isolateUserPID
+	case PIDNamespaceNone:
+		level = isolateNone
+	default:
+		return nil, fmt.Errorf("PID namespace mode %q: want %q, %q or %q", cfg.PIDNamespace, PIDNamespaceAuto, PIDNamespaceUser, PIDNamespaceNone)
+	}
 	return &Kubelet{
+		iso:    isolator{level: level},
 		cfg:    cfg,
 		clock:  cfg.Clock,
 		pods:   map[types.UID]*podWorker{},
@@ -196,12 +232,15 @@ func (k *Kubelet) Close(ctx context.Context) error {
 	}
 }
 
-// record stamps e with the kubelet's clock and node, and records it.
+// record stamps e with the kubelet's node and, unless it has a time, with
+// the kubelet's clock, and records it.
 func (k *Kubelet) record(e cluster.Event) {
 	if k.cfg.Recorder == nil {
 		return
 	}
-	e.Time = k.clock.Now()
+	if e.Time.IsZero() {
+		e.Time = k.clock.Now()
+	}
 	e.Node = k.cfg.NodeName
 	k.cfg.Recorder.Record(e)
 }
@@ -326,12 +365,14 @@ func (p *podWorker) run() {
 		}
 	}
 	p.updateReadyLocked()
+	// The event precedes the terminal status, and so what the status
+	// makes the controllers do.
+	p.k.record(cluster.Event{Kind: cluster.PodTerminated, Namespace: p.pod.Namespace, Pod: p.pod.Name,
+		Fields: map[string]string{"phase": string(p.phase)}})
 	p.statusChangedLocked()
 	p.mu.Unlock()
 	// The pod is terminal (T16): its address is free again and its
 	// readiness workers stop with its context.
-	p.k.record(cluster.Event{Kind: cluster.PodTerminated, Namespace: p.pod.Namespace, Pod: p.pod.Name,
-		Fields: map[string]string{"phase": string(p.phase)}})
 	p.k.mu.Lock()
 	delete(p.k.pods, p.pod.UID)
 	addr, _ := netip.ParseAddr(p.ip)
@@ -518,7 +559,7 @@ func newContainerWorker(p *podWorker, spec *corev1.Container) (*containerWorker,
 	if err != nil {
 		return nil, fmt.Errorf("container %s: %w", spec.Name, err)
 	}
-	argv, err := commandLine(spec, vars, p.k.cfg.ImageCommands)
+	argv, err := commandLine(p.pod, spec, vars, p.k.cfg.ImageCommands)
 	if err != nil {
 		return nil, err
 	}
@@ -682,8 +723,6 @@ func (c *containerWorker) start() *instance {
 	started := c.spec.StartupProbe == nil
 	c.status.Started = &started
 	c.status.Ready = started && c.spec.ReadinessProbe == nil
-	p.updateReadyLocked()
-	p.statusChangedLocked()
 	fields := map[string]string{"pid": strconv.Itoa(proc.cmd.Process.Pid), "restart": strconv.Itoa(int(restart)),
 		"pid_namespace": proc.isolation.String()}
 	if reason != "" {
@@ -691,6 +730,9 @@ func (c *containerWorker) start() *instance {
 	}
 	ev.Kind, ev.Fields = cluster.ContainerStarted, fields
 	p.k.record(ev)
+	// The start comes before the readiness it brings.
+	p.updateReadyLocked()
+	p.statusChangedLocked()
 	for kind, spec := range map[probeKind]*corev1.Probe{startupProbe: c.spec.StartupProbe, readinessProbe: c.spec.ReadinessProbe, livenessProbe: c.spec.LivenessProbe} {
 		if spec == nil {
 			continue
@@ -733,20 +775,20 @@ func (c *containerWorker) exited(inst *instance) (int32, time.Time) {
 	if code == 0 {
 		reason = "Completed"
 	}
+	// The exit comes before the unreadiness it brings.
+	p.k.record(cluster.Event{Kind: cluster.ContainerExited, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name,
+		Fields: map[string]string{"code": strconv.Itoa(int(code)), "reason": reason}})
 	p.mu.Lock()
+	// The kubelet leaves terminated.signal unset: the runtime reports a
+	// signal death as 128+signal only (T14).
 	c.status.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 		ExitCode: code, Reason: reason, StartedAt: metav1.NewTime(inst.startedAt), FinishedAt: metav1.NewTime(inst.proc.finishedAt),
 		ContainerID: c.status.ContainerID}}
-	if code > 128 {
-		c.status.State.Terminated.Signal = code - 128
-	}
 	// A container that is not running fails readiness (E3).
 	c.status.Ready = false
 	p.updateReadyLocked()
 	p.statusChangedLocked()
 	p.mu.Unlock()
-	p.k.record(cluster.Event{Kind: cluster.ContainerExited, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name,
-		Fields: map[string]string{"code": strconv.Itoa(int(code)), "reason": reason}})
 	return code, inst.proc.finishedAt
 }
 
@@ -813,13 +855,16 @@ func (c *containerWorker) kill(inst *instance, grace int64) {
 	inst.killing = true
 	p.mu.Unlock()
 	ev := cluster.Event{Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name}
+	// Every wait counts from the moment its event is stamped with, so
+	// that a late goroutine does not push the deadlines back.
+	var deadline time.Time
 	if !again {
 		if c.spec.Lifecycle != nil && c.spec.Lifecycle.PreStop != nil && grace > 0 {
 			start := p.k.clock.Now()
-			ev.Kind = cluster.PreStopStarted
+			ev.Kind, ev.Time = cluster.PreStopStarted, start
 			p.k.record(ev)
-			err := c.preStop(inst, time.Duration(grace)*time.Second)
-			ev.Kind, ev.Fields = cluster.PreStopFinished, nil
+			err := c.preStop(inst, start, time.Duration(grace)*time.Second)
+			ev.Kind, ev.Time, ev.Fields = cluster.PreStopFinished, time.Time{}, nil
 			if err != nil {
 				ev.Fields = map[string]string{"error": err.Error()}
 			}
@@ -828,25 +873,27 @@ func (c *containerWorker) kill(inst *instance, grace int64) {
 			grace -= int64(p.k.clock.Since(start) / time.Second)
 		}
 		grace = max(grace, cluster.MinimumGracePeriodSeconds)
+		sent := p.k.clock.Now()
 		// Each event is recorded before its signal goes, so that it
 		// precedes the exit the signal causes in the stream.
 		if !inst.proc.exited() {
-			ev.Kind, ev.Fields = cluster.SignalSent, map[string]string{"signal": unix.SignalName(c.stopSig),
+			ev.Kind, ev.Time, ev.Fields = cluster.SignalSent, sent, map[string]string{"signal": unix.SignalName(c.stopSig),
 				"grace": (time.Duration(grace) * time.Second).String()}
 			p.k.record(ev)
 			inst.proc.signal(c.stopSig)
 		}
+		deadline = sent.Add(time.Duration(grace) * time.Second)
 	} else {
-		grace = max(grace, cluster.MinimumGracePeriodSeconds)
+		deadline = p.k.clock.Now().Add(time.Duration(max(grace, cluster.MinimumGracePeriodSeconds)) * time.Second)
 	}
-	t := p.k.clock.NewTimer(time.Duration(grace) * time.Second)
+	t := p.k.clock.NewTimer(deadline.Sub(p.k.clock.Now()))
 	defer t.Stop()
 	select {
 	case <-inst.proc.done:
 	case <-p.ctx.Done():
 	case <-t.C():
 		if !inst.proc.exited() {
-			ev.Kind, ev.Fields = cluster.Killed, nil
+			ev.Kind, ev.Time, ev.Fields = cluster.Killed, time.Time{}, nil
 			p.k.record(ev)
 			inst.proc.signal(syscall.SIGKILL)
 		}
@@ -857,33 +904,38 @@ func (c *containerWorker) kill(inst *instance, grace int64) {
 	}
 }
 
-// preStop runs the container's preStop hook and waits for it at most
-// grace (T9). A hook still running then goes on; it is not cancelled.
-func (c *containerWorker) preStop(inst *instance, grace time.Duration) error {
+// preStop runs the container's preStop hook, which the kill started at
+// start, and waits for it at most grace from then (T9). A hook still
+// running then goes on; it is not cancelled.
+func (c *containerWorker) preStop(inst *instance, start time.Time, grace time.Duration) error {
 	h := c.spec.Lifecycle.PreStop
 	p := c.p
+	if h.Sleep != nil {
+		// The sleep action is the kubelet's own timer, waited for here; it
+		// ends early with an error when the kill gives up waiting
+		// (runSleepHandler).
+		d := time.Duration(h.Sleep.Seconds) * time.Second
+		t := p.k.clock.NewTimer(start.Add(min(d, grace)).Sub(p.k.clock.Now()))
+		defer t.Stop()
+		select {
+		case <-t.C():
+			if d > grace {
+				return fmt.Errorf("sleep action interrupted after %s", grace)
+			}
+			return nil
+		case <-p.ctx.Done():
+			return p.ctx.Err()
+		}
+	}
 	done := make(chan error, 1)
-	// Only an exec hook runs in the container and dies with it; the sleep
-	// and httpGet actions are the kubelet's own.
+	// Only an exec hook runs in the container and dies with it; the
+	// httpGet action is the kubelet's own.
 	parent := p.ctx
 	if h.Exec != nil {
 		parent = inst.ctx
 	}
 	ctx, cancel := context.WithCancel(parent)
 	switch {
-	case h.Sleep != nil:
-		// The sleep action is the kubelet's own timer; it ends early with
-		// an error when the kill gives up waiting (runSleepHandler).
-		t := p.k.clock.NewTimer(time.Duration(h.Sleep.Seconds) * time.Second)
-		go func() {
-			defer t.Stop()
-			select {
-			case <-t.C():
-				done <- nil
-			case <-ctx.Done():
-				done <- errors.New("sleep action interrupted")
-			}
-		}()
 	case h.Exec != nil:
 		go func() {
 			out, err := c.exec(ctx, h.Exec.Command)
@@ -905,7 +957,7 @@ func (c *containerWorker) preStop(inst *instance, grace time.Duration) error {
 		// tcpSocket is accepted by validation but fails at run time (T9).
 		return errors.New("preStop hook has no runnable handler")
 	}
-	t := p.k.clock.NewTimer(grace)
+	t := p.k.clock.NewTimer(start.Add(grace).Sub(p.k.clock.Now()))
 	defer t.Stop()
 	select {
 	case err := <-done:

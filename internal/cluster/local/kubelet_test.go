@@ -8,8 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -450,5 +454,459 @@ func TestKubeletRestartNever(t *testing.T) {
 	}
 	if starts != 1 {
 		t.Errorf("%d starts, want 1", starts)
+	}
+}
+
+// shellPod returns a pod whose container "app" runs script with sh -c, as
+// its first process.
+func shellPod(name string, grace int64, script string) *corev1.Pod {
+	pod := servePod(name, grace)
+	pod.Spec.Containers[0].Command = []string{"sh", "-c", script}
+	pod.Spec.Containers[0].Args = nil
+	return pod
+}
+
+// trapScript is a shell that, on each of signals, says so and exits 0,
+// and otherwise waits.
+func trapScript(signals ...string) string {
+	var b strings.Builder
+	for _, s := range signals {
+		fmt.Fprintf(&b, "trap 'echo got %[1]s; exit 0' %[1]s; ", s)
+	}
+	b.WriteString("echo waiting; while :; do sleep 0.05; done")
+	return b.String()
+}
+
+// kinds returns the kinds of pod's events from index from, in order.
+func kinds(log *cluster.EventLog, from int, pod string) []cluster.EventKind {
+	var out []cluster.EventKind
+	for _, e := range log.Events()[from:] {
+		if e.Pod == pod {
+			out = append(out, e.Kind)
+		}
+	}
+	return out
+}
+
+// TestKubeletStopSignal: lifecycle.stopSignal replaces SIGTERM as the
+// signal the kubelet sends first (spec T11, T12); it reaches a first
+// process that handles it, even as PID 1, which exits 0: reason Completed
+// (T14).
+func TestKubeletStopSignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs processes")
+	}
+	t.Parallel()
+	for _, sig := range []corev1.Signal{corev1.SIGINT, corev1.SIGQUIT} {
+		t.Run(string(sig), func(t *testing.T) {
+			t.Parallel()
+			var statuses atomic.Pointer[corev1.Pod]
+			k, log := newKubelet(t, KubeletConfig{StatusUpdated: func(p *corev1.Pod) { statuses.Store(p) }})
+			// The handler of the stop signal only: SIGTERM would be
+			// ignored by PID 1.
+			short := strings.TrimPrefix(string(sig), "SIG")
+			pod := shellPod("stop", 10, trapScript(short))
+			pod.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{StopSignal: &sig}
+			if err := k.SyncPod(pod); err != nil {
+				t.Fatal(err)
+			}
+			started, i := waitFor(t, log, 0, cluster.ContainerStarted, "stop")
+			waitLogLine(t, k, "stop", "waiting")
+			if err := k.SyncPod(deleting(pod)); err != nil {
+				t.Fatal(err)
+			}
+			signal, i := waitFor(t, log, i, cluster.SignalSent, "stop")
+			exited, _ := waitFor(t, log, i, cluster.ContainerExited, "stop")
+			if got := signal.Fields["signal"]; got != string(sig) {
+				t.Errorf("signal %s, want %s", got, sig)
+			}
+			if exited.Fields["code"] != "0" || exited.Fields["reason"] != "Completed" {
+				t.Errorf("exit %s %s, want 0 Completed", exited.Fields["code"], exited.Fields["reason"])
+			}
+			if d := exited.Time.Sub(signal.Time); d > 5*time.Second {
+				t.Errorf("exit %v after the signal, want the handler's exit, not SIGKILL's", d)
+			}
+			waitLogLine(t, k, "stop", "got "+short)
+			t.Logf("first process isolated by %s", started.Fields["pid_namespace"])
+		})
+	}
+}
+
+// waitLogLine waits until container app of pod has written line.
+func waitLogLine(t *testing.T, k *Kubelet, pod, line string) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	// One look per round; bounded by waitLimit.
+	for time.Now().Before(deadline) {
+		lines, _ := k.Logs("default", pod, "app")
+		for _, l := range lines {
+			if l.Text == line {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lines, _ := k.Logs("default", pod, "app")
+	t.Fatalf("pod %s never wrote %q; it wrote %v", pod, line, lines)
+}
+
+// TestKubeletExitReasons pins the exit code and reason pairs of spec T14
+// and I2 in the container's status: a handler that exits 0 is Completed;
+// SIGTERM's default action on a process that is not PID 1 is 143, Error;
+// SIGKILL at the end of the grace period of a PID 1 without a handler is
+// 137, Error.
+func TestKubeletExitReasons(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a grace period")
+	}
+	t.Parallel()
+	tests := []struct {
+		name       string
+		pidNS      PIDNamespaceMode
+		pod        *corev1.Pod
+		wantCode   int32
+		wantReason string
+		wantKilled bool
+	}{
+		{name: "handler exits 0", pod: shellPod("p", 3, trapScript("TERM")), wantCode: 0, wantReason: "Completed"},
+		{name: "default action", pidNS: PIDNamespaceNone, pod: servePod("p", 3, "--shutdown=ignore"), wantCode: 143, wantReason: "Error"},
+		{name: "grace expiry", pod: servePod("p", 2, "--shutdown=ignore"), wantCode: 137, wantReason: "Error", wantKilled: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var statuses atomic.Pointer[corev1.Pod]
+			k, log := newKubelet(t, KubeletConfig{PIDNamespace: tt.pidNS, StatusUpdated: func(p *corev1.Pod) { statuses.Store(p) }})
+			if err := k.SyncPod(tt.pod); err != nil {
+				t.Fatal(err)
+			}
+			started, i := waitFor(t, log, 0, cluster.ContainerStarted, "p")
+			if tt.pidNS == PIDNamespaceAuto && started.Fields["pid_namespace"] == "none" {
+				t.Skipf("no PID namespace on this system: %s", started.Fields["pid_namespace_reason"])
+			}
+			// Let the process install its handlers before it is signalled.
+			time.Sleep(500 * time.Millisecond)
+			if err := k.SyncPod(deleting(tt.pod)); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, log, i, cluster.PodTerminated, "p")
+			// The status reaches StatusUpdated on a goroutine of its own.
+			term := waitStatus(t, &statuses, func(p *corev1.Pod) bool {
+				return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+			}).Status.ContainerStatuses[0].State.Terminated
+			if term == nil || term.ExitCode != tt.wantCode || term.Reason != tt.wantReason {
+				t.Errorf("terminated state %+v, want exit %d, reason %s", term, tt.wantCode, tt.wantReason)
+			}
+			if killed := slices.Contains(kinds(log, i, "p"), cluster.Killed); killed != tt.wantKilled {
+				t.Errorf("SIGKILL sent: %v, want %v", killed, tt.wantKilled)
+			}
+		})
+	}
+}
+
+// waitStatus waits until the latest status in statuses satisfies ok and
+// returns it.
+func waitStatus(t *testing.T, statuses *atomic.Pointer[corev1.Pod], ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	// One look per round; bounded by waitLimit.
+	for time.Now().Before(deadline) {
+		if p := statuses.Load(); p != nil && ok(p) {
+			return p
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no such status within %s; the latest: %+v", waitLimit, statuses.Load())
+	return nil
+}
+
+// TestKubeletPIDNamespaceFallback runs PID 1's rule through each level of
+// isolation the kubelet falls back to (spec I1, I2). In a user namespace
+// with a PID namespace in it, where an unprivileged kubelet lands, a
+// server without a SIGTERM handler is PID 1: SIGTERM is ignored and
+// SIGKILL ends it, 137. With no namespace it is not PID 1, and SIGTERM's
+// default action kills it, 143.
+func TestKubeletPIDNamespaceFallback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a grace period")
+	}
+	t.Parallel()
+	tests := []struct {
+		mode     PIDNamespaceMode
+		wantNS   string
+		wantCode string
+	}{
+		{mode: PIDNamespaceUser, wantNS: "user+pid", wantCode: "137"},
+		{mode: PIDNamespaceNone, wantNS: "none", wantCode: "143"},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.mode), func(t *testing.T) {
+			t.Parallel()
+			k, log := newKubelet(t, KubeletConfig{PIDNamespace: tt.mode})
+			pod := servePod("iso", 2, "--shutdown=ignore")
+			pod.Spec.Containers[0].ReadinessProbe = httpProbe("/ready", 3)
+			if err := k.SyncPod(pod); err != nil {
+				t.Fatal(err)
+			}
+			started, i := waitFor(t, log, 0, cluster.ContainerStarted, "iso")
+			if got := started.Fields["pid_namespace"]; got != tt.wantNS {
+				if tt.mode == PIDNamespaceUser && got == "none" {
+					t.Skipf("this system refuses user namespaces: %s", started.Fields["pid_namespace_reason"])
+				}
+				t.Fatalf("isolation %s, want %s", got, tt.wantNS)
+			}
+			_, i = waitFor(t, log, i, cluster.PodReady, "iso")
+			if err := k.SyncPod(deleting(pod)); err != nil {
+				t.Fatal(err)
+			}
+			exited, _ := waitFor(t, log, i, cluster.ContainerExited, "iso")
+			if exited.Fields["code"] != tt.wantCode {
+				t.Errorf("exit code %s, want %s; events: %s", exited.Fields["code"], tt.wantCode, describe(log.Events()))
+			}
+		})
+	}
+	if _, err := NewKubelet(KubeletConfig{PIDNamespace: "host"}); err == nil {
+		t.Errorf("NewKubelet() with an unknown PID namespace mode = nil error, want one")
+	}
+}
+
+// TestKubeletStartupProbe: until the startup probe succeeds, the liveness
+// and readiness probes do not run and the pod is not Ready; then they run
+// (spec P6). A startup probe that reaches its failure threshold kills the
+// container, which restarts.
+func TestKubeletStartupProbe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for probes")
+	}
+	t.Parallel()
+	t.Run("gates", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		k, log := newKubelet(t, KubeletConfig{})
+		pod := servePod("gated", 2, "--shutdown=exit")
+		ctr := &pod.Spec.Containers[0]
+		ctr.StartupProbe = &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-e", filepath.Join(dir, "started")}}},
+			PeriodSeconds:    1,
+			FailureThreshold: 30,
+		}
+		ctr.ReadinessProbe = httpProbe("/ready", 1)
+		// A liveness probe that fails at once: run before the start, it
+		// would kill the container.
+		ctr.LivenessProbe = httpProbe("/no-such-path", 1)
+		if err := k.SyncPod(pod); err != nil {
+			t.Fatal(err)
+		}
+		_, i := waitFor(t, log, 0, cluster.ContainerStarted, "gated")
+		// Three probe periods with the server up and the startup probe
+		// failing.
+		time.Sleep(3 * time.Second)
+		for _, e := range log.Events()[i:] {
+			if e.Pod == "gated" && (e.Kind == cluster.ProbeResult || e.Kind == cluster.PodReady || e.Kind == cluster.LivenessKill) {
+				t.Errorf("%s %v before the startup probe succeeded", e.Kind, e.Fields)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "started"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		startup, j := waitFor(t, log, i, cluster.ProbeResult, "gated")
+		if startup.Fields["probe"] != "startup" || startup.Fields["result"] != "success" {
+			t.Fatalf("first probe result %v, want the startup probe's success", startup.Fields)
+		}
+		_, j = waitFor(t, log, j, cluster.PodReady, "gated")
+		kill, _ := waitFor(t, log, j, cluster.LivenessKill, "gated")
+		if kill.Fields["probe"] != "liveness" {
+			t.Errorf("kill by %s probe, want liveness once started", kill.Fields["probe"])
+		}
+	})
+	t.Run("kills at threshold", func(t *testing.T) {
+		t.Parallel()
+		k, log := newKubelet(t, KubeletConfig{})
+		pod := servePod("slow", 2, "--shutdown=exit")
+		pod.Spec.Containers[0].StartupProbe = httpProbe("/no-such-path", 2)
+		if err := k.SyncPod(pod); err != nil {
+			t.Fatal(err)
+		}
+		first, i := waitFor(t, log, 0, cluster.ContainerStarted, "slow")
+		result, i := waitFor(t, log, i, cluster.ProbeResult, "slow")
+		kill, i := waitFor(t, log, i, cluster.LivenessKill, "slow")
+		again, _ := waitFor(t, log, i, cluster.ContainerStarted, "slow")
+		if result.Fields["probe"] != "startup" || result.Fields["result"] != "failure" || kill.Fields["probe"] != "startup" {
+			t.Errorf("probe result %v, kill %v; want the startup probe's failure and kill", result.Fields, kill.Fields)
+		}
+		// Two failures a period apart: the kill comes no sooner than one
+		// period after the start.
+		if d := kill.Time.Sub(first.Time); d < time.Second-50*time.Millisecond {
+			t.Errorf("killed %v after the start, before failureThreshold 2 × periodSeconds 1", d)
+		}
+		if again.Fields["restart"] != "1" {
+			t.Errorf("restart %s, want 1", again.Fields["restart"])
+		}
+	})
+}
+
+// TestKubeletProbesDuringTermination: once the pod terminates, the
+// liveness probe stops while the readiness probe goes on (spec T6, P9). A
+// graceful server fails both probes' path after SIGTERM and serves on: the
+// pod turns unready, and the container is not killed for liveness.
+func TestKubeletProbesDuringTermination(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for probes")
+	}
+	t.Parallel()
+	k, log := newKubelet(t, KubeletConfig{})
+	pod := servePod("term", 10, "--shutdown=graceful", "--pre-stop-delay=3s", "--drain-timeout=1s")
+	ctr := &pod.Spec.Containers[0]
+	ctr.ReadinessProbe = httpProbe("/ready", 1)
+	// Two failures in a row kill: the first probe, at once, may find the
+	// port still closed; during termination /ready fails every time.
+	ctr.LivenessProbe = httpProbe("/ready", 2)
+	if err := k.SyncPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	_, i := waitFor(t, log, 0, cluster.PodReady, "term")
+	if err := k.SyncPod(deleting(pod)); err != nil {
+		t.Fatal(err)
+	}
+	signal, i := waitFor(t, log, i, cluster.SignalSent, "term")
+	unready, i := waitFor(t, log, i, cluster.PodUnready, "term")
+	exited, _ := waitFor(t, log, i, cluster.ContainerExited, "term")
+	// The readiness probe, not the exit, made the pod unready: within the
+	// 3 s the server serves on.
+	if unready.Time.Sub(signal.Time) > exited.Time.Sub(signal.Time)-500*time.Millisecond {
+		t.Errorf("unready %v and exit %v after SIGTERM: want the readiness probe to see /ready fail before the exit",
+			unready.Time.Sub(signal.Time), exited.Time.Sub(signal.Time))
+	}
+	for _, e := range log.Events() {
+		if e.Pod == "term" && (e.Kind == cluster.LivenessKill || e.Kind == cluster.ProbeResult && e.Fields["probe"] == "liveness" && e.Fields["result"] == "failure") {
+			t.Errorf("%s %v during termination: the liveness probe should have stopped", e.Kind, e.Fields)
+		}
+	}
+	if exited.Fields["code"] != "143" {
+		t.Errorf("exit code %s, want the graceful server's 143", exited.Fields["code"])
+	}
+}
+
+// TestKubeletPreStopHandlers runs each preStop handler kind that works
+// (spec T9): exec in the container's environment and httpGet, both waited
+// for before the stop signal, their time taken from the grace period in
+// whole seconds (T7 b).
+func TestKubeletPreStopHandlers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs preStop hooks")
+	}
+	t.Parallel()
+	t.Run("exec", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		k, log := newKubelet(t, KubeletConfig{})
+		pod := shellPod("exec", 5, trapScript("TERM"))
+		ctr := &pod.Spec.Containers[0]
+		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: "HOOK_DIR", Value: dir})
+		ctr.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+			Command: []string{"sh", "-c", `echo "$POD_NAME" > "$HOOK_DIR/ran"; sleep 1.5`}}}}
+		checkPreStop(t, k, log, pod, "4s")
+		if got, err := os.ReadFile(filepath.Join(dir, "ran")); err != nil || strings.TrimSpace(string(got)) != "exec" {
+			t.Errorf("hook output %q, %v; want the pod's name from its environment", got, err)
+		}
+	})
+	t.Run("httpGet", func(t *testing.T) {
+		t.Parallel()
+		var agent atomic.Value
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			agent.Store(r.Header.Get("User-Agent") + " " + r.URL.Path)
+			time.Sleep(1500 * time.Millisecond)
+		}))
+		defer srv.Close()
+		host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+		portNum, _ := strconv.Atoi(port)
+		k, log := newKubelet(t, KubeletConfig{})
+		pod := shellPod("http", 5, trapScript("TERM"))
+		pod.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+			Host: host, Port: intstr.FromInt(portNum), Path: "/drain"}}}
+		checkPreStop(t, k, log, pod, "4s")
+		if got, _ := agent.Load().(string); !strings.HasPrefix(got, "kube-lifecycle/") || !strings.HasSuffix(got, " /drain") {
+			t.Errorf("hook request %q, want a kube-lifecycle GET of /drain", got)
+		}
+	})
+}
+
+// checkPreStop deletes pod, whose hook takes 1.5 s, and checks that the
+// stop signal waited for it and got wantGrace.
+func checkPreStop(t *testing.T, k *Kubelet, log *cluster.EventLog, pod *corev1.Pod, wantGrace string) {
+	t.Helper()
+	if err := k.SyncPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	_, i := waitFor(t, log, 0, cluster.ContainerStarted, pod.Name)
+	waitLogLine(t, k, pod.Name, "waiting")
+	if err := k.SyncPod(deleting(pod)); err != nil {
+		t.Fatal(err)
+	}
+	start, i := waitFor(t, log, i, cluster.PreStopStarted, pod.Name)
+	end, i := waitFor(t, log, i, cluster.PreStopFinished, pod.Name)
+	signal, i := waitFor(t, log, i, cluster.SignalSent, pod.Name)
+	exited, _ := waitFor(t, log, i, cluster.ContainerExited, pod.Name)
+	if err := end.Fields["error"]; err != "" {
+		t.Errorf("hook failed: %s", err)
+	}
+	if d := end.Time.Sub(start.Time); d < 1500*time.Millisecond-50*time.Millisecond {
+		t.Errorf("hook of 1.5 s over after %v", d)
+	}
+	// 5 s less the hook's 1.5 s, counted as 1 (T7 b).
+	if got := signal.Fields["grace"]; got != wantGrace {
+		t.Errorf("grace after the hook %s, want %s", got, wantGrace)
+	}
+	if exited.Fields["code"] != "0" {
+		t.Errorf("exit %s, want the handler's 0", exited.Fields["code"])
+	}
+}
+
+// TestKubeletPreStopOutlivesGrace: a preStop hook longer than the grace
+// period is waited for only as long as the grace period, and the stop
+// signal still gets 2 s before SIGKILL: about grace + 2 s in all (spec T7,
+// T8). The hook is not cancelled; it ends with the container.
+func TestKubeletPreStopOutlivesGrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a grace period")
+	}
+	t.Parallel()
+	k, log := newKubelet(t, KubeletConfig{})
+	pod := servePod("long", 2, "--shutdown=ignore")
+	pod.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+		Command: []string{"sleep", "30"}}}}
+	if err := k.SyncPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	started, i := waitFor(t, log, 0, cluster.ContainerStarted, "long")
+	if ns := started.Fields["pid_namespace"]; ns == "none" {
+		t.Skipf("no PID namespace on this system (%s): SIGTERM would kill", started.Fields["pid_namespace_reason"])
+	}
+	if err := k.SyncPod(deleting(pod)); err != nil {
+		t.Fatal(err)
+	}
+	start, i := waitFor(t, log, i, cluster.PreStopStarted, "long")
+	end, i := waitFor(t, log, i, cluster.PreStopFinished, "long")
+	signal, i := waitFor(t, log, i, cluster.SignalSent, "long")
+	killed, i := waitFor(t, log, i, cluster.Killed, "long")
+	exited, i := waitFor(t, log, i, cluster.ContainerExited, "long")
+	waitFor(t, log, i, cluster.PodTerminated, "long")
+	if d := end.Time.Sub(start.Time); d < 2*time.Second-50*time.Millisecond || d > 4*time.Second {
+		t.Errorf("hook waited for %v, want the 2 s grace period", d)
+	}
+	if !strings.Contains(end.Fields["error"], "still running") {
+		t.Errorf("hook end %v, want it reported still running", end.Fields)
+	}
+	if got := signal.Fields["grace"]; got != "2s" {
+		t.Errorf("grace after the hook %s, want the 2 s minimum", got)
+	}
+	if d := killed.Time.Sub(signal.Time); d < 2*time.Second-50*time.Millisecond {
+		t.Errorf("SIGKILL %v after the stop signal, want at least 2 s", d)
+	}
+	if d := killed.Time.Sub(start.Time); d < 4*time.Second-100*time.Millisecond || d > 7*time.Second {
+		t.Errorf("SIGKILL %v after the hook started, want about grace + 2 s = 4 s", d)
+	}
+	if exited.Fields["code"] != "137" {
+		t.Errorf("exit %s, want 137", exited.Fields["code"])
 	}
 }

@@ -37,14 +37,24 @@ type probeWorker struct {
 	c    *containerWorker
 	inst *instance
 
-	lastResult bool // the result of the current run
-	resultRun  int  // how many identical results in a row
+	lastResult bool  // the result of the current run
+	resultRun  int   // how many identical results in a row
+	stored     *bool // the result the kubelet acts on; nil while unknown
 }
 
 // run probes at once and then every periodSeconds (spec P3) until ctx ends
 // or the worker holds: after a liveness or startup failure, until a new
 // instance (P7), and after the startup probe succeeded (P6).
 func (w *probeWorker) run(ctx context.Context) {
+	// The initial results (P4): readiness Failure, liveness Success,
+	// startup Unknown.
+	switch w.kind {
+	case readinessProbe:
+		w.stored = new(bool)
+	case livenessProbe:
+		w.stored = new(bool)
+		*w.stored = true
+	}
 	clk := w.c.p.k.clock
 	period := time.Duration(valueOr(w.spec.PeriodSeconds, cluster.DefaultProbePeriodSeconds)) * time.Second
 	timer := clk.NewTimer(period)
@@ -60,7 +70,9 @@ func (w *probeWorker) run(ctx context.Context) {
 	}
 }
 
-// doProbe probes once, if it is time, and reports whether to go on.
+// doProbe probes once, if it is time, and reports whether to go on. A
+// result whose run reaches its threshold is stored; a change of the
+// stored result goes to the kubelet (P5).
 func (w *probeWorker) doProbe(ctx context.Context) bool {
 	p := w.c.p
 	p.mu.Lock()
@@ -99,7 +111,12 @@ func (w *probeWorker) doProbe(ctx context.Context) bool {
 	if w.resultRun < int(threshold) {
 		return true
 	}
-	w.c.probeResult(w.inst, w.kind, result, output)
+	// The kubelet acts on a change of the stored result only
+	// (pkg/kubelet/prober/results/results_manager.go, Set).
+	if w.stored == nil || *w.stored != result {
+		w.stored = &result
+		w.c.probeResult(w.inst, w.kind, result, output)
+	}
 	return result || w.kind == readinessProbe
 }
 

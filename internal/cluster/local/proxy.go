@@ -2,11 +2,13 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,24 +22,17 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
-// The default range of the delay from an endpoint change to its arrival in
-// a node's routing view. Upstream gives no number (spec E11); seed 001
-// measured the last request to a deleted pod 0.02 to 1.03 s after its
-// deletion, which this range reproduces.
-const (
-	DefaultMinPropagationDelay = 100 * time.Millisecond
-	DefaultMaxPropagationDelay = time.Second
-)
-
 // ProxyConfig configures a [Proxy]. The zero value is a proxy of node
 // "node" with the default propagation delay.
 type ProxyConfig struct {
-	// NodeName is the node whose routing view it is; "node" if empty.
+	// NodeName is the node whose routing view it is; "node" if empty. With
+	// internalTrafficPolicy Local, it picks the endpoints whose nodeName
+	// it is.
 	NodeName string
 	// MinPropagationDelay and MaxPropagationDelay bound the delay from a
 	// call of Publish to the change in the view, chosen uniformly for each
-	// change. Both zero means DefaultMinPropagationDelay and
-	// DefaultMaxPropagationDelay; equal values give a fixed delay.
+	// change. Both zero means cluster.DefaultMinPropagationDelay and
+	// cluster.DefaultMaxPropagationDelay; equal values give a fixed delay.
 	MinPropagationDelay, MaxPropagationDelay time.Duration
 	// Clock times the delays and stamps events; the real clock if nil.
 	Clock clock.Clock
@@ -55,16 +50,12 @@ type ProxyConfig struct {
 type Proxy struct {
 	cfg   ProxyConfig
 	clock clock.Clock
-	ctx   context.Context
-	stop  context.CancelFunc
-	done  chan struct{}
+	queue *delayQueue
 
-	mu      sync.Mutex
-	view    map[string]*routes // by namespace/name
-	queue   []pending
-	lastAt  time.Time     // when the latest queued change applies
-	wake    chan struct{} // a change was queued
-	randSrc *rand.Rand
+	mu       sync.Mutex
+	view     map[string]*routes // by namespace/name
+	randSrc  *rand.Rand
+	affinity map[affinityKey]affinity
 }
 
 // routes is a Service and its endpoints, as a node's rules hold them.
@@ -73,10 +64,18 @@ type routes struct {
 	slices []*discoveryv1.EndpointSlice
 }
 
-type pending struct {
-	at     time.Time
-	svc    *corev1.Service
-	slices []*discoveryv1.EndpointSlice
+// affinityKey names a client of a Service port, as the iptables recent
+// lists of sessionAffinity ClientIP do: by source address.
+type affinityKey struct {
+	service string // namespace/name
+	port    int32
+	client  string
+}
+
+// affinity is the endpoint a client used last, and when.
+type affinity struct {
+	endpoint string
+	at       time.Time
 }
 
 // NewProxy returns a proxy configured by cfg and starts applying the
@@ -86,7 +85,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		cfg.NodeName = "node"
 	}
 	if cfg.MinPropagationDelay == 0 && cfg.MaxPropagationDelay == 0 {
-		cfg.MinPropagationDelay, cfg.MaxPropagationDelay = DefaultMinPropagationDelay, DefaultMaxPropagationDelay
+		cfg.MinPropagationDelay, cfg.MaxPropagationDelay = cluster.DefaultMinPropagationDelay, cluster.DefaultMaxPropagationDelay
 	}
 	if cfg.MinPropagationDelay < 0 || cfg.MaxPropagationDelay < cfg.MinPropagationDelay {
 		return nil, fmt.Errorf("propagation delay range %s–%s is not a range of non-negative durations", cfg.MinPropagationDelay, cfg.MaxPropagationDelay)
@@ -94,19 +93,15 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	p := &Proxy{cfg: cfg, clock: cfg.Clock, ctx: ctx, stop: stop, done: make(chan struct{}),
-		view: map[string]*routes{}, wake: make(chan struct{}, 1),
-		randSrc: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
-	go p.apply()
-	return p, nil
+	return &Proxy{cfg: cfg, clock: cfg.Clock, queue: newDelayQueue(cfg.Clock),
+		view: map[string]*routes{}, affinity: map[affinityKey]affinity{},
+		randSrc: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}, nil
 }
 
 // Close stops applying changes; changes still in flight are dropped. The
 // view stays as it is, and dialing goes on working.
 func (p *Proxy) Close() {
-	p.stop()
-	<-p.done
+	p.queue.close()
 }
 
 // Publish hands the proxy the current EndpointSlices of svc. The view
@@ -114,69 +109,21 @@ func (p *Proxy) Close() {
 // published.
 func (p *Proxy) Publish(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	delay := p.cfg.MinPropagationDelay
 	if spread := p.cfg.MaxPropagationDelay - p.cfg.MinPropagationDelay; spread > 0 {
 		delay += time.Duration(p.randSrc.Int64N(int64(spread)))
 	}
-	// A later change never overtakes an earlier one.
-	at := p.clock.Now().Add(delay)
-	if at.Before(p.lastAt) {
-		at = p.lastAt
-	}
-	p.lastAt = at
-	p.queue = append(p.queue, pending{at: at, svc: svc, slices: slices})
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-// apply applies queued changes when their time comes, until Close.
-func (p *Proxy) apply() {
-	defer close(p.done)
-	// Each round applies what is due or waits for the next change; the
-	// loop ends with Close.
-	for {
+	p.mu.Unlock()
+	key := svc.Namespace + "/" + svc.Name
+	p.queue.push(delay, func() {
 		p.mu.Lock()
-		var wait time.Duration = -1
-		now := p.clock.Now()
-		var due []pending
-		for len(p.queue) > 0 && !p.queue[0].at.After(now) {
-			due = append(due, p.queue[0])
-			p.queue = p.queue[1:]
-		}
-		for _, c := range due {
-			p.view[c.svc.Namespace+"/"+c.svc.Name] = &routes{svc: c.svc, slices: c.slices}
-		}
-		if len(p.queue) > 0 {
-			wait = p.queue[0].at.Sub(now)
-		}
+		p.view[key] = &routes{svc: svc, slices: slices}
 		p.mu.Unlock()
-		for _, c := range due {
-			if p.cfg.Recorder != nil {
-				p.cfg.Recorder.Record(cluster.Event{Time: p.clock.Now(), Kind: cluster.EndpointsApplied, Node: p.cfg.NodeName,
-					Object: "Service/" + c.svc.Namespace + "/" + c.svc.Name, Fields: map[string]string{"endpoints": describeSlices(c.slices)}})
-			}
+		if p.cfg.Recorder != nil {
+			p.cfg.Recorder.Record(cluster.Event{Time: p.clock.Now(), Kind: cluster.EndpointsApplied, Node: p.cfg.NodeName,
+				Object: "Service/" + key, Fields: map[string]string{"endpoints": cluster.DescribeEndpoints(slices)}})
 		}
-		var timer clock.Timer
-		var fire <-chan time.Time
-		if wait >= 0 {
-			timer = p.clock.NewTimer(wait)
-			fire = timer.C()
-		}
-		select {
-		case <-p.ctx.Done():
-		case <-p.wake:
-		case <-fire:
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if p.ctx.Err() != nil {
-			return
-		}
-	}
+	})
 }
 
 // DialContext connects to a Service through this node's view, as a client
@@ -186,13 +133,42 @@ func (p *Proxy) apply() {
 // ports; network must be "tcp".
 //
 // Each connection goes to an endpoint chosen uniformly at random among the
-// Ready ones; when none is Ready, among the serving and terminating ones;
-// when there are none of either, the connection is refused (an error that
-// wraps syscall.ECONNREFUSED), as kube-proxy's REJECT rule refuses it. The
-// connection is then a plain TCP connection to the pod: later changes of
-// the view never move it, as conntrack keeps a flow on its backend. An
+// Ready ones; when none is Ready, among the serving and terminating ones.
+// With internalTrafficPolicy Local, only endpoints on this node count.
+// Topology hints are not read: every Ready endpoint is a candidate. When
+// no endpoint is usable anywhere, the connection is refused (an error
+// that wraps syscall.ECONNREFUSED), as kube-proxy's REJECT rule refuses
+// it. When some are usable but, with internalTrafficPolicy Local, none on
+// this node, kube-proxy's DROP rule swallows the connection attempt: the
+// dial blocks until ctx ends, with an error that wraps ctx.Err() (a
+// connect timeout for a ctx with a deadline), or, without one, until the
+// kernel gives up the connect (an error that wraps syscall.ETIMEDOUT).
+//
+// With sessionAffinity ClientIP, a client goes to the endpoint it used
+// last, while that endpoint is usable and for the Service's
+// sessionAffinityConfig timeout since its last new connection. The client
+// is the source address; every connection DialContext makes comes from the
+// node itself, so they all count as one client and all stick to one
+// endpoint.
+//
+// The connection is then a plain TCP connection to the pod: later changes
+// of the view never move it, as conntrack keeps a flow on its backend. An
 // unknown Service fails as a DNS lookup would.
 func (p *Proxy) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return p.dial(ctx, network, address, nodeClient)
+}
+
+// nodeClient is the client address of connections made on the node.
+const nodeClient = "127.0.0.1"
+
+// dropTimeout is how long a connect whose SYNs are dropped waits before the
+// kernel gives up: 127 s, with Linux's default of 6 SYN retransmissions
+// from a 1 s timeout, doubled each time (Documentation/networking/ip-sysctl.rst,
+// tcp_syn_retries).
+const dropTimeout = 127 * time.Second
+
+// dial is DialContext for a connection from client's address.
+func (p *Proxy) dial(ctx context.Context, network, address, client string) (net.Conn, error) {
 	if network != "tcp" {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: net.UnknownNetworkError(network)}
 	}
@@ -208,7 +184,17 @@ func (p *Proxy) DialContext(ctx context.Context, network, address string) (net.C
 	if !ok {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}}
 	}
-	target, err := p.pick(namespace, name, int32(port))
+	target, err := p.pick(namespace, name, int32(port), client)
+	if errors.Is(err, errDropped) {
+		t := p.clock.NewTimer(dropTimeout)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-t.C():
+			err = os.NewSyscallError("connect", syscall.ETIMEDOUT)
+		}
+	}
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
@@ -219,9 +205,15 @@ func (p *Proxy) DialContext(ctx context.Context, network, address string) (net.C
 // errNoEndpoints is what a REJECT rule makes the client see.
 var errNoEndpoints = os.NewSyscallError("connect", syscall.ECONNREFUSED)
 
-// pick chooses the endpoint address of a new connection to port of
-// Service namespace/name.
-func (p *Proxy) pick(namespace, name string, port int32) (string, error) {
+// errDropped is a connection that a DROP rule swallows.
+var errDropped = errors.New("dropped: no local endpoints")
+
+// pick chooses the endpoint address of a new connection from client to
+// port of Service namespace/name (spec E6, E8, E9; k8s.io/kubernetes
+// pkg/proxy/topology.go, CategorizeEndpoints, and
+// pkg/proxy/iptables/proxier.go, syncProxyRules and
+// writeServiceToEndpointRules).
+func (p *Proxy) pick(namespace, name string, port int32, client string) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.view[namespace+"/"+name]
@@ -240,9 +232,9 @@ func (p *Proxy) pick(namespace, name string, port int32) (string, error) {
 		// No rule matches the port: nothing answers there.
 		return "", errNoEndpoints
 	}
-	// CategorizeEndpoints for the Cluster policy, without topology hints
-	// (E6).
+	local := r.svc.Spec.InternalTrafficPolicy != nil && *r.svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 	var ready, terminating []string
+	anywhere := false // a usable endpoint on any node
 	for _, s := range r.slices {
 		var target int32
 		for _, sp := range s.Ports {
@@ -257,12 +249,18 @@ func (p *Proxy) pick(namespace, name string, port int32) (string, error) {
 			if len(ep.Addresses) == 0 {
 				continue
 			}
-			addr := net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(target)))
 			c := ep.Conditions
+			isReady := c.Ready == nil || *c.Ready
+			servingTerminating := (c.Serving == nil || *c.Serving) && c.Terminating != nil && *c.Terminating
+			anywhere = anywhere || isReady || servingTerminating
+			if local && (ep.NodeName == nil || *ep.NodeName != p.cfg.NodeName) {
+				continue
+			}
+			addr := net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(target)))
 			switch {
-			case c.Ready == nil || *c.Ready:
+			case isReady:
 				ready = append(ready, addr)
-			case (c.Serving == nil || *c.Serving) && c.Terminating != nil && *c.Terminating:
+			case servingTerminating:
 				terminating = append(terminating, addr)
 			}
 		}
@@ -271,10 +269,30 @@ func (p *Proxy) pick(namespace, name string, port int32) (string, error) {
 	if len(usable) == 0 {
 		usable = terminating
 	}
-	if len(usable) == 0 {
+	switch {
+	case len(usable) == 0 && anywhere:
+		return "", errDropped
+	case len(usable) == 0:
 		return "", errNoEndpoints
 	}
-	return usable[p.randSrc.IntN(len(usable))], nil
+	if r.svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return usable[p.randSrc.IntN(len(usable))], nil
+	}
+	// The recent match: the endpoint the client used last, if it is
+	// still usable and the client made a connection within the timeout;
+	// each connection restarts the timeout.
+	timeout := cluster.DefaultSessionAffinityTimeout
+	if cfg := r.svc.Spec.SessionAffinityConfig; cfg != nil && cfg.ClientIP != nil && cfg.ClientIP.TimeoutSeconds != nil {
+		timeout = time.Duration(*cfg.ClientIP.TimeoutSeconds) * time.Second
+	}
+	key := affinityKey{service: namespace + "/" + name, port: port, client: client}
+	now := p.clock.Now()
+	target := usable[p.randSrc.IntN(len(usable))]
+	if a, ok := p.affinity[key]; ok && now.Sub(a.at) <= timeout && slices.Contains(usable, a.endpoint) {
+		target = a.endpoint
+	}
+	p.affinity[key] = affinity{endpoint: target, at: now}
+	return target, nil
 }
 
 // serviceName splits a Service host name into name and namespace.
@@ -283,28 +301,6 @@ func serviceName(host string) (name, namespace string, ok bool) {
 	host = strings.TrimSuffix(host, ".svc")
 	name, namespace, ok = strings.Cut(host, ".")
 	return name, namespace, ok && name != "" && namespace != "" && !strings.Contains(namespace, ".")
-}
-
-// describeSlices renders endpoints for events: ip=ready/serving/terminating
-// for each, as 1 or 0.
-func describeSlices(slices []*discoveryv1.EndpointSlice) string {
-	var parts []string
-	flag := func(b *bool, def bool) string {
-		if (b == nil && def) || (b != nil && *b) {
-			return "1"
-		}
-		return "0"
-	}
-	for _, s := range slices {
-		for _, ep := range s.Endpoints {
-			if len(ep.Addresses) == 0 {
-				continue
-			}
-			c := ep.Conditions
-			parts = append(parts, ep.Addresses[0]+"="+flag(c.Ready, true)+"/"+flag(c.Serving, true)+"/"+flag(c.Terminating, false))
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 // Serve accepts connections on ln and forwards each to the Service at
@@ -316,9 +312,11 @@ func describeSlices(slices []*discoveryv1.EndpointSlice) string {
 // A userspace proxy differs from iptables DNAT in one way that clients
 // see: the client's connection is accepted before a backend is chosen, so
 // a refused backend (no endpoints, or a pod that no longer listens) shows
-// up as a reset of an accepted connection, not as a refused connect. The
-// forwarded connection ends when either side closes; a half-close is
-// passed on.
+// up as a reset of an accepted connection, not as a refused connect, and a
+// dropped one (internalTrafficPolicy Local with no endpoint on the node)
+// as an accepted connection that never answers. The client's address is
+// its source for sessionAffinity ClientIP. The forwarded connection ends
+// when either side closes; a half-close is passed on.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener, address string) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -341,10 +339,12 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, address string) erro
 	}
 }
 
-// forward carries one client connection to a backend of the Service.
+// forward carries one client connection to a backend of the Service; the
+// client's address is its source for session affinity.
 func (p *Proxy) forward(ctx context.Context, client net.Conn, address string) {
 	defer client.Close()
-	backend, err := p.DialContext(ctx, "tcp", address)
+	source, _, _ := net.SplitHostPort(client.RemoteAddr().String())
+	backend, err := p.dial(ctx, "tcp", address, source)
 	if err != nil {
 		// Reset the accepted connection, the nearest a userspace proxy
 		// comes to a refused connect.
