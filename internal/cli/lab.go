@@ -30,6 +30,7 @@ type labFlags struct {
 	parallel int
 	list     bool
 	images   []string
+	kubeFlags
 }
 
 func newLabCommand(streams Streams) *cobra.Command {
@@ -52,14 +53,25 @@ are written to --results as JSON, and to --report as one self-contained
 HTML page with the table and a timeline per run (docs/report.md).
 
 --quick shortens the warm-up, the repetitions and the grace periods that
-would otherwise be waited out, keeping every phenomenon visible.`,
+would otherwise be waited out, keeping every phenomenon visible.
+
+--kube runs the scenarios on the real cluster of your kubeconfig instead,
+each in a namespace of its own (or all in -n, one at a time), the image
+closingtime being --image, with the traffic sent from load pods inside the
+cluster (docs/kube.md). Scenarios that need the embedded cluster (a
+dependency that runs in this process, a drain of its nodes) are left out,
+with a note.`,
 		Example: `  closingtime lab --quick
   closingtime lab --list
   closingtime lab 1-plain 3-graceful --repeat 3
   closingtime lab pdb surge-vs-unavailable
   closingtime lab -f my-scenario.yaml
-  closingtime lab --quick -o json > results.json`,
+  closingtime lab --quick -o json > results.json
+  closingtime lab --kube --quick --image closingtime:dev 1-plain 3-graceful`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := flags.kubeFlags.check("lab", cmd.Flags()); err != nil {
+				return err
+			}
 			return runLab(cmd.Context(), streams, args, flags)
 		},
 	}
@@ -73,6 +85,7 @@ would otherwise be waited out, keeping every phenomenon visible.`,
 	f.StringArrayVar(&flags.images, "image-command", nil, imageCommandUsage)
 	f.BoolVar(&flags.list, "list", false, "list the built-in scenarios, with their group, seed and description, and exit")
 	f.IntVar(&flags.parallel, "parallel", 0, "scenarios run at once, each on a cluster of its own (default: all)")
+	flags.kubeFlags.bind(f)
 	return cmd
 }
 
@@ -94,18 +107,27 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("lab: find the closingtime binary for the pods: %w", err)
+	cfg := scenario.RunnerConfig{Quick: flags.quick, Repetitions: flags.repeat}
+	if flags.kube {
+		if scenarios, err = kubeScenarios(streams.Err, scenarios, flags); err != nil {
+			return err
+		}
+		if flags.namespace != "" {
+			// The scenarios' objects share names: one at a time.
+			flags.parallel = 1
+		}
+		cfg = flags.kubeFlags.runnerConfig(cfg)
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("lab: find the closingtime binary for the pods: %w", err)
+		}
+		cfg.NewCluster = localClusters(exe, images)
 	}
 	started := time.Now()
 	shown := newProgress(streams.Err, scenarios)
-	runner, err := scenario.NewRunner(scenario.RunnerConfig{
-		NewCluster:  localClusters(exe, images),
-		Quick:       flags.quick,
-		Repetitions: flags.repeat,
-		Progress:    shown.update,
-	})
+	cfg.Progress = shown.update
+	runner, err := scenario.NewRunner(cfg)
 	if err != nil {
 		return err
 	}
@@ -121,6 +143,30 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		return report.WriteJSON(streams.Out, results)
 	}
 	return report.WriteText(streams.Out, results)
+}
+
+// kubeScenarios returns those of scenarios that can run on a real
+// cluster, and notes the others on w; none is a usage error, and so are
+// flags of the embedded cluster.
+func kubeScenarios(w io.Writer, scenarios []*scenario.Scenario, flags labFlags) ([]*scenario.Scenario, error) {
+	switch {
+	case len(flags.images) > 0:
+		return nil, usagef("lab: --image-command is for the embedded cluster: with --kube, the nodes run the images")
+	case flags.namespace != "" && flags.parallel > 1:
+		return nil, usagef("lab: --parallel with -n: the scenarios share the namespace and their objects' names, so they run one at a time")
+	}
+	var runnable []*scenario.Scenario
+	for _, s := range scenarios {
+		if why := scenarioRunnable(s); why != "" {
+			fmt.Fprintf(w, "lab: %s left out on a real cluster: %s\n", s.Name, why)
+			continue
+		}
+		runnable = append(runnable, s)
+	}
+	if len(runnable) == 0 {
+		return nil, usagef("lab: none of the scenarios can run on a real cluster")
+	}
+	return runnable, nil
 }
 
 // listScenarios writes the name, group, seed and description of each of

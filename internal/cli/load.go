@@ -26,6 +26,8 @@ type loadFlags struct {
 	connectTimeout  time.Duration
 	responseTimeout time.Duration
 	retry           bool
+	retryAttempts   int
+	retryBaseDelay  time.Duration
 	stopFile        string
 	events          string
 	output          string
@@ -50,10 +52,17 @@ persistent connections. Neither resends a failed request unless --retry is
 given, and then only what is safe to resend (see the retry package).
 
 The run ends after --duration, on SIGINT or SIGTERM, or when --stop-file
-exists; requests in flight then finish or time out and are counted.`,
+exists; requests in flight then finish or time out and are counted.
+
+-o jsonl writes one JSON line per request to standard output as it
+completes, then the report as the last line, {"report":{...}}, with its
+latency histograms, so that the reports of several runs merge exactly:
+the load pods of a real cluster hand their results back that way, through
+their logs (docs/load.md).`,
 		Example: `  closingtime load http://127.0.0.1:8080/work --rate 50 --duration 30s
   closingtime load http://127.0.0.1:8080/work --client new-conn=50 --client keep-alive=200 -o json
-  closingtime load http://app/work --duration 10m --stop-file /tmp/stop --events events.jsonl`,
+  closingtime load http://app/work --duration 10m --stop-file /tmp/stop --events events.jsonl
+  closingtime load http://web.shop:80/ --client keep-alive=500 --retry --retry-attempts 3 -o jsonl`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("load: want exactly one URL, got %d arguments (see closingtime load --help)", len(args))
@@ -74,15 +83,17 @@ exists; requests in flight then finish or time out and are counted.`,
 	f.DurationVar(&flags.connectTimeout, "connect-timeout", load.DefaultConnectTimeout, "how long a connect may take")
 	f.DurationVar(&flags.responseTimeout, "response-timeout", load.DefaultResponseTimeout, "how long a response may take once connected")
 	f.BoolVar(&flags.retry, "retry", false, "resend the requests that are safe to resend, on a new connection, and report them as absorbed")
+	f.IntVar(&flags.retryAttempts, "retry-attempts", retry.DefaultAttempts, "with --retry, the most attempts per request, the first included")
+	f.DurationVar(&flags.retryBaseDelay, "retry-base-delay", retry.DefaultBaseDelay, "with --retry, the backoff ceiling before the first retry")
 	f.StringVar(&flags.stopFile, "stop-file", "", "stop sending when this file exists")
 	f.StringVar(&flags.events, "events", "", "write one JSON line per request to this file")
-	f.StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
+	f.StringVarP(&flags.output, "output", "o", "text", "output format: text, json, or jsonl (a line per request, then the report)")
 	return cmd
 }
 
 func runLoad(ctx context.Context, streams Streams, target string, flags loadFlags) error {
-	if flags.output != "text" && flags.output != "json" {
-		return usagef("load: invalid --output %q: accepted values are text, json", flags.output)
+	if flags.output != "text" && flags.output != "json" && flags.output != "jsonl" {
+		return usagef("load: invalid --output %q: accepted values are text, json, jsonl", flags.output)
 	}
 	cfg := load.Config{
 		URL:             target,
@@ -101,10 +112,18 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		return &usageError{fmt.Errorf("load: %w", err)}
 	}
 	cfg.Clients = clients
-	if flags.retry {
-		cfg.Retry = &retry.Policy{}
+	if flags.retryAttempts <= 0 || flags.retryBaseDelay <= 0 {
+		return usagef("load: --retry-attempts and --retry-base-delay must be positive")
 	}
-	if flags.events != "" {
+	if flags.retry {
+		cfg.Retry = &retry.Policy{Attempts: flags.retryAttempts, BaseDelay: flags.retryBaseDelay}
+	}
+	switch {
+	case flags.output == "jsonl" && flags.events != "":
+		return usagef("load: give --events or -o jsonl, not both: jsonl writes the events to standard output")
+	case flags.output == "jsonl":
+		cfg.Events = streams.Out
+	case flags.events != "":
 		f, err := os.Create(flags.events)
 		if err != nil {
 			return fmt.Errorf("load: %w", err)
@@ -129,7 +148,10 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	if flags.output == "json" {
+	switch flags.output {
+	case "jsonl":
+		return load.WriteReportLine(streams.Out, report)
+	case "json":
 		enc := json.NewEncoder(streams.Out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(report)

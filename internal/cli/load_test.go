@@ -42,6 +42,8 @@ func TestLoadUsageErrors(t *testing.T) {
 		{name: "client twice", args: []string{"load", "http://127.0.0.1:1/", "--client", "new-conn", "--client", "new-conn=5"}, wantErr: "given twice"},
 		{name: "bad output", args: []string{"load", "http://127.0.0.1:1/", "-o", "yaml"}, wantErr: "invalid --output"},
 		{name: "zero duration", args: []string{"load", "http://127.0.0.1:1/", "--duration", "0s"}, wantErr: "must be positive"},
+		{name: "zero retry attempts", args: []string{"load", "http://127.0.0.1:1/", "--retry", "--retry-attempts", "0"}, wantErr: "--retry-attempts and --retry-base-delay must be positive"},
+		{name: "jsonl and events", args: []string{"load", "http://127.0.0.1:1/", "-o", "jsonl", "--events", "e.jsonl"}, wantErr: "give --events or -o jsonl, not both"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,5 +171,37 @@ func TestLoadStopFile(t *testing.T) {
 	}
 	if n := report.Clients[0].Totals.Total(); n < 1 || n >= 1200 {
 		t.Errorf("%d requests, want some but far fewer than a minute's 1200", n)
+	}
+}
+
+// TestLoadJSONLines: -o jsonl writes a line per request, then the report
+// with its histograms, which load.ReadStream reads back.
+func TestLoadJSONLines(t *testing.T) {
+	t.Parallel()
+	srv := podServer(t)
+	status, stdout, stderr := runCLI(context.Background(), "load", srv.URL, "--client", "new-conn=40", "--client", "keep-alive=60",
+		"--retry", "--retry-attempts", "2", "--duration", "500ms", "-o", "jsonl")
+	if status != ExitOK {
+		t.Fatalf("exit status %d: %s", status, stderr)
+	}
+	events, report, err := load.ReadStream(strings.NewReader(stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report == nil || len(report.Clients) != 2 {
+		t.Fatalf("report %+v, want one of two clients", report)
+	}
+	var total int64
+	for _, c := range report.Clients {
+		total += c.Totals.Total()
+		if c.LatencyHistogram == "" || c.ScheduleLagHistogram == "" {
+			t.Errorf("%s client: no histograms in the report line", c.Kind)
+		}
+	}
+	if int64(len(events)) != total || total == 0 {
+		t.Errorf("%d event lines, want one per request: %d", len(events), total)
+	}
+	if _, err := load.Merge(report, report); err != nil {
+		t.Errorf("merge the report with itself: %v", err)
 	}
 }

@@ -2,13 +2,17 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
 	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/manifest"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
@@ -35,12 +39,13 @@ type rolloutFlags struct {
 	results         string
 	report          string
 	images          []string
+	kubeFlags
 }
 
 func newRolloutCommand(streams Streams) *cobra.Command {
 	var flags rolloutFlags
 	cmd := &cobra.Command{
-		Use:   "rollout -f FILE --local",
+		Use:   "rollout (-f FILE --local | -f FILE --kube | --kube deploy/NAME)",
 		Short: "Restart your Deployment's rollout under load and count the failed requests",
 		Long: `Apply your manifests to the embedded local cluster (--local), with your
 own server as the pods (the containers' command and args, as written), send
@@ -51,22 +56,44 @@ did. The output and results file are those of closingtime lab.
 The command exits 1 when more than --max-failures requests failed over all
 repetitions, so that it can gate CI.
 
+With --kube, the same runs on the real cluster of your kubeconfig
+(--kubeconfig, --context), with the traffic sent from load pods inside the
+cluster, through the Service as its clients reach it (docs/kube.md): -f
+applies your manifests into a namespace of closingtime's own, deleted at the
+end, or into -n; deploy/NAME restarts a Deployment that runs already, in -n,
+and applies nothing: only the load pods are created. The load pods, and the
+namespace closingtime created, are deleted however the run ends.
+
 A container of image closingtime without a command runs this binary with its
-args (docs/scenario.md). A container of another image without a command
+args (docs/scenario.md); with --kube, it runs --image. A container of another image without a command
 runs the local command that --image-command maps its image to, or that
 its pod template's annotation closingtime.dev/command.CONTAINER gives
 (docs/local-cluster.md).`,
 		Example: `  closingtime rollout -f deploy.yaml --local
   closingtime rollout -f k8s/ --local --repeat 3 --client new-conn=50 --client keep-alive=20 --path /work
-  closingtime rollout -f deploy.yaml --local --image-command 'registry.example/shop:1.4=./bin/shop --port $(PORT)'`,
-		Args: cobra.NoArgs,
+  closingtime rollout -f deploy.yaml --local --image-command 'registry.example/shop:1.4=./bin/shop --port $(PORT)'
+  closingtime rollout --kube deploy/web -n shop --rate 200 --load-pods 2
+  closingtime rollout --kube -f deploy.yaml --image closingtime:dev`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usagef("rollout: want at most one deploy/NAME, got %d arguments", len(args))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRollout(cmd.Context(), streams, flags)
+			if err := flags.kubeFlags.check("rollout", cmd.Flags()); err != nil {
+				return err
+			}
+			ref := ""
+			if len(args) == 1 {
+				ref = args[0]
+			}
+			return runRollout(cmd.Context(), streams, ref, flags)
 		},
 	}
 	f := cmd.Flags()
 	f.StringArrayVarP(&flags.files, "filename", "f", nil, "manifest file or directory, as kubectl's -f; repeatable")
-	f.BoolVar(&flags.local, "local", false, "run on the embedded local cluster (required: the only backend so far)")
+	f.BoolVar(&flags.local, "local", false, "run on the embedded local cluster")
 	f.IntVar(&flags.repeat, "repeat", 1, "rollouts to run")
 	f.Int64Var(&flags.maxFailures, "max-failures", 0, "failed requests allowed over all rollouts before the exit status is 1")
 	f.Float64Var(&flags.rate, "rate", load.DefaultRate, "requests per second of each --client that gives no rate of its own")
@@ -83,21 +110,28 @@ its pod template's annotation closingtime.dev/command.CONTAINER gives
 	f.StringVar(&flags.results, "results", "", "file to write the results to as JSON")
 	f.StringVar(&flags.report, "report", "", "file to write the HTML report to (docs/report.md)")
 	f.StringArrayVar(&flags.images, "image-command", nil, imageCommandUsage)
+	flags.kubeFlags.bind(f)
 	return cmd
 }
 
-func runRollout(ctx context.Context, streams Streams, flags rolloutFlags) error {
+func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutFlags) error {
 	switch {
-	case len(flags.files) == 0:
-		return usagef("rollout: no manifests: give -f FILE")
-	case !flags.local:
-		return usagef("rollout: give --local: the embedded cluster is the only backend so far")
+	case flags.local == flags.kube:
+		return usagef("rollout: give --local (the embedded cluster) or --kube (the cluster of your kubeconfig)")
+	case ref != "" && !flags.kube:
+		return usagef("rollout: %s: a Deployment that runs already is rolled out with --kube", ref)
+	case ref != "" && len(flags.files) > 0:
+		return usagef("rollout: give -f FILE or deploy/NAME, not both")
+	case ref == "" && len(flags.files) == 0:
+		return usagef("rollout: no manifests: give -f FILE (or, with --kube, deploy/NAME)")
 	case flags.output != "text" && flags.output != "json":
 		return usagef("rollout: invalid --output %q: accepted values are text, json", flags.output)
 	case flags.repeat <= 0 || flags.rate <= 0 || flags.connections <= 0 || flags.connectTimeout <= 0 || flags.responseTimeout <= 0:
 		return usagef("rollout: --repeat, --rate, --connections, --connect-timeout and --response-timeout must be positive")
 	case flags.maxFailures < 0 || flags.warmUp < 0 || flags.after < 0:
 		return usagef("rollout: --max-failures, --warm-up and --after must not be negative")
+	case flags.kube && len(flags.images) > 0:
+		return usagef("rollout: --image-command is for --local: with --kube, the nodes run the images")
 	}
 	images, err := imageCommands("rollout", flags.images)
 	if err != nil {
@@ -115,18 +149,39 @@ func runRollout(ctx context.Context, streams Streams, flags rolloutFlags) error 
 	if flags.retry {
 		traffic.Retry = &scenario.Retry{}
 	}
-	s, err := scenario.FromManifests("rollout", flags.files, traffic, scenario.Action{Kind: scenario.ActionRolloutRestart}, flags.repeat)
-	if err != nil {
-		return &usageError{fmt.Errorf("rollout: %w", err)}
+	var s *scenario.Scenario
+	var cfg scenario.RunnerConfig
+	switch {
+	case ref != "":
+		name, err := parseDeploymentRef(ref)
+		if err != nil {
+			return &usageError{fmt.Errorf("rollout: %w", err)}
+		}
+		var c *kube.Cluster
+		if s, c, err = existingRollout(ctx, flags, name, traffic); err != nil {
+			return fmt.Errorf("rollout: %w", err)
+		}
+		cfg.NewCluster = func(scenario.ClusterSettings) (scenario.Cluster, error) { return existingWorkload{c}, nil }
+		cfg.NewTraffic = flags.kubeFlags.traffic
+	default:
+		if s, err = scenario.FromManifests("rollout", flags.files, traffic, scenario.Action{Kind: scenario.ActionRolloutRestart}, flags.repeat); err != nil {
+			return &usageError{fmt.Errorf("rollout: %w", err)}
+		}
+		if flags.kube {
+			cfg = flags.kubeFlags.runnerConfig(cfg)
+			break
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("rollout: find the closingtime binary: %w", err)
+		}
+		cfg.NewCluster = localClusters(exe, images)
 	}
 	s.WarmUp, s.After = flags.warmUp, flags.after
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("rollout: find the closingtime binary: %w", err)
-	}
 	scenarios := []*scenario.Scenario{s}
 	shown := newProgress(streams.Err, scenarios)
-	runner, err := scenario.NewRunner(scenario.RunnerConfig{NewCluster: localClusters(exe, images), Progress: shown.update})
+	cfg.Progress = shown.update
+	runner, err := scenario.NewRunner(cfg)
 	if err != nil {
 		return err
 	}
@@ -150,4 +205,35 @@ func runRollout(ctx context.Context, streams Streams, flags rolloutFlags) error 
 		return exitStatus(rolloutExitFailures)
 	}
 	return nil
+}
+
+// existingRollout connects to the cluster of flags and returns the
+// scenario of a rollout of Deployment name, which runs there already,
+// with its Service and traffic, and the cluster, which the runner closes.
+func existingRollout(ctx context.Context, flags rolloutFlags, name string, traffic scenario.Traffic) (*scenario.Scenario, *kube.Cluster, error) {
+	cfg := flags.kubeFlags.config()
+	// The workload is in the namespace given, or the context's.
+	cfg.CreateNamespace = false
+	c, err := kube.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, svc, err := c.Workload(ctx, c.Namespace(), name, traffic.Service)
+	if err != nil {
+		c.Close(context.WithoutCancel(ctx))
+		if traffic.Service == "" && !errors.Is(err, cluster.ErrNotFound) {
+			err = fmt.Errorf("%w (--service)", err)
+		}
+		return nil, nil, err
+	}
+	s := &scenario.Scenario{
+		Name:        "rollout",
+		File:        "deployment/" + name,
+		Traffic:     traffic,
+		Action:      scenario.Action{Kind: scenario.ActionRolloutRestart, Deployment: name},
+		Repetitions: flags.repeat,
+		Objects:     []manifest.Object{{Obj: d, File: "deployment/" + name}, {Obj: svc, File: "service/" + svc.Name}},
+	}
+	s.Traffic.Service = svc.Name
+	return s, c, nil
 }

@@ -107,6 +107,7 @@ signals and TCP, and finds their causes before they ship.`,
 		newLabCommand(streams),
 		newReportCommand(streams),
 		newRolloutCommand(streams),
+		newPropagationCommand(streams),
 	)
 	return root
 }

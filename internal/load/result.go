@@ -156,6 +156,14 @@ type ClientReport struct {
 	// Pods counts the responses by the X-Pod-Name that served them;
 	// responses without the header are not counted.
 	Pods map[string]int64 `json:"pods"`
+	// LatencyHistogram and ScheduleLagHistogram are the distributions
+	// behind Latency and ScheduleLag: HDR histograms of microseconds, from
+	// 1 µs to one hour with three significant digits, in HdrHistogram's
+	// compressed V2 encoding (base64), so that the reports of several
+	// generators merge without losing their percentiles ([Merge]). Empty
+	// in a report that does not carry them.
+	LatencyHistogram     string `json:"latencyHistogram,omitempty"`
+	ScheduleLagHistogram string `json:"scheduleLagHistogram,omitempty"`
 }
 
 // A Second counts the requests scheduled in one second.
@@ -207,6 +215,26 @@ func newHistogram() histogram {
 func (h histogram) record(d time.Duration) {
 	us := max(int64(d/time.Microsecond), 0)
 	h.h.RecordValue(min(us, h.h.HighestTrackableValue()))
+}
+
+// encode returns h in HdrHistogram's compressed V2 encoding, as base64.
+func (h histogram) encode() string {
+	b, err := h.h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+	if err != nil {
+		// Encode fails only for an encoding it does not know.
+		panic("load: encode histogram: " + err.Error())
+	}
+	return string(b)
+}
+
+// decodeHistogram decodes a histogram that encode encoded; what names it
+// in the error.
+func decodeHistogram(what, encoded string) (histogram, error) {
+	h, err := hdrhistogram.Decode([]byte(encoded))
+	if err != nil {
+		return histogram{}, fmt.Errorf("decode %s: %w", what, err)
+	}
+	return histogram{h}, nil
 }
 
 func (h histogram) percentiles() Percentiles {
@@ -278,6 +306,9 @@ func (r *recorder) report() ClientReport {
 		Latency:     r.latency.percentiles(),
 		ScheduleLag: r.lag.percentiles(),
 		Pods:        maps.Clone(r.pods),
+
+		LatencyHistogram:     r.latency.encode(),
+		ScheduleLagHistogram: r.lag.encode(),
 	}
 	for _, sec := range slices.Sorted(maps.Keys(r.seconds)) {
 		cr.Seconds = append(cr.Seconds, Second{Time: time.Unix(sec, 0).UTC(), Counts: *r.seconds[sec]})

@@ -1,10 +1,8 @@
 package scenario
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -412,21 +410,6 @@ func logEvent(pod string, l cluster.LogLine, at func(time.Time) float64) (Entry,
 		detail[k] = string(bytes.Trim(b, `"`))
 	}
 	return Entry{AtMS: at(t), Source: "pod", Kind: name, Pod: pod, Detail: detail}, true
-}
-
-// readEvents decodes the load generator's event lines.
-func readEvents(data []byte) ([]load.Event, error) {
-	var events []load.Event
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		var e load.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return nil, fmt.Errorf("read load events: %w", err)
-		}
-		events = append(events, e)
-	}
-	return events, sc.Err()
 }
 
 func ptr[T any](v T) *T { return &v }

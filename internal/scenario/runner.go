@@ -1,14 +1,12 @@
 package scenario
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
-	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,14 +14,17 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
-	"github.com/closingtime-dev/closingtime/retry"
 )
 
 // Cluster is a backend that the runner can close once a scenario is done.
+// A Cluster that has a Namespace() string method (package kube's) gives
+// the namespace of the workload's objects that name none; otherwise it is
+// "default".
 type Cluster interface {
 	cluster.Backend
 	Close(ctx context.Context) error
@@ -59,6 +60,9 @@ type RunnerConfig struct {
 	// NewCluster starts the cluster of one scenario with its settings. It
 	// must map [Image] to the closingtime binary.
 	NewCluster func(ClusterSettings) (Cluster, error)
+	// NewTraffic returns the source of the traffic of a scenario on
+	// cluster c. Nil means LocalTraffic through c's DialContext.
+	NewTraffic func(c Cluster) TrafficSource
 	// Quick applies each scenario's quick settings.
 	Quick bool
 	// Repetitions, when positive, replaces each scenario's repetitions.
@@ -81,6 +85,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	if cfg.Progress == nil {
 		cfg.Progress = func(Progress) {}
+	}
+	if cfg.NewTraffic == nil {
+		cfg.NewTraffic = func(c Cluster) TrafficSource { return LocalTraffic(c.DialContext) }
 	}
 	return &Runner{cfg: cfg}, nil
 }
@@ -150,11 +157,6 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 		}()
 		env[cmp.Or(s.Dependency.Env, DefaultDependencyEnv)] = dep.URL()
 	}
-	objects, deployment, target, err := r.prepare(s, env)
-	if err != nil {
-		return nil, err
-	}
-	res.Deployment = deployment.Namespace + "/" + deployment.Name
 	c, err := r.cfg.NewCluster(s.Cluster)
 	if err != nil {
 		return nil, fmt.Errorf("scenario %s: start cluster: %w", s.Name, err)
@@ -166,6 +168,16 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 			err = fmt.Errorf("scenario %s: close cluster: %w", s.Name, cerr)
 		}
 	}()
+	namespace := metav1.NamespaceDefault
+	if n, ok := c.(interface{ Namespace() string }); ok {
+		namespace = n.Namespace()
+	}
+	objects, deployment, target, err := r.prepare(s, env, namespace)
+	if err != nil {
+		return nil, err
+	}
+	res.Deployment = deployment.Namespace + "/" + deployment.Name
+	traffic := r.cfg.NewTraffic(c)
 	rec := &recording{}
 	ectx, stopEvents := context.WithCancel(ctx)
 	defer stopEvents()
@@ -181,7 +193,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 	if _, err := c.RolloutStatus(dctx, deployment.Namespace, deployment.Name); err != nil {
 		return nil, fmt.Errorf("scenario %s: first rollout: %w", s.Name, err)
 	}
-	if err := waitServing(dctx, c, target); err != nil {
+	if err := traffic.WaitServing(dctx, target); err != nil {
 		return nil, fmt.Errorf("scenario %s: wait for the service to answer: %w", s.Name, err)
 	}
 
@@ -193,7 +205,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 			}
 		}
 		a := &actor{c: c, rec: rec, action: s.Action, d: deployment, dep: dep, duration: st.duration, timeout: st.timeout}
-		run, err := r.repeat(ctx, s, st, a, target, func(p Phase) { progress(rep, p) })
+		run, err := r.repeat(ctx, s, st, a, traffic, target, func(p Phase) { progress(rep, p) })
 		if err != nil {
 			return nil, fmt.Errorf("scenario %s: repetition %d: %w", s.Name, rep, err)
 		}
@@ -206,9 +218,9 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 }
 
 // prepare returns the objects to apply, with quick overrides, the
-// variables of env in every container of every Deployment and defaulted
-// namespaces, the Deployment acted on and the traffic's URL.
-func (r *Runner) prepare(s *Scenario, env map[string]string) ([]runtime.Object, *appsv1.Deployment, string, error) {
+// variables of env in every container of every Deployment and namespace
+// where they have none, the Deployment acted on and the traffic's URL.
+func (r *Runner) prepare(s *Scenario, env map[string]string, namespace string) ([]runtime.Object, *appsv1.Deployment, string, error) {
 	var objects []runtime.Object
 	var deployment *appsv1.Deployment
 	var service *corev1.Service
@@ -224,7 +236,7 @@ func (r *Runner) prepare(s *Scenario, env map[string]string) ([]runtime.Object, 
 		obj := o.Obj.DeepCopyObject()
 		m := o.Meta()
 		if m.GetNamespace() == "" {
-			obj.(interface{ SetNamespace(string) }).SetNamespace("default")
+			obj.(interface{ SetNamespace(string) }).SetNamespace(namespace)
 		}
 		if dep, ok := obj.(*appsv1.Deployment); ok {
 			if r.cfg.Quick {
@@ -286,12 +298,12 @@ func setEnv(spec *corev1.PodSpec, env map[string]string) {
 	}
 }
 
-// repeat runs one repetition of a's action.
-func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor, target string, progress func(Phase)) (*Run, error) {
+// repeat runs one repetition of a's action, with traffic from traffic.
+func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor, traffic TrafficSource, target string, progress func(Phase)) (*Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, st.rl)
 	defer cancel()
 	c, rec, d := a.c, a.rec, a.d
-	gen, requests, err := generator(s.Traffic, target, c.DialContext, st.rl)
+	cfg, err := loadConfig(s.Traffic, target, st.rl)
 	if err != nil {
 		return nil, err
 	}
@@ -300,18 +312,27 @@ func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor,
 	defer stopLoad()
 	type outcome struct {
 		report *load.Report
+		lines  []load.Event
 		err    error
 	}
 	loaded := make(chan outcome, 1)
+	started := make(chan struct{})
 	go func() {
-		rep, err := gen.Run(lctx)
-		loaded <- outcome{rep, err}
+		rep, lines, err := traffic.Run(lctx, cfg, func() { close(started) })
+		loaded <- outcome{rep, lines, err}
 	}()
 	// fail stops the traffic and returns err.
 	fail := func(err error) (*Run, error) {
 		stopLoad()
 		<-loaded
 		return nil, err
+	}
+	select {
+	case <-started:
+	case out := <-loaded:
+		return nil, fmt.Errorf("traffic: %w", cmp.Or(out.err, errors.New("ended before it started")))
+	case <-ctx.Done():
+		return fail(ctx.Err())
 	}
 
 	progress(PhaseWarmUp)
@@ -339,10 +360,7 @@ func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor,
 	}
 	all := rec.since(0)
 	events := all[firstEvent:]
-	lines, err := readEvents(requests.Bytes())
-	if err != nil {
-		return nil, err
-	}
+	lines := out.lines
 	logs := map[string][]cluster.LogLine{}
 	for _, pod := range podsOf(events) {
 		l, err := c.Logs(ctx, d.Namespace, pod, d.Spec.Template.Spec.Containers[0].Name)
@@ -362,35 +380,6 @@ func replicas(d *appsv1.Deployment) int32 {
 		return cluster.DefaultReplicas
 	}
 	return *d.Spec.Replicas
-}
-
-// generator returns a load generator for traffic, writing its event lines
-// to the returned buffer. It sends requests for at most limit.
-func generator(t Traffic, target string, dial load.Dialer, limit time.Duration) (*load.Generator, *bytes.Buffer, error) {
-	var clients []load.Client
-	for _, c := range t.Clients {
-		kind, err := load.ParseKind(c.Kind)
-		if err != nil {
-			return nil, nil, err
-		}
-		clients = append(clients, load.Client{Kind: kind, Rate: c.Rate, Connections: c.Connections})
-	}
-	var policy *retry.Policy
-	if t.Retry != nil {
-		policy = &retry.Policy{Attempts: t.Retry.Attempts, BaseDelay: t.Retry.BaseDelay}
-	}
-	buf := &bytes.Buffer{}
-	gen, err := load.New(load.Config{
-		URL:             target,
-		Clients:         clients,
-		Duration:        limit,
-		ConnectTimeout:  t.ConnectTimeout,
-		ResponseTimeout: t.ResponseTimeout,
-		Dial:            dial,
-		Retry:           policy,
-		Events:          buf,
-	})
-	return gen, buf, err
 }
 
 // actor does a scenario's action to its Deployment d on cluster c, and
@@ -537,32 +526,6 @@ func (a *actor) settled(ctx context.Context, from int) (time.Time, error) {
 		return time.Time{}, err
 	}
 	return a.rec.terminatingGone(ctx, from)
-}
-
-// waitServing waits until 10 requests in a row to url succeed.
-func waitServing(ctx context.Context, c Cluster, url string) error {
-	client := &http.Client{Transport: &http.Transport{DialContext: c.DialContext, DisableKeepAlives: true}, Timeout: 2 * time.Second}
-	defer client.CloseIdleConnections()
-	for good := 0; good < 10; {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode < 500 {
-				good++
-				continue
-			}
-			err = fmt.Errorf("status %s", resp.Status)
-		}
-		good = 0
-		if serr := sleep(ctx, 100*time.Millisecond); serr != nil {
-			return fmt.Errorf("%w (last: %v)", serr, err)
-		}
-	}
-	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

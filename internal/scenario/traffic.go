@@ -1,0 +1,106 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/retry"
+)
+
+// A TrafficSource sends a scenario's traffic to its Service: from this
+// process through the backend's DialContext ([LocalTraffic]), or from load
+// pods inside a real cluster (package kube), so that it crosses the
+// cluster's own routing. The runner does not know which; what a source
+// returns is the same either way. A TrafficSource is used by one
+// repetition at a time.
+type TrafficSource interface {
+	// WaitServing waits until the Service at url answers, or returns
+	// ctx.Err() (with the last failure) if ctx ends first.
+	WaitServing(ctx context.Context, url string) error
+
+	// Run sends the requests that cfg describes (its Dial and Events are
+	// the source's to set) until cfg.Duration has passed or ctx ends,
+	// waits for the requests in flight, and returns the run's report and
+	// one event per request. It calls started once, when the requests
+	// begin to flow; if it fails before, it returns without calling it.
+	Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Event, error)
+}
+
+// LocalTraffic returns the TrafficSource that generates the traffic in
+// this process, connecting through dial: the local cluster's DialContext,
+// which routes a Service's address as a node's kube-proxy would.
+func LocalTraffic(dial load.Dialer) TrafficSource { return localTraffic{dial} }
+
+type localTraffic struct{ dial load.Dialer }
+
+// WaitServing waits until 10 requests in a row to url succeed.
+func (l localTraffic) WaitServing(ctx context.Context, url string) error {
+	client := &http.Client{Transport: &http.Transport{DialContext: l.dial, DisableKeepAlives: true}, Timeout: 2 * time.Second}
+	defer client.CloseIdleConnections()
+	for good := 0; good < 10; {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode < 500 {
+				good++
+				continue
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		good = 0
+		if serr := sleep(ctx, 100*time.Millisecond); serr != nil {
+			return fmt.Errorf("%w (last: %v)", serr, err)
+		}
+	}
+	return nil
+}
+
+// Run runs a load generator in this process.
+func (l localTraffic) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Event, error) {
+	var lines bytes.Buffer
+	cfg.Dial, cfg.Events = l.dial, &lines
+	gen, err := load.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	started()
+	report, err := gen.Run(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	events, _, err := load.ReadStream(&lines)
+	return report, events, err
+}
+
+// loadConfig returns the generator configuration of traffic t to target,
+// sending requests for at most limit.
+func loadConfig(t Traffic, target string, limit time.Duration) (load.Config, error) {
+	var clients []load.Client
+	for _, c := range t.Clients {
+		kind, err := load.ParseKind(c.Kind)
+		if err != nil {
+			return load.Config{}, err
+		}
+		clients = append(clients, load.Client{Kind: kind, Rate: c.Rate, Connections: c.Connections})
+	}
+	var policy *retry.Policy
+	if t.Retry != nil {
+		policy = &retry.Policy{Attempts: t.Retry.Attempts, BaseDelay: t.Retry.BaseDelay}
+	}
+	return load.Config{
+		URL:             target,
+		Clients:         clients,
+		Duration:        limit,
+		ConnectTimeout:  t.ConnectTimeout,
+		ResponseTimeout: t.ResponseTimeout,
+		Retry:           policy,
+	}, nil
+}
