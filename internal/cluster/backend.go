@@ -116,7 +116,9 @@ type DrainOptions struct {
 type LogLine struct {
 	// Time is when the backend read the line.
 	Time time.Time
-	// Stream is "stdout" or "stderr".
+	// Stream is "stdout" or "stderr" where the backend reads the streams
+	// apart (the local cluster), and empty where it cannot: the kube
+	// backend reads the pod log API, which merges them.
 	Stream string
 	// Restart is the container's restart count when it wrote the line: 0
 	// for the first instance.

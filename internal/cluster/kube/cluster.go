@@ -37,11 +37,6 @@ import (
 // and patches, as `kubectl` is kubectl's.
 const FieldManager = "closingtime"
 
-// RestartedAtAnnotation is the pod template annotation that `kubectl
-// rollout restart` sets to the current time (k8s.io/kubectl
-// pkg/polymorphichelpers/objectrestarter.go).
-const RestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
-
 // drainPollInterval is how often Drain looks whether an evicted pod is
 // gone, as `kubectl drain` does (k8s.io/kubectl pkg/drain/drain.go,
 // waitForDelete's interval).
@@ -104,13 +99,13 @@ type Cluster struct {
 	wg        sync.WaitGroup // the log followers
 
 	mu       sync.Mutex
-	synced   bool                    // the informers listed what was there at the start
-	changed  chan struct{}           // closed and replaced at every change an informer sees
-	pods     map[types.UID]*podState // what was last seen of each pod
-	services map[string]string       // by namespace/name: the endpoints last described
-	rollouts map[string]*rollout     // by namespace/name of the Deployment
-	logs     map[string]*logBuffer   // by namespace/pod/container
-	loadRuns map[string]bool         // the runs of load pods not yet deleted
+	synced   bool                          // the informers listed what was there at the start
+	changed  chan struct{}                 // closed and replaced at every change an informer sees
+	pods     map[types.UID]*podState       // what was last seen of each pod
+	services map[string]string             // by namespace/name: the endpoints last described
+	rollouts map[string]*rollout           // by namespace/name of the Deployment
+	logs     map[string]*cluster.LogBuffer // by namespace/pod/container
+	loadRuns map[string]bool               // the runs of load pods not yet deleted
 	// podLister reads the pods informer's cache.
 	podLister corelisters.PodLister
 }
@@ -148,7 +143,7 @@ func New(cfg Config) (*Cluster, error) {
 	c := &Cluster{
 		client: client, namespace: namespace, clock: cfg.Clock, images: cfg.Images, ctx: ctx, stop: stop,
 		changed: make(chan struct{}), pods: map[types.UID]*podState{}, services: map[string]string{},
-		rollouts: map[string]*rollout{}, logs: map[string]*logBuffer{}, loadRuns: map[string]bool{},
+		rollouts: map[string]*rollout{}, logs: map[string]*cluster.LogBuffer{}, loadRuns: map[string]bool{},
 	}
 	if cfg.CreateNamespace {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
@@ -356,9 +351,9 @@ func applyPatch(o runtime.Object, apiVersion, kind, namespace string) ([]byte, e
 
 // RolloutRestart restarts Deployment name as `kubectl rollout restart`
 // does: a strategic merge patch sets the pod template's
-// RestartedAtAnnotation to the current time, in RFC 3339 with seconds. A
-// paused Deployment is an error, as with kubectl, and so is a second
-// restart within the same second, which would change nothing.
+// cluster.RestartedAtAnnotation to the current time, in RFC 3339 with
+// seconds. A paused Deployment is an error, as with kubectl, and so is a
+// second restart within the same second, which would change nothing.
 func (c *Cluster) RolloutRestart(ctx context.Context, namespace, name string) error {
 	op := fmt.Sprintf("restart deployment %s/%s", namespace, name)
 	d, err := c.client.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -369,11 +364,11 @@ func (c *Cluster) RolloutRestart(ctx context.Context, namespace, name string) er
 		return fmt.Errorf("%s: paused (resume it first)", op)
 	}
 	at := c.clock.Now().Format(time.RFC3339)
-	if d.Spec.Template.Annotations[RestartedAtAnnotation] == at {
+	if d.Spec.Template.Annotations[cluster.RestartedAtAnnotation] == at {
 		return fmt.Errorf("%s: already restarted at %s", op, at)
 	}
 	data, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{RestartedAtAnnotation: at}}}}})
+		"metadata": map[string]any{"annotations": map[string]string{cluster.RestartedAtAnnotation: at}}}}})
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}

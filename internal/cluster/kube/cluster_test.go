@@ -160,7 +160,7 @@ func TestRolloutRestart(t *testing.T) {
 		t.Fatalf("restart patch: %v, want strategic merge patch %s", patch, want)
 	}
 	got, _ := cs.AppsV1().Deployments("ns").Get(ctx, "web", metav1.GetOptions{})
-	if a := got.Spec.Template.Annotations[RestartedAtAnnotation]; a != "2026-11-29T10:00:00Z" {
+	if a := got.Spec.Template.Annotations[cluster.RestartedAtAnnotation]; a != "2026-11-29T10:00:00Z" {
 		t.Errorf("restartedAt = %q", a)
 	}
 	if err := c.RolloutRestart(ctx, "ns", "web"); err == nil {

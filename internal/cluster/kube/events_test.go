@@ -3,8 +3,10 @@ package kube
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -237,21 +239,23 @@ func TestLogs(t *testing.T) {
 	}
 }
 
+// TestReadLog: readLog keeps the lines read before the log stream broke,
+// with no stream name (the API merges stdout and stderr) and the restart
+// count, and then a line that says why it ended.
 func TestReadLog(t *testing.T) {
 	c, _ := newFake(t)
-	b := &logBuffer{}
-	long := strings.Repeat("x", maxLogLineBytes+10)
-	c.readLog(b, strings.NewReader("one\ntwo\n"+long+"\nlast"), 4)
+	b := cluster.NewLogBuffer(0)
+	c.readLog(b, io.MultiReader(strings.NewReader("one\ntwo\n"), iotest.ErrReader(errors.New("connection reset"))), 4)
 	var got []string
-	for _, l := range b.lastLines() {
+	for _, l := range b.Lines() {
 		if l.Restart != 4 || l.Stream != "" {
 			t.Errorf("line %+v: want restart 4, no stream", l)
 		}
 		got = append(got, l.Text)
 	}
-	want := []string{"one", "two", long[:maxLogLineBytes], long[maxLogLineBytes:], "last"}
+	want := []string{"one", "two", "closingtime: read log: connection reset"}
 	if !equal(got, want) {
-		t.Errorf("got %d lines, want %d: a long line split at %d bytes, the last kept without its newline", len(got), len(want), maxLogLineBytes)
+		t.Errorf("lines %q, want %q", got, want)
 	}
 }
 
@@ -327,7 +331,7 @@ func TestRolloutStatusDeadline(t *testing.T) {
 	d.Spec.ProgressDeadlineSeconds = ptr.To[int32](30)
 	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 2, UpdatedReplicas: 1,
 		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse,
-			Reason: timedOutReason, Message: `ReplicaSet "web-2" has timed out progressing.`}}}
+			Reason: cluster.TimedOutReason, Message: `ReplicaSet "web-2" has timed out progressing.`}}}
 	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-2", Namespace: "ns", UID: "rs2",
 		Annotations:     map[string]string{revisionAnnotation: "2"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "dep", Controller: ptr.To(true)}}}}

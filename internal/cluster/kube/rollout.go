@@ -23,10 +23,6 @@ import (
 // RevisionAnnotation).
 const revisionAnnotation = "deployment.kubernetes.io/revision"
 
-// timedOutReason is the reason of a Deployment's Progressing condition
-// once its progress deadline passed (deployment_util.go, TimedOutReason).
-const timedOutReason = "ProgressDeadlineExceeded"
-
 // listers read the informers' caches.
 type listers struct {
 	pods        corelisters.PodLister
@@ -70,7 +66,7 @@ func (c *Cluster) observeRolloutsLocked(l listers) {
 		newRS, old := replicaSets(l, d)
 		if r.completedAt.IsZero() && r.failed == "" {
 			for _, cond := range d.Status.Conditions {
-				if cond.Type == appsv1.DeploymentProgressing && cond.Reason == timedOutReason {
+				if cond.Type == appsv1.DeploymentProgressing && cond.Reason == cluster.TimedOutReason {
 					r.failed = cond.Message
 					c.deadlineExceededLocked(d, newRS)
 				}
@@ -142,13 +138,7 @@ func (c *Cluster) deadlineExceededLocked(d *appsv1.Deployment, newRS *appsv1.Rep
 	if !c.synced {
 		return
 	}
-	deadline := time.Duration(ptrOr(d.Spec.ProgressDeadlineSeconds, cluster.DefaultProgressDeadlineSeconds)) * time.Second
-	e := cluster.Event{Kind: cluster.ProgressDeadlineExceeded, Namespace: d.Namespace, Object: "Deployment/" + d.Name,
-		Fields: map[string]string{"deadline": deadline.String()}}
-	if newRS != nil {
-		e.Fields["replicaset"] = newRS.Name
-	}
-	c.record(e)
+	c.record(cluster.DeadlineExceededEvent(d, newRS))
 }
 
 // podGoneForGood reports whether p is terminal and being deleted: the

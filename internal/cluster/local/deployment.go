@@ -34,21 +34,16 @@ const (
 	maxReplicasAnnotation     = "deployment.kubernetes.io/max-replicas"
 )
 
-// The reasons of a Deployment's conditions (deployment_util.go).
+// The reasons of a Deployment's conditions (deployment_util.go); the
+// timed-out one is cluster.TimedOutReason.
 const (
 	reasonNewRSCreated    = "NewReplicaSetCreated"
 	reasonFoundNewRS      = "FoundNewReplicaSet"
 	reasonRSUpdated       = "ReplicaSetUpdated"
 	reasonNewRSAvailable  = "NewReplicaSetAvailable"
-	reasonTimedOut        = "ProgressDeadlineExceeded"
 	reasonMinAvailable    = "MinimumReplicasAvailable"
 	reasonMinNotAvailable = "MinimumReplicasUnavailable"
 )
-
-// restartedAtAnnotation is the pod template annotation that `kubectl
-// rollout restart` sets (k8s.io/kubectl
-// pkg/polymorphichelpers/objectrestarter.go).
-const restartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 
 // burstReplicas is the most pods a ReplicaSet creates or deletes in one
 // sync (k8s.io/kubernetes pkg/controller/replicaset/replica_set.go,
@@ -190,10 +185,10 @@ func (c *Cluster) RolloutRestart(ctx context.Context, namespace, name string) er
 		d.Spec.Template.Annotations = map[string]string{}
 	}
 	at := c.clock.Now().Format(time.RFC3339Nano)
-	if d.Spec.Template.Annotations[restartedAtAnnotation] == at {
+	if d.Spec.Template.Annotations[cluster.RestartedAtAnnotation] == at {
 		return fmt.Errorf("restart deployment %s/%s: already restarted at %s", namespace, name, at)
 	}
-	d.Spec.Template.Annotations[restartedAtAnnotation] = at
+	d.Spec.Template.Annotations[cluster.RestartedAtAnnotation] = at
 	dep.setSpec(d)
 	c.changedLocked()
 	return nil
@@ -254,7 +249,7 @@ func (c *Cluster) RolloutStatus(ctx context.Context, namespace, name string) (cl
 // pkg/polymorphichelpers/rollout_status.go, DeploymentStatusViewer.Status).
 func timedOut(d *appsv1.Deployment) bool {
 	cond := deploymentCondition(d.Status, appsv1.DeploymentProgressing)
-	return d.Generation <= d.Status.ObservedGeneration && cond != nil && cond.Reason == reasonTimedOut
+	return d.Generation <= d.Status.ObservedGeneration && cond != nil && cond.Reason == cluster.TimedOutReason
 }
 
 // rsView is a ReplicaSet with the counts its status would hold (D6).
@@ -949,7 +944,7 @@ func (c *Cluster) progressLocked(d *appsv1.Deployment, newRS *appsv1.ReplicaSet,
 		setDeploymentCondition(st, cond)
 	}
 	cond := deploymentCondition(*st, appsv1.DeploymentProgressing)
-	if cond == nil || cond.Reason == reasonNewRSAvailable || cond.Reason == reasonTimedOut {
+	if cond == nil || cond.Reason == reasonNewRSAvailable || cond.Reason == cluster.TimedOutReason {
 		return
 	}
 	deadlineAt := cond.LastUpdateTime.Add(deadline)
@@ -961,13 +956,8 @@ func (c *Cluster) progressLocked(d *appsv1.Deployment, newRS *appsv1.ReplicaSet,
 		c.wakeAtLocked(wake)
 		return
 	}
-	setDeploymentCondition(st, progressing(corev1.ConditionFalse, reasonTimedOut, subject+" has timed out progressing.", now))
-	e := cluster.Event{Kind: cluster.ProgressDeadlineExceeded, Namespace: d.Namespace, Object: "Deployment/" + d.Name,
-		Fields: map[string]string{"deadline": deadline.String()}}
-	if newRS != nil {
-		e.Fields["replicaset"] = newRS.Name
-	}
-	c.record(e)
+	setDeploymentCondition(st, progressing(corev1.ConditionFalse, cluster.TimedOutReason, subject+" has timed out progressing.", now))
+	c.record(cluster.DeadlineExceededEvent(d, newRS))
 }
 
 // hasProgressDeadline reports whether d's progress is checked: a

@@ -2,12 +2,10 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -299,18 +297,14 @@ func (c *Cluster) cordonLocked(name string, unschedulable bool) error {
 	return fmt.Errorf("node %s: %w", name, cluster.ErrNotFound)
 }
 
-// Drain cordons node, evicts its pods concurrently, retrying each refusal
-// after opts.RetryDelay, and waits until they are gone, as `kubectl drain`
-// does (spec X6).
+// Drain cordons node and evicts its pods concurrently as `kubectl drain`
+// does (spec X6), with cluster.EvictAll: a refusal is retried every
+// opts.RetryDelay, and Drain then waits until each evicted pod is gone.
 func (c *Cluster) Drain(ctx context.Context, node string, opts cluster.DrainOptions) error {
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
-	}
-	retry := opts.RetryDelay
-	if retry <= 0 {
-		retry = cluster.DefaultEvictionRetryDelay
 	}
 	c.mu.Lock()
 	if err := c.cordonLocked(node, true); err != nil {
@@ -324,47 +318,17 @@ func (c *Cluster) Drain(ctx context.Context, node string, opts cluster.DrainOpti
 		}
 	}
 	c.mu.Unlock()
-	var wg sync.WaitGroup
-	errs := make([]error, len(targets))
-	for i, p := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.evictUntilGone(ctx, p, opts.GracePeriodSeconds, retry)
-		}()
+	evict := func(ctx context.Context, p *corev1.Pod) error {
+		return c.evict(p.Namespace, p.Name, opts.GracePeriodSeconds)
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := cluster.EvictAll(ctx, targets, opts.RetryDelay, c.clock, evict, c.waitGone); err != nil {
 		return fmt.Errorf("drain node %s: %w", node, err)
 	}
 	return nil
 }
 
-// evictUntilGone evicts pod, retrying while a budget refuses, and waits
-// until the pod (this UID) is gone from the store.
-func (c *Cluster) evictUntilGone(ctx context.Context, pod *corev1.Pod, grace *int64, retry time.Duration) error {
-	// Each round is one eviction attempt; the loop ends with success or
-	// ctx.
-	for {
-		err := c.evict(pod.Namespace, pod.Name, grace)
-		if errors.Is(err, cluster.ErrNotFound) {
-			return nil
-		}
-		var refused *cluster.EvictionError
-		if err == nil {
-			break
-		}
-		if !errors.As(err, &refused) {
-			return err
-		}
-		t := c.clock.NewTimer(retry)
-		select {
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("evict pod %s/%s: %w (last refusal: %v)", pod.Namespace, pod.Name, ctx.Err(), err)
-		}
-	}
+// waitGone waits until pod (this UID) is gone from the store.
+func (c *Cluster) waitGone(ctx context.Context, pod *corev1.Pod) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.waitLocked(ctx, func() bool {

@@ -47,7 +47,7 @@ type KubeletConfig struct {
 	// PIDNamespaceAuto, the strongest the system allows, if empty.
 	PIDNamespace PIDNamespaceMode
 	// MaxLogLines is how many lines are kept of each container;
-	// DefaultMaxLogLines if zero.
+	// cluster.DefaultMaxLogLines if zero.
 	MaxLogLines int
 	// Clock is the clock of every timer and timestamp; the real clock if
 	// nil.
@@ -97,7 +97,7 @@ type Kubelet struct {
 	mu     sync.Mutex
 	closed bool
 	pods   map[types.UID]*podWorker
-	logs   map[string]*logBuffer // by namespace/pod/container; kept after the pod is gone
+	logs   map[string]*cluster.LogBuffer // by namespace/pod/container; kept after the pod is gone
 	used   map[netip.Addr]bool
 	nextIP netip.Addr
 	wg     sync.WaitGroup // every goroutine of every pod
@@ -115,9 +115,6 @@ func NewKubelet(cfg KubeletConfig) (*Kubelet, error) {
 	cfg.PodCIDR = cfg.PodCIDR.Masked()
 	if !netip.MustParsePrefix("127.0.0.0/8").Contains(cfg.PodCIDR.Addr()) || cfg.PodCIDR.Bits() < 8 || cfg.PodCIDR.Bits() > 30 {
 		return nil, fmt.Errorf("pod CIDR %s: not a range of 127.0.0.0/8 with room for pods", cfg.PodCIDR)
-	}
-	if cfg.MaxLogLines <= 0 {
-		cfg.MaxLogLines = DefaultMaxLogLines
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -137,7 +134,7 @@ func NewKubelet(cfg KubeletConfig) (*Kubelet, error) {
 		cfg:    cfg,
 		clock:  cfg.Clock,
 		pods:   map[types.UID]*podWorker{},
-		logs:   map[string]*logBuffer{},
+		logs:   map[string]*cluster.LogBuffer{},
 		used:   map[netip.Addr]bool{},
 		nextIP: cfg.PodCIDR.Addr().Next(),
 	}, nil
@@ -205,7 +202,7 @@ func (k *Kubelet) Logs(namespace, name, container string) ([]cluster.LogLine, er
 	if !ok {
 		return nil, fmt.Errorf("logs of container %s of pod %s/%s: %w", container, namespace, name, cluster.ErrNotFound)
 	}
-	return b.snapshot(), nil
+	return b.Lines(), nil
 }
 
 // Close kills every container at once with SIGKILL, without preStop hooks
@@ -289,7 +286,7 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 	for _, c := range p.containers {
 		key := pod.Namespace + "/" + pod.Name + "/" + c.spec.Name
 		if k.logs[key] == nil {
-			k.logs[key] = &logBuffer{max: k.cfg.MaxLogLines}
+			k.logs[key] = cluster.NewLogBuffer(k.cfg.MaxLogLines)
 		}
 		c.logs = k.logs[key]
 	}
@@ -533,7 +530,7 @@ type containerWorker struct {
 	argv    []string
 	env     []string
 	stopSig syscall.Signal
-	logs    *logBuffer
+	logs    *cluster.LogBuffer
 	backoff cluster.CrashLoopBackOff
 	ended   chan struct{} // closed when run returns
 

@@ -1,10 +1,8 @@
 package local
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -115,7 +113,7 @@ type process struct {
 // captures its standard output and error into logs, as lines of instance
 // restart. Its goroutines, which end when every process of the container
 // is gone, are counted in wg.
-func startProcess(wg *sync.WaitGroup, iso *isolator, clk clock.PassiveClock, argv, env []string, dir string, logs *logBuffer, restart int32) (*process, string, error) {
+func startProcess(wg *sync.WaitGroup, iso *isolator, clk clock.PassiveClock, argv, env []string, dir string, logs *cluster.LogBuffer, restart int32) (*process, string, error) {
 	var pipes [4]*os.File // stdout r, w, stderr r, w
 	for i := 0; i < 4; i += 2 {
 		r, w, err := os.Pipe()
@@ -143,8 +141,8 @@ func startProcess(wg *sync.WaitGroup, iso *isolator, clk clock.PassiveClock, arg
 	}
 	p := &process{cmd: cmd, isolation: level, done: make(chan struct{})}
 	wg.Add(3)
-	go logs.read(wg, clk, pipes[0], "stdout", restart)
-	go logs.read(wg, clk, pipes[2], "stderr", restart)
+	go captureLog(wg, clk, logs, pipes[0], "stdout", restart)
+	go captureLog(wg, clk, logs, pipes[2], "stderr", restart)
 	go func() {
 		defer wg.Done()
 		p.wait(clk)
@@ -200,59 +198,12 @@ func (p *process) exited() bool {
 	}
 }
 
-// DefaultMaxLogLines is how many lines the kubelet keeps of each
-// container, across its restarts, when KubeletConfig.MaxLogLines is zero.
-const DefaultMaxLogLines = 100_000
-
-// maxLogLineBytes is the longest line kept whole; a longer one is split.
-const maxLogLineBytes = 64 << 10
-
-// logBuffer keeps the latest lines a container wrote, across restarts.
-type logBuffer struct {
-	mu    sync.Mutex
-	max   int
-	lines []cluster.LogLine
-}
-
-// read appends the lines of r, read from stream, to the buffer until r
-// ends, then closes r.
-func (b *logBuffer) read(wg *sync.WaitGroup, clk clock.PassiveClock, r *os.File, stream string, restart int32) {
+// captureLog adds the lines of r, read from stream, to logs until r ends,
+// then closes r.
+func captureLog(wg *sync.WaitGroup, clk clock.PassiveClock, logs *cluster.LogBuffer, r *os.File, stream string, restart int32) {
 	defer wg.Done()
 	defer r.Close()
-	br := bufio.NewReaderSize(r, maxLogLineBytes)
-	// Each round reads one line or a full buffer; the loop ends at EOF or
-	// an error.
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			text := string(line)
-			if text[len(text)-1] == '\n' {
-				text = text[:len(text)-1]
-			}
-			b.add(cluster.LogLine{Time: clk.Now(), Stream: stream, Restart: restart, Text: text})
-		}
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			if !errors.Is(err, io.EOF) {
-				b.add(cluster.LogLine{Time: clk.Now(), Stream: stream, Restart: restart, Text: "closingtime: read log: " + err.Error()})
-			}
-			return
-		}
+	if err := logs.Capture(r, clk, stream, restart); err != nil {
+		logs.Add(cluster.LogLine{Time: clk.Now(), Stream: stream, Restart: restart, Text: "closingtime: read log: " + err.Error()})
 	}
-}
-
-func (b *logBuffer) add(l cluster.LogLine) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.lines = append(b.lines, l)
-	// Drop the oldest half at once, so that dropping costs O(1) a line.
-	if len(b.lines) > 2*b.max {
-		b.lines = append(b.lines[:0:0], b.lines[len(b.lines)-b.max:]...)
-	}
-}
-
-// snapshot returns the latest max lines.
-func (b *logBuffer) snapshot() []cluster.LogLine {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]cluster.LogLine(nil), b.lines[max(0, len(b.lines)-b.max):]...)
 }
