@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -65,13 +66,24 @@ func (k *kubeFlags) config() kube.Config {
 	}
 }
 
-// runnerConfig sets cfg's NewCluster and NewTraffic to real clusters of
-// the flags, with their load pods.
-func (k *kubeFlags) runnerConfig(cfg scenario.RunnerConfig) scenario.RunnerConfig {
+// runnerConfig sets cfg's clusters: with --kube, NewCluster and
+// NewTraffic to real clusters of the flags, with their load pods;
+// otherwise NewCluster to embedded clusters whose image closingtime runs
+// this binary and whose other images run the commands of images
+// ([localClusters]). command names the command in an error.
+func (k *kubeFlags) runnerConfig(command string, cfg scenario.RunnerConfig, images map[string][]string) (scenario.RunnerConfig, error) {
+	if !k.kube {
+		exe, err := os.Executable()
+		if err != nil {
+			return cfg, fmt.Errorf("%s: find the closingtime binary for the pods: %w", command, err)
+		}
+		cfg.NewCluster = localClusters(exe, images)
+		return cfg, nil
+	}
 	kc := k.config()
 	cfg.NewCluster = func(scenario.ClusterSettings) (scenario.Cluster, error) { return kube.New(kc) }
 	cfg.NewTraffic = k.traffic
-	return cfg
+	return cfg, nil
 }
 
 // traffic returns the load pods of c, a cluster that runnerConfig or

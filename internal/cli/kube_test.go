@@ -34,11 +34,7 @@ import (
 func TestKubeUsage(t *testing.T) {
 	t.Parallel()
 	manifest := filepath.Join("testdata", "rollout-plain.yaml")
-	for _, tt := range []struct {
-		name    string
-		args    []string
-		wantErr string
-	}{
+	testUsage(t, []usageCase{
 		{"rollout no backend", []string{"rollout", "-f", manifest}, "give --local (the embedded cluster) or --kube"},
 		{"rollout both backends", []string{"rollout", "-f", manifest, "--local", "--kube"}, "give --local (the embedded cluster) or --kube"},
 		{"deployment without kube", []string{"rollout", "deploy/web", "--local"}, "deploy/web: a Deployment that runs already is rolled out with --kube"},
@@ -52,15 +48,7 @@ func TestKubeUsage(t *testing.T) {
 		{"image command on kube", []string{"rollout", "--kube", "-f", manifest, "--image-command", "a=b"}, "--image-command is for --local"},
 		{"lab parallel in one namespace", []string{"lab", "--kube", "-n", "shop", "--parallel", "2", "1-plain"}, "--parallel with -n"},
 		{"lab nothing runnable", []string{"lab", "--kube", "probe-liveness-deep"}, "none of the scenarios can run on a real cluster"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			status, stdout, stderr := runCLI(context.Background(), tt.args...)
-			if status != ExitUsage || !strings.Contains(stderr, tt.wantErr) || stdout != "" {
-				t.Errorf("exit status %d, stderr %q, stdout %q; want %d and an error with %q", status, stderr, stdout, ExitUsage, tt.wantErr)
-			}
-		})
-	}
+	})
 }
 
 // TestKubeClusterErrors: with no kubeconfig, or an API server that does

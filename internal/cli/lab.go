@@ -116,22 +116,12 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 			// The scenarios' objects share names: one at a time.
 			flags.parallel = 1
 		}
-		cfg = flags.kubeFlags.runnerConfig(cfg)
-	} else {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("lab: find the closingtime binary for the pods: %w", err)
-		}
-		cfg.NewCluster = localClusters(exe, images)
 	}
-	started := time.Now()
-	shown := newProgress(streams.Err, scenarios)
-	cfg.Progress = shown.update
-	runner, err := scenario.NewRunner(cfg)
-	if err != nil {
+	if cfg, err = flags.kubeFlags.runnerConfig("lab", cfg, images); err != nil {
 		return err
 	}
-	results, err := runScenarios(ctx, streams, "lab", runner, scenarios, flags.parallel, shown)
+	started := time.Now()
+	results, err := runScenarios(ctx, streams, "lab", cfg, scenarios, flags.parallel)
 	if err != nil {
 		return err
 	}
@@ -223,9 +213,17 @@ func labScenarios(names, files []string) ([]*scenario.Scenario, error) {
 	return scenarios, nil
 }
 
-// runScenarios runs scenarios as runAll does, showing their progress,
-// and stops them all at the first interrupt (see interruptible).
-func runScenarios(ctx context.Context, streams Streams, command string, runner *scenario.Runner, scenarios []*scenario.Scenario, parallel int, shown progress) (*scenario.Results, error) {
+// runScenarios runs scenarios with a runner of cfg as runAll does,
+// showing their progress on streams.Err, and stops them all at the first
+// interrupt (see interruptible).
+func runScenarios(ctx context.Context, streams Streams, command string, cfg scenario.RunnerConfig, scenarios []*scenario.Scenario, parallel int) (*scenario.Results, error) {
+	shown := newProgress(streams.Err, scenarios)
+	cfg.Progress = shown.update
+	runner, err := scenario.NewRunner(cfg)
+	if err != nil {
+		shown.finish()
+		return nil, err
+	}
 	ctx, interrupted, stop := interruptible(ctx, streams.Err, command)
 	defer stop()
 	results, err := runAll(ctx, runner, scenarios, parallel)

@@ -29,28 +29,14 @@ func TestMain(m *testing.M) {
 
 func TestLabUsage(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name    string
-		args    []string
-		wantErr string
-	}{
+	testUsage(t, []usageCase{
 		{name: "unknown scenario", args: []string{"lab", "9-nope"}, wantErr: `no scenario "9-nope"; the catalog has 1-plain, 2-readiness`},
 		{name: "bad output", args: []string{"lab", "-o", "yaml"}, wantErr: `invalid --output "yaml"`},
 		{name: "negative repeat", args: []string{"lab", "--repeat", "-1"}, wantErr: "must not be negative"},
 		{name: "names and files", args: []string{"lab", "1-plain", "-f", "x.yaml"}, wantErr: "not both"},
 		{name: "invalid file", args: []string{"lab", "-f", "../scenario/testdata/invalid-scale.yaml"},
 			wantErr: "invalid-scale.yaml:4: action.replicas: scale needs replicas"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			var out, errOut bytes.Buffer
-			code := Run(context.Background(), tt.args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
-			if code != ExitUsage || !strings.Contains(errOut.String(), tt.wantErr) {
-				t.Errorf("exit %d, stderr %q; want %d and %q", code, errOut.String(), ExitUsage, tt.wantErr)
-			}
-		})
-	}
+	})
 }
 
 // TestLabQuick runs `closingtime lab --quick 1-plain -o json` with this

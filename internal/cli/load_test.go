@@ -24,13 +24,33 @@ func runCLI(ctx context.Context, args ...string) (status int, stdout, stderr str
 	return status, out.String(), errOut.String()
 }
 
+// usageCase is a command line that closingtime must refuse as a usage
+// error, and a part of the message it must print.
+type usageCase struct {
+	name    string
+	args    []string
+	wantErr string
+}
+
+// testUsage runs each case in a parallel subtest and checks that the
+// command exits with ExitUsage, says wantErr on stderr and prints nothing
+// on stdout.
+func testUsage(t *testing.T, cases []usageCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			status, stdout, stderr := runCLI(context.Background(), tt.args...)
+			if status != ExitUsage || !strings.Contains(stderr, tt.wantErr) || stdout != "" {
+				t.Errorf("exit status %d, stderr %q, stdout %q; want %d and an error with %q", status, stderr, stdout, ExitUsage, tt.wantErr)
+			}
+		})
+	}
+}
+
 func TestLoadUsageErrors(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name    string
-		args    []string
-		wantErr string
-	}{
+	testUsage(t, []usageCase{
 		{name: "no URL", args: []string{"load"}, wantErr: "want exactly one URL"},
 		{name: "rate zero", args: []string{"load", "http://127.0.0.1:1/", "--rate", "0"}, wantErr: "invalid --rate 0"},
 		{name: "negative rate", args: []string{"load", "http://127.0.0.1:1/", "--rate=-5"}, wantErr: "invalid --rate -5"},
@@ -44,22 +64,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		{name: "zero duration", args: []string{"load", "http://127.0.0.1:1/", "--duration", "0s"}, wantErr: "must be positive"},
 		{name: "zero retry attempts", args: []string{"load", "http://127.0.0.1:1/", "--retry", "--retry-attempts", "0"}, wantErr: "--retry-attempts and --retry-base-delay must be positive"},
 		{name: "jsonl and events", args: []string{"load", "http://127.0.0.1:1/", "-o", "jsonl", "--events", "e.jsonl"}, wantErr: "give --events or -o jsonl, not both"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			status, stdout, stderr := runCLI(context.Background(), tt.args...)
-			if status != ExitUsage {
-				t.Errorf("exit status %d, want %d (stderr %q)", status, ExitUsage, stderr)
-			}
-			if !strings.Contains(stderr, tt.wantErr) {
-				t.Errorf("stderr %q, want it to contain %q", stderr, tt.wantErr)
-			}
-			if stdout != "" {
-				t.Errorf("stdout %q, want nothing", stdout)
-			}
-		})
-	}
+	})
 }
 
 func podServer(t *testing.T) *httptest.Server {

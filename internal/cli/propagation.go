@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -71,8 +70,9 @@ func runPropagation(ctx context.Context, streams Streams, flags propagationFlags
 		return usagef("propagation: give --kube (the cluster of your kubeconfig) or --local (the embedded cluster)")
 	case flags.output != "text" && flags.output != "json":
 		return usagef("propagation: invalid --output %q: accepted values are text, json", flags.output)
-	case flags.pods <= 0 || flags.rate <= 0 || flags.margin < 0:
-		return usagef("propagation: --pods and --rate must be positive, --margin not negative")
+	case flags.pods <= 0 || flags.rate <= 0 || flags.margin <= 0:
+		// A zero would be PropagationConfig's default, not a zero.
+		return usagef("propagation: --pods, --rate and --margin must be positive")
 	case flags.window < time.Second || flags.window%time.Second != 0:
 		return usagef("propagation: invalid --window %v: want whole seconds, at least 1s (a preStop sleep takes seconds)", flags.window)
 	}
@@ -81,24 +81,11 @@ func runPropagation(ctx context.Context, streams Streams, flags propagationFlags
 	if err != nil {
 		return fmt.Errorf("propagation: %w", err)
 	}
-	var rc scenario.RunnerConfig
-	if flags.kube {
-		rc = flags.kubeFlags.runnerConfig(rc)
-	} else {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("propagation: find the closingtime binary for the pods: %w", err)
-		}
-		rc.NewCluster = localClusters(exe, nil)
-	}
-	scenarios := []*scenario.Scenario{s}
-	shown := newProgress(streams.Err, scenarios)
-	rc.Progress = shown.update
-	runner, err := scenario.NewRunner(rc)
+	rc, err := flags.kubeFlags.runnerConfig("propagation", scenario.RunnerConfig{}, nil)
 	if err != nil {
 		return err
 	}
-	results, err := runScenarios(ctx, streams, "propagation", runner, scenarios, 1, shown)
+	results, err := runScenarios(ctx, streams, "propagation", rc, []*scenario.Scenario{s}, 1)
 	if err != nil {
 		return err
 	}

@@ -11,27 +11,16 @@ import (
 
 func TestPropagationUsage(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name    string
-		args    []string
-		wantErr string
-	}{
+	testUsage(t, []usageCase{
 		{"no backend", []string{"propagation"}, "give --kube (the cluster of your kubeconfig) or --local"},
 		{"both backends", []string{"propagation", "--kube", "--local"}, "give --kube"},
 		{"window not whole seconds", []string{"propagation", "--local", "--window", "1500ms"}, "invalid --window 1.5s: want whole seconds"},
-		{"no pods", []string{"propagation", "--local", "--pods", "0"}, "--pods and --rate must be positive"},
+		{"no pods", []string{"propagation", "--local", "--pods", "0"}, "--pods, --rate and --margin must be positive"},
+		{"no margin", []string{"propagation", "--local", "--margin", "0s"}, "--pods, --rate and --margin must be positive"},
 		{"bad output", []string{"propagation", "--local", "-o", "yaml"}, `invalid --output "yaml"`},
 		{"kube flag without kube", []string{"propagation", "--local", "--image", "x:1"}, "--image needs --kube"},
 		{"arguments", []string{"propagation", "--local", "web"}, "unknown command"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			status, stdout, stderr := runCLI(context.Background(), tt.args...)
-			if status != ExitUsage || !strings.Contains(stderr, tt.wantErr) || stdout != "" {
-				t.Errorf("exit status %d, stderr %q, stdout %q; want %d and an error with %q", status, stderr, stdout, ExitUsage, tt.wantErr)
-			}
-		})
-	}
+	})
 }
 
 // TestPropagationLocal measures the embedded cluster's propagation: one

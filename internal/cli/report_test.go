@@ -12,10 +12,7 @@ import (
 func TestReport(t *testing.T) {
 	t.Parallel()
 	golden := "../report/testdata/results.json.golden"
-	text, err := os.ReadFile("../report/testdata/text.txt.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
+	text := mustRead(t, "../report/testdata/text.txt.golden")
 	html := mustRead(t, "../report/testdata/table.html.golden")
 	broken := filepath.Join(t.TempDir(), "broken.json")
 	if err := os.WriteFile(broken, []byte(`{"scenarios": [`), 0o644); err != nil {
@@ -28,7 +25,7 @@ func TestReport(t *testing.T) {
 		wantOut  string
 		wantErr  string
 	}{
-		{name: "text", args: []string{"report", golden}, wantOut: string(text)},
+		{name: "text", args: []string{"report", golden}, wantOut: text},
 		{name: "json", args: []string{"report", "-o", "json", golden}, wantOut: mustRead(t, golden)},
 		{name: "no file", args: []string{"report"}, wantCode: ExitUsage, wantErr: "want exactly one results file"},
 		{name: "html", args: []string{"report", "-o", "html", golden}, wantOut: html},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -65,10 +64,10 @@ and applies nothing: only the load pods are created. The load pods, and the
 namespace closingtime created, are deleted however the run ends.
 
 A container of image closingtime without a command runs this binary with its
-args (docs/scenario.md); with --kube, it runs --image. A container of another image without a command
-runs the local command that --image-command maps its image to, or that
-its pod template's annotation closingtime.dev/command.CONTAINER gives
-(docs/local-cluster.md).`,
+args (docs/scenario.md); with --kube, it runs --image. A container of another
+image without a command runs the local command that --image-command maps its
+image to, or that its pod template's annotation
+closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
 		Example: `  closingtime rollout -f deploy.yaml --local
   closingtime rollout -f k8s/ --local --repeat 3 --client new-conn=50 --client keep-alive=20 --path /work
   closingtime rollout -f deploy.yaml --local --image-command 'registry.example/shop:1.4=./bin/shop --port $(PORT)'
@@ -167,25 +166,12 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		if s, err = scenario.FromManifests("rollout", flags.files, traffic, scenario.Action{Kind: scenario.ActionRolloutRestart}, flags.repeat); err != nil {
 			return &usageError{fmt.Errorf("rollout: %w", err)}
 		}
-		if flags.kube {
-			cfg = flags.kubeFlags.runnerConfig(cfg)
-			break
+		if cfg, err = flags.kubeFlags.runnerConfig("rollout", cfg, images); err != nil {
+			return err
 		}
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("rollout: find the closingtime binary: %w", err)
-		}
-		cfg.NewCluster = localClusters(exe, images)
 	}
 	s.WarmUp, s.After = flags.warmUp, flags.after
-	scenarios := []*scenario.Scenario{s}
-	shown := newProgress(streams.Err, scenarios)
-	cfg.Progress = shown.update
-	runner, err := scenario.NewRunner(cfg)
-	if err != nil {
-		return err
-	}
-	results, err := runScenarios(ctx, streams, "rollout", runner, scenarios, 1, shown)
+	results, err := runScenarios(ctx, streams, "rollout", cfg, []*scenario.Scenario{s}, 1)
 	if err != nil {
 		return err
 	}

@@ -11,27 +11,13 @@ import (
 func TestRolloutUsage(t *testing.T) {
 	t.Parallel()
 	const plain = "testdata/rollout-plain.yaml"
-	tests := []struct {
-		name    string
-		args    []string
-		wantErr string
-	}{
+	testUsage(t, []usageCase{
 		{name: "no files", args: []string{"rollout", "--local"}, wantErr: "no manifests"},
 		{name: "no backend", args: []string{"rollout", "-f", plain}, wantErr: "give --local"},
 		{name: "no such service", args: []string{"rollout", "-f", plain, "--local", "--service", "web"}, wantErr: "traffic.service: the workload has no Service web"},
 		{name: "bad client", args: []string{"rollout", "-f", plain, "--local", "--client", "udp"}, wantErr: `--client "udp"`},
 		{name: "bad image command", args: []string{"rollout", "-f", plain, "--local", "--image-command", "shop:1"}, wantErr: `--image-command "shop:1"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			var out, errOut bytes.Buffer
-			code := Run(context.Background(), tt.args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
-			if code != ExitUsage || !strings.Contains(errOut.String(), tt.wantErr) {
-				t.Errorf("exit %d, stderr %q; want %d and %q", code, errOut.String(), ExitUsage, tt.wantErr)
-			}
-		})
-	}
+	})
 }
 
 // TestRolloutGate runs a rollout of a Deployment without a readiness probe,

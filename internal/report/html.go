@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -464,13 +465,8 @@ func (p *podTrack) stopListening(atMS float64, s timeScale) {
 
 // details spells an entry's detail fields, sorted by name.
 func details(d map[string]string) string {
-	keys := make([]string, 0, len(d))
-	for k := range d {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var parts []string
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(d)) {
 		parts = append(parts, k+"="+d[k])
 	}
 	return strings.Join(parts, " ")

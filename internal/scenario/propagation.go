@@ -48,16 +48,9 @@ type PropagationConfig struct {
 func (c PropagationConfig) withDefaults() PropagationConfig {
 	c.Pods = cmpOr(c.Pods, DefaultPropagationPods)
 	c.Window = cmpOr(c.Window, DefaultPropagationWindow)
-	c.Rate = cmp0(c.Rate, DefaultPropagationRate)
+	c.Rate = cmpOr(c.Rate, DefaultPropagationRate)
 	c.Margin = cmpOr(c.Margin, DefaultPropagationMargin)
 	return c
-}
-
-func cmp0(v, def float64) float64 {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 // propagationManifest is the scenario of a measurement: three pods of the
@@ -143,8 +136,8 @@ settle: 2s
 // each repetition. [MeasurePropagation] reads the result.
 func PropagationScenario(cfg PropagationConfig) (*Scenario, error) {
 	cfg = cfg.withDefaults()
-	if cfg.Window%time.Second != 0 || cfg.Window < 0 || cfg.Pods < 0 {
-		return nil, fmt.Errorf("propagation: window %v: want whole seconds, and a positive number of pods", cfg.Window)
+	if cfg.Window%time.Second != 0 {
+		return nil, fmt.Errorf("propagation: window %v: want whole seconds", cfg.Window)
 	}
 	window := int(cfg.Window / time.Second)
 	// The grace period covers the window and the server's own drain.
@@ -185,7 +178,7 @@ type PodPropagation struct {
 }
 
 // saturationSlack is how close to the end of the window a last request
-// must come to count as cut short: a second of the traffic's rate.
+// must come to count as cut short.
 const saturationSlack = 500 * time.Millisecond
 
 // MeasurePropagation reads the result of a PropagationScenario run with

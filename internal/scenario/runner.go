@@ -121,7 +121,7 @@ func (r *Runner) settings(s *Scenario) settings {
 }
 
 // cmpOr returns the first of vs that is positive, or zero.
-func cmpOr[T int | time.Duration](vs ...T) T {
+func cmpOr[T int | time.Duration | float64](vs ...T) T {
 	for _, v := range vs {
 		if v > 0 {
 			return v
