@@ -9,10 +9,6 @@ import (
 
 func TestResolveFenceposts(t *testing.T) {
 	t.Parallel()
-	intOrStr := func(s string) *intstr.IntOrString {
-		v := intstr.Parse(s)
-		return &v
-	}
 	tests := []struct {
 		name                       string
 		maxSurge, maxUnavailable   *intstr.IntOrString

@@ -9,10 +9,6 @@ import (
 
 func TestDisruptionBudget(t *testing.T) {
 	t.Parallel()
-	intOrStr := func(s string) *intstr.IntOrString {
-		v := intstr.Parse(s)
-		return &v
-	}
 	tests := []struct {
 		name                  string
 		spec                  policyv1.PodDisruptionBudgetSpec
@@ -60,4 +56,10 @@ func TestDisruptionBudget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// intOrStr returns s parsed as an int or a percentage.
+func intOrStr(s string) *intstr.IntOrString {
+	v := intstr.Parse(s)
+	return &v
 }

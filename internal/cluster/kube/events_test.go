@@ -99,7 +99,9 @@ func TestPodEvents(t *testing.T) {
 	p.Status.Phase = corev1.PodFailed
 	p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 		ExitCode: 143, Reason: "Error", ContainerID: "containerd://1", StartedAt: started, FinishedAt: metav1.Now()}}
-	p, _ = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	e = expect(t, ch, cluster.ContainerExited, cluster.PodTerminated)
 	if e[0].Fields["code"] != "143" || e[0].Fields["reason"] != "Error" || e[1].Fields["phase"] != "Failed" {
 		t.Errorf("exit events %+v", e)

@@ -281,8 +281,10 @@ func (c *Cluster) reconcileLocked() {
 		c.syncReplicaSetLocked(rs)
 	}
 	c.scheduleLocked()
+	// Sync reads the pods only while it runs, under c.mu: no copies.
+	pods := sortedValues(c.pods)
 	for _, svc := range sortedValues(c.services) {
-		c.endpoints.Sync(svc, c.podsLocked(svc.Namespace))
+		c.endpoints.Sync(svc, pods)
 	}
 	c.syncBudgetsLocked()
 	for _, d := range c.deployments {

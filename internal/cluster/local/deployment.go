@@ -259,7 +259,7 @@ type rsView struct {
 	active, ready, available int32
 	terminating              int32         // pods being deleted, not yet terminal
 	running                  int32         // pods not terminal, terminating ones included
-	pods                     []*corev1.Pod // active pods
+	pods                     []*corev1.Pod // active pods, by name
 }
 
 // viewLocked counts rs's pods. It also returns when the next of its pods
@@ -268,7 +268,7 @@ func (c *Cluster) viewLocked(rs *appsv1.ReplicaSet) (rsView, time.Time) {
 	v := rsView{rs: rs, spec: *rs.Spec.Replicas}
 	var next time.Time
 	now := c.clock.Now()
-	for _, p := range sortedValues(c.pods) {
+	for _, p := range c.pods {
 		if !ownedBy(p, rs) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
@@ -292,6 +292,8 @@ func (c *Cluster) viewLocked(rs *appsv1.ReplicaSet) (rsView, time.Time) {
 			next = availableAt
 		}
 	}
+	// The store's order, by name: rs's pods share its namespace.
+	sort.Slice(v.pods, func(i, j int) bool { return v.pods[i].Name < v.pods[j].Name })
 	return v, next
 }
 

@@ -86,10 +86,11 @@ func (e *Endpoints) Close() {
 	e.queue.close()
 }
 
-// Sync computes the EndpointSlices of svc from pods, the pods of its
-// namespace as the API holds them now, and publishes them after the sync
-// delay if they changed; changes are published in order. Within a batch
-// period, the latest change is published, once.
+// Sync computes the EndpointSlices of svc from pods, as the API holds them
+// now (those of other namespaces are skipped), and publishes them after
+// the sync delay if they changed; changes are published in order. Within
+// a batch period, the latest change is published, once. Sync reads pods
+// only during the call and keeps none of them.
 func (e *Endpoints) Sync(svc *corev1.Service, pods []*corev1.Pod) {
 	slices := EndpointSlices(svc, pods)
 	key := svc.Namespace + "/" + svc.Name

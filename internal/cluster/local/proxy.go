@@ -74,8 +74,15 @@ type affinityKey struct {
 
 // affinity is the endpoint a client used last, and when.
 type affinity struct {
-	endpoint string
+	endpoint endpointPort
 	at       time.Time
+}
+
+// endpointPort is an endpoint's address and target port; pick joins the
+// two only for the endpoint it chooses.
+type endpointPort struct {
+	addr string
+	port int32
 }
 
 // NewProxy returns a proxy configured by cfg and starts applying the
@@ -233,7 +240,7 @@ func (p *Proxy) pick(namespace, name string, port int32, client string) (string,
 		return "", errNoEndpoints
 	}
 	local := r.svc.Spec.InternalTrafficPolicy != nil && *r.svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
-	var ready, terminating []string
+	var ready, terminating []endpointPort
 	anywhere := false // a usable endpoint on any node
 	for _, s := range r.slices {
 		var target int32
@@ -256,12 +263,12 @@ func (p *Proxy) pick(namespace, name string, port int32, client string) (string,
 			if local && (ep.NodeName == nil || *ep.NodeName != p.cfg.NodeName) {
 				continue
 			}
-			addr := net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(target)))
+			e := endpointPort{addr: ep.Addresses[0], port: target}
 			switch {
 			case isReady:
-				ready = append(ready, addr)
+				ready = append(ready, e)
 			case servingTerminating:
-				terminating = append(terminating, addr)
+				terminating = append(terminating, e)
 			}
 		}
 	}
@@ -276,7 +283,7 @@ func (p *Proxy) pick(namespace, name string, port int32, client string) (string,
 		return "", errNoEndpoints
 	}
 	if r.svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
-		return usable[p.randSrc.IntN(len(usable))], nil
+		return usable[p.randSrc.IntN(len(usable))].hostPort(), nil
 	}
 	// The recent match: the endpoint the client used last, if it is
 	// still usable and the client made a connection within the timeout;
@@ -287,12 +294,18 @@ func (p *Proxy) pick(namespace, name string, port int32, client string) (string,
 	}
 	key := affinityKey{service: namespace + "/" + name, port: port, client: client}
 	now := p.clock.Now()
-	target := usable[p.randSrc.IntN(len(usable))]
-	if a, ok := p.affinity[key]; ok && now.Sub(a.at) <= timeout && slices.Contains(usable, a.endpoint) {
-		target = a.endpoint
+	a, ok := p.affinity[key]
+	if !ok || now.Sub(a.at) > timeout || !slices.Contains(usable, a.endpoint) {
+		a.endpoint = usable[p.randSrc.IntN(len(usable))]
 	}
-	p.affinity[key] = affinity{endpoint: target, at: now}
-	return target, nil
+	a.at = now
+	p.affinity[key] = a
+	return a.endpoint.hostPort(), nil
+}
+
+// hostPort returns e as a dial address, "host:port".
+func (e endpointPort) hostPort() string {
+	return net.JoinHostPort(e.addr, strconv.Itoa(int(e.port)))
 }
 
 // serviceName splits a Service host name into name and namespace.

@@ -32,13 +32,7 @@ func TestProxyPropagation(t *testing.T) {
 	defer ln.Close()
 	port := int32(ln.Addr().(*net.TCPAddr).Port)
 
-	fc := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
-	log := &cluster.EventLog{}
-	p, err := NewProxy(ProxyConfig{MinPropagationDelay: time.Second, MaxPropagationDelay: time.Second, Clock: fc, Recorder: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, fc, log := newFakeProxy(t)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(port)}}}}
 	slice := func(ready bool) []*discoveryv1.EndpointSlice {
@@ -196,6 +190,21 @@ func webService() *corev1.Service {
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}}}
 }
 
+// newFakeProxy returns a proxy of node "node" whose changes arrive a
+// second after Publish on the fake clock it returns, recording into the
+// log it returns; it is closed when the test ends.
+func newFakeProxy(t *testing.T) (*Proxy, *clocktesting.FakeClock, *cluster.EventLog) {
+	t.Helper()
+	fc := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
+	log := &cluster.EventLog{}
+	p, err := NewProxy(ProxyConfig{MinPropagationDelay: time.Second, MaxPropagationDelay: time.Second, Clock: fc, Recorder: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p, fc, log
+}
+
 // TestProxyInternalTrafficPolicyLocal: with internalTrafficPolicy Local, a
 // node's connections go to its own Ready endpoints, else its own serving
 // terminating ones; with usable endpoints on other nodes only, the DROP
@@ -280,13 +289,7 @@ func TestProxyInternalTrafficPolicyLocal(t *testing.T) {
 // themselves (spec E9).
 func TestProxySessionAffinity(t *testing.T) {
 	t.Parallel()
-	fc := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
-	log := &cluster.EventLog{}
-	p, err := NewProxy(ProxyConfig{MinPropagationDelay: time.Second, MaxPropagationDelay: time.Second, Clock: fc, Recorder: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, fc, log := newFakeProxy(t)
 	backends := newBackends(t, 3, "node")
 	svc := webService()
 	svc.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
