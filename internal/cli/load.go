@@ -70,6 +70,9 @@ their logs (docs/load.md).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f := cmd.Flags(); !flags.retry && (f.Changed("retry-attempts") || f.Changed("retry-base-delay")) {
+				return usagef("load: --retry-attempts and --retry-base-delay need --retry")
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runLoad(ctx, streams, args[0], flags)

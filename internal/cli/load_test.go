@@ -52,6 +52,7 @@ func TestLoadUsageErrors(t *testing.T) {
 	t.Parallel()
 	testUsage(t, []usageCase{
 		{name: "no URL", args: []string{"load"}, wantErr: "want exactly one URL"},
+		{name: "retry settings without retry", args: []string{"load", "http://127.0.0.1:1/", "--retry-attempts", "3"}, wantErr: "need --retry"},
 		{name: "rate zero", args: []string{"load", "http://127.0.0.1:1/", "--rate", "0"}, wantErr: "invalid --rate 0"},
 		{name: "negative rate", args: []string{"load", "http://127.0.0.1:1/", "--rate=-5"}, wantErr: "invalid --rate -5"},
 		{name: "rate not a number", args: []string{"load", "http://127.0.0.1:1/", "--rate", "fast"}, wantErr: "invalid argument"},
