@@ -182,6 +182,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.hook()
 	tl := &listener{Listener: ln, srv: s}
 	served := make(chan error, 1)
+	// Serving before the first Accept: a request that arrives at once must
+	// find the server ready.
+	s.phase.Store(phaseServing)
 	go func() {
 		if s.HTTP.TLSConfig != nil {
 			served <- s.HTTP.ServeTLS(tl, "", "")
@@ -189,7 +192,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			served <- s.HTTP.Serve(tl)
 		}
 	}()
-	s.phase.Store(phaseServing)
 
 	var sig os.Signal
 	select {

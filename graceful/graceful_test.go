@@ -613,3 +613,38 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// A request already waiting when Serve begins must find the server ready:
+// Serve marks itself serving before its first Accept. Without that order
+// the first request races Serve's own start and loses only when the
+// scheduler delays Serve's goroutine, as a loaded CI machine did; the
+// rounds make that likelier, not certain.
+func TestReadyFromFirstRequest(t *testing.T) {
+	for round := range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := dial(t, ln.Addr().String())
+		if err := c.send("/ready"); err != nil {
+			t.Fatal(err)
+		}
+		s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: time.Second}
+		s.HTTP.Handler = newMux(s)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(ctx, ln) }()
+		resp, _, err := c.receive()
+		c.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("round %d: Serve: %v", round, err)
+		}
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("round %d: first /ready answered %d, want 200", round, resp.StatusCode)
+		}
+	}
+}
