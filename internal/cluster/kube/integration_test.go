@@ -31,7 +31,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
-	"github.com/closingtime-dev/closingtime/internal/controlplane"
+	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
@@ -39,61 +39,10 @@ import (
 // cluster.
 var binary string
 
-// shared is the control plane of this package's tests, started by the
-// first test that needs it and stopped by TestMain.
-var shared struct {
-	once sync.Once
-	cp   *controlplane.ControlPlane
-	err  error
-	skip bool
-}
-
 func TestMain(m *testing.M) {
 	code := testbinary.Main(m, &binary)
-	if shared.cp != nil {
-		shared.cp.Stop()
-	}
-	os.RemoveAll(sharedDir)
+	controlplanetest.Stop()
 	os.Exit(code)
-}
-
-// sharedDir holds the shared control plane's files.
-var sharedDir string
-
-// controlPlane returns the shared control plane, building it through the
-// cache and starting it on first use. It skips the test where the control
-// plane cannot be built (no go command, no module proxy).
-func controlPlane(t *testing.T) *controlplane.ControlPlane {
-	t.Helper()
-	shared.once.Do(func() {
-		ctx := context.Background()
-		dir, err := controlplane.DefaultCacheDir()
-		if err != nil {
-			shared.err = err
-			return
-		}
-		bins, err := controlplane.Build(ctx, dir)
-		if errors.Is(err, controlplane.ErrUnavailable) {
-			shared.err, shared.skip = err, true
-			return
-		}
-		if err != nil {
-			shared.err = err
-			return
-		}
-		if sharedDir, err = os.MkdirTemp("", "closingtime-controlplane"); err != nil {
-			shared.err = err
-			return
-		}
-		shared.cp, shared.err = controlplane.Start(ctx, controlplane.Config{Binaries: bins, Dir: sharedDir})
-	})
-	if shared.skip {
-		t.Skipf("no real control plane: %v", shared.err)
-	}
-	if shared.err != nil {
-		t.Fatal(shared.err)
-	}
-	return shared.cp
 }
 
 // realCluster returns a Cluster on the shared control plane in a namespace
@@ -101,7 +50,7 @@ func controlPlane(t *testing.T) *controlplane.ControlPlane {
 // cordoned), and a kubelet for them; everything ends with the test.
 func realCluster(t *testing.T, nodes []string, cordoned ...string) (*Cluster, kubernetes.Interface) {
 	t.Helper()
-	cp := controlPlane(t)
+	cp := controlplanetest.Shared(t)
 	rest, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -584,7 +533,7 @@ func TestRealClusterDrain(t *testing.T) {
 // TestRealClusterNamespace creates a namespace of its own and deletes it
 // on Close.
 func TestRealClusterNamespace(t *testing.T) {
-	cp := controlPlane(t)
+	cp := controlplanetest.Shared(t)
 	c, err := New(Config{Kubeconfig: cp.Kubeconfig, CreateNamespace: true})
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 	"github.com/closingtime-dev/closingtime/internal/load"
 )
 
@@ -74,7 +75,7 @@ func forbidden(t *testing.T, what string, err error) {
 // and a namespace of its own. None is forbidden; before the bindings, the
 // same user is refused.
 func TestRBAC(t *testing.T) {
-	cp := controlPlane(t)
+	cp := controlplanetest.Shared(t)
 	restCfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
