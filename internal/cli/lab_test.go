@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -19,12 +20,15 @@ const runAsCommand = "CLOSINGTIME_TEST_RUN_COMMAND"
 // TestMain runs the command line instead of the tests when the test binary
 // is started as a pod of `closingtime lab` (which runs os.Executable with
 // the pod's args, "serve …"), or by a test that sets runAsCommand, as
-// os/exec's tests re-execute themselves.
+// os/exec's tests re-execute themselves. Otherwise it runs the tests, then
+// stops the control plane they shared, if one started it.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Getenv(runAsCommand) == "1") {
 		os.Exit(Run(context.Background(), os.Args[1:], StdStreams()))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	controlplanetest.Stop()
+	os.Exit(code)
 }
 
 func TestLabUsage(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -13,8 +14,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/nodeagent"
 	"github.com/closingtime-dev/closingtime/retry"
 )
 
@@ -58,7 +63,13 @@ exists; requests in flight then finish or time out and are counted.
 completes, then the report as the last line, {"report":{...}}, with its
 latency histograms, so that the reports of several runs merge exactly:
 the load pods of a real cluster hand their results back that way, through
-their logs (docs/load.md).`,
+their logs (docs/load.md).
+
+In a pod of closingtime cluster, the environment names the API server and
+the node (CLOSINGTIME_KUBECONFIG, CLOSINGTIME_NODE_NAME): a URL whose host is
+a Service, NAME.NAMESPACE[.svc[.cluster.local]], is then dialed through that
+node's routing view of the Service's EndpointSlices, as kube-proxy routes a
+pod's connections.`,
 		Example: `  closingtime load http://127.0.0.1:8080/work --rate 50 --duration 30s
   closingtime load http://127.0.0.1:8080/work --client new-conn=50 --client keep-alive=200 -o json
   closingtime load http://app/work --duration 10m --stop-file /tmp/stop --events events.jsonl
@@ -134,6 +145,12 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		defer f.Close()
 		cfg.Events = f
 	}
+	dial, closeRoutes, err := podDialer(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeRoutes()
+	cfg.Dial = dial
 	gen, err := load.New(cfg)
 	if err != nil {
 		if flags.events != "" {
@@ -160,6 +177,55 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		return enc.Encode(report)
 	}
 	return load.WriteText(streams.Out, report)
+}
+
+// routesStartTimeout bounds the wait for the routing view of a pod's node
+// to list the Services and EndpointSlices of its API server.
+const routesStartTimeout = 30 * time.Second
+
+// podDialer returns the dialer of a load that runs in a pod of
+// `closingtime cluster`, which names its API server and node in the
+// environment (nodeagent.RoutingEnv): Service hosts,
+// name.namespace[.svc[.cluster.local]], are dialed through the node's
+// routing view, once it holds the Services and EndpointSlices of the API
+// server, as a pod's connections go through its node's kube-proxy; other
+// hosts directly. Without the environment, it returns a nil dialer (the
+// generator's net.Dialer). The returned function stops the view. A
+// variable missing or a kubeconfig that cannot be read is a usage error
+// that names the variable and the file.
+func podDialer(ctx context.Context) (load.Dialer, func(), error) {
+	path := os.Getenv(nodeagent.KubeconfigEnv)
+	if path == "" {
+		return nil, func() {}, nil
+	}
+	node := os.Getenv(nodeagent.NodeNameEnv)
+	if node == "" {
+		return nil, nil, usagef("load: %s is set but %s is not: the routing view needs the pod's node", nodeagent.KubeconfigEnv, nodeagent.NodeNameEnv)
+	}
+	rest, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, nil, usagef("load: %s=%s: %w", nodeagent.KubeconfigEnv, path, err)
+	}
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return nil, nil, usagef("load: %s=%s: %w", nodeagent.KubeconfigEnv, path, err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, routesStartTimeout)
+	defer cancel()
+	routes, err := nodeagent.StartRoutes(startCtx, nodeagent.RoutesConfig{Client: client, NodeName: node})
+	if err != nil {
+		return nil, nil, fmt.Errorf("load: routing view of node %s from the API server at %s (%s=%s): %w", node, rest.Host, nodeagent.KubeconfigEnv, path, err)
+	}
+	var direct net.Dialer
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		if host, _, err := net.SplitHostPort(address); err == nil {
+			if _, _, ok := local.SplitServiceHost(host); ok {
+				return routes.DialContext(ctx, network, address)
+			}
+		}
+		return direct.DialContext(ctx, network, address)
+	}
+	return dial, routes.Close, nil
 }
 
 // parseClients turns --client values (KIND or KIND=RATE) into clients; a

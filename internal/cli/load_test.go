@@ -5,17 +5,27 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/nodeagent"
 )
 
 func runCLI(ctx context.Context, args ...string) (status int, stdout, stderr string) {
@@ -209,5 +219,117 @@ func TestLoadJSONLines(t *testing.T) {
 	}
 	if _, err := load.Merge(report, report); err != nil {
 		t.Errorf("merge the report with itself: %v", err)
+	}
+}
+
+// TestLoadRoutes runs closingtime load as a process of a pod of
+// `closingtime cluster` would run it, with CLOSINGTIME_KUBECONFIG and
+// CLOSINGTIME_NODE_NAME, against a real API server: a Service's requests go
+// to the endpoint of its EndpointSlice, an HTTP server of the test; with
+// the slice emptied, every connect is refused. A kubeconfig that cannot be
+// read, or a missing node name, is an error that names the variable.
+func TestLoadRoutes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real control plane")
+	}
+	t.Parallel()
+	cp := controlplanetest.Shared(t)
+	client := controlplanetest.Client(t)
+	ctx := context.Background()
+	ns, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "load-routes-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+
+	// The endpoint: an HTTP server on a loopback address, which the API
+	// knows by its PodIPInAPI address.
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(load.PodHeader, "web-1")
+	}))
+	ln, err := net.Listen("tcp", "127.76.1.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	addr := ln.Addr().(*net.TCPAddr).AddrPort()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns.Name},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}}}
+	if _, err := client.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: ns.Name, Labels: map[string]string{
+			discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "closingtime-test"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(addr.Port()))}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{nodeagent.PodIPInAPI(addr.Addr()).String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+	}
+	if slice, err = client.DiscoveryV1().EndpointSlices(ns.Name).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	env := nodeagent.RoutingEnv(cp.Kubeconfig, "load-node")
+	run := func(env ...corev1.EnvVar) (load.Counts, string, error) {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], "load", "http://web."+ns.Name+".svc:80/", "--rate", "20", "--duration", "1s", "-o", "json")
+		cmd.Env = append(os.Environ(), runAsCommand+"=1")
+		for _, e := range env {
+			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+		}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return load.Counts{}, stderr.String(), err
+		}
+		var report load.Report
+		if err := json.Unmarshal(stdout.Bytes(), &report); err != nil || len(report.Clients) != 1 {
+			t.Fatalf("JSON report: %v\n%s", err, stdout.String())
+		}
+		return report.Clients[0].Totals, stderr.String(), nil
+	}
+
+	totals, stderr, err := run(env...)
+	if err != nil {
+		t.Fatalf("load through the routing view: %v\n%s", err, stderr)
+	}
+	if totals[load.OK] != 20 || totals[load.OK] != totals.Total() {
+		t.Errorf("with a Ready endpoint: totals %v, want 20 ok", totals)
+	}
+
+	slice.Endpoints = nil
+	if _, err := client.DiscoveryV1().EndpointSlices(ns.Name).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	totals, stderr, err = run(env...)
+	if err != nil {
+		t.Fatalf("load through the routing view: %v\n%s", err, stderr)
+	}
+	if totals[load.Refused] != 20 || totals[load.Refused] != totals.Total() {
+		t.Errorf("with no endpoint: totals %v, want 20 refused", totals)
+	}
+
+	missing := filepath.Join(t.TempDir(), "kubeconfig")
+	for _, tt := range []struct {
+		name string
+		env  []corev1.EnvVar
+		want []string
+	}{
+		{"unreadable kubeconfig", nodeagent.RoutingEnv(missing, "load-node"), []string{nodeagent.KubeconfigEnv, missing}},
+		{"no node", env[:1], []string{nodeagent.NodeNameEnv}},
+	} {
+		_, stderr, err := run(tt.env...)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != ExitUsage {
+			t.Errorf("%s: %v, want exit status %d", tt.name, err, ExitUsage)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s: stderr %q does not name %s", tt.name, stderr, w)
+			}
+		}
 	}
 }

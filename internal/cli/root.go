@@ -108,6 +108,7 @@ signals and TCP, and finds their causes before they ship.`,
 		newReportCommand(streams),
 		newRolloutCommand(streams),
 		newPropagationCommand(streams),
+		newClusterCommand(streams),
 	)
 	return root
 }

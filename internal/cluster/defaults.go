@@ -148,3 +148,33 @@ const (
 // DefaultClientIPServiceAffinitySeconds; k8s.io/kubernetes
 // pkg/apis/core/v1/defaults.go, SetDefaults_Service).
 const DefaultSessionAffinityTimeout = time.Duration(corev1.DefaultClientIPServiceAffinitySeconds) * time.Second
+
+// The kubelet's node heartbeats: it renews its Lease in the kube-node-lease
+// namespace, of DefaultNodeLeaseDuration, every DefaultNodeLeaseRenewInterval
+// (a quarter of the duration), and posts its node status, the Ready
+// condition's lastHeartbeatTime included, at least every
+// DefaultNodeStatusReportFrequency when nothing changed (k8s.io/kubernetes
+// pkg/kubelet/apis/config/v1beta1/defaults.go, nodeLeaseDurationSeconds 40
+// and nodeStatusReportFrequency 5m; pkg/kubelet/kubelet.go,
+// nodeLeaseRenewIntervalFraction 0.25).
+const (
+	DefaultNodeLeaseDuration         = 40 * time.Second
+	DefaultNodeLeaseRenewInterval    = DefaultNodeLeaseDuration / 4
+	DefaultNodeStatusReportFrequency = 5 * time.Minute
+)
+
+// DefaultMaxPods is how many pods a kubelet runs at most, the pods capacity
+// of its Node (k8s.io/kubernetes pkg/kubelet/apis/config/v1beta1/defaults.go,
+// maxPods 110).
+const DefaultMaxPods = 110
+
+// DefaultKubeletAPIQPS and DefaultKubeletAPIBurst are the rate at which a
+// kubelet's client may send requests to the API server, and the burst
+// above it (k8s.io/kubernetes pkg/kubelet/apis/config/v1beta1/defaults.go,
+// kubeAPIQPS 50 and kubeAPIBurst 100). A node agent's client should have
+// them: client-go's own defaults, 5 and 10, delay a node's status updates
+// by seconds once a few pods start at once.
+const (
+	DefaultKubeletAPIQPS   = 50
+	DefaultKubeletAPIBurst = 100
+)

@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/utils/clock"
 )
@@ -44,5 +46,112 @@ func TestLogBufferMax(t *testing.T) {
 	}
 	if NewLogBuffer(-1).max != DefaultMaxLogLines {
 		t.Errorf("NewLogBuffer(-1) keeps %d lines, want DefaultMaxLogLines", NewLogBuffer(-1).max)
+	}
+}
+
+// TestLogBufferFollow: a follower of an instance gets the instance's lines
+// already there, then each line as it comes without polling, never a line
+// of another instance, and stops once the instance's output ended.
+func TestLogBufferFollow(t *testing.T) {
+	b := NewLogBuffer(0)
+	b.Begin(0)
+	b.Add(LogLine{Restart: 0, Text: "zero"})
+	b.End(0)
+	b.Begin(1)
+	b.Add(LogLine{Restart: 1, Text: "one"})
+	if got := b.Instances(); len(got) != 2 || got[0] != 0 || got[1] != 1 {
+		t.Fatalf("Instances() = %v, want [0 1]", got)
+	}
+	batches := make(chan []LogLine)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for batch := range b.Follow(context.Background(), 1) {
+			batches <- batch
+		}
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case batch := <-batches:
+			var texts []string
+			for _, l := range batch {
+				texts = append(texts, l.Text)
+			}
+			return strings.Join(texts, ",")
+		case <-time.After(10 * time.Second):
+			t.Fatal("no batch within 10 s")
+			return ""
+		}
+	}
+	if got := next(); got != "one" {
+		t.Fatalf("first batch %q, want the line already there, %q", got, "one")
+	}
+	b.Add(LogLine{Restart: 0, Text: "late line of another instance"})
+	b.Add(LogLine{Restart: 1, Text: "two"})
+	if got := next(); got != "two" {
+		t.Fatalf("second batch %q, want the new line of instance 1 only, %q", got, "two")
+	}
+	select {
+	case <-done:
+		t.Fatal("the follower stopped before the instance's output ended")
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.Add(LogLine{Restart: 1, Text: "three"})
+	b.End(1)
+	// The last line comes before the end, in whatever batches.
+	if got := next(); got != "three" {
+		t.Fatalf("last batch %q, want %q", got, "three")
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the follower did not stop after End")
+	}
+	// An ended instance, or one never begun, gives its lines and stops.
+	var got []string
+	for batch := range b.Follow(context.Background(), 0) {
+		for _, l := range batch {
+			got = append(got, l.Text)
+		}
+	}
+	if strings.Join(got, ",") != "zero,late line of another instance" {
+		t.Errorf("instance 0 after its end: %q, want its two lines", got)
+	}
+	for batch := range b.Follow(context.Background(), 7) {
+		if len(batch) > 0 {
+			t.Errorf("instance 7, never begun, yielded %+v", batch)
+		}
+	}
+}
+
+// TestLogBufferFollowCancel: a follower waiting for an open instance stops
+// when its context ends, and a follower that breaks out of its loop is
+// not called again.
+func TestLogBufferFollowCancel(t *testing.T) {
+	b := NewLogBuffer(0)
+	b.Begin(0)
+	b.Add(LogLine{Text: "a"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		n := 0
+		for range b.Follow(ctx, 0) {
+			n++
+		}
+		done <- n
+	}()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case n := <-done:
+		if n != 1 {
+			t.Errorf("%d batches, want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the follower did not stop when its context ended")
+	}
+	for range b.Follow(context.Background(), 0) {
+		break
 	}
 }

@@ -109,6 +109,10 @@ func (cp *ControlPlane) start(ctx context.Context, cfg Config, ports []string) e
 		{"controller-manager-serving", "kube-controller-manager", nil, true},
 		{"admin", "closingtime", []string{"system:masters"}, false},
 		{"controller-manager", "system:kube-controller-manager", []string{"system:masters"}, false},
+		// The API server's client certificate for the kubelets' API
+		// (logs), and the kubelets' serving certificate (KubeletTLS).
+		{"apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, false},
+		{"kubelet", "closingtime-kubelet", nil, true},
 	} {
 		if err := p.issue(c.name, c.cn, c.orgs, c.server); err != nil {
 			return fmt.Errorf("controlplane: certificate %s: %w", c.name, err)
@@ -148,6 +152,13 @@ func (cp *ControlPlane) start(ctx context.Context, cfg Config, ports []string) e
 			"--endpoint-reconciler-type=none",
 			"--tls-cert-file=" + p.path("apiserver.crt"), "--tls-private-key-file=" + p.path("apiserver.key"),
 			"--client-ca-file=" + p.path("ca.crt"), "--authorization-mode=RBAC",
+			// Nodes publish their kubelet API on their InternalIP
+			// (KubeletTLS); the API server proves itself with a client
+			// certificate and checks the kubelet's against the CA.
+			"--kubelet-client-certificate=" + p.path("apiserver-kubelet-client.crt"),
+			"--kubelet-client-key=" + p.path("apiserver-kubelet-client.key"),
+			"--kubelet-certificate-authority=" + p.path("ca.crt"),
+			"--kubelet-preferred-address-types=InternalIP",
 			"--service-cluster-ip-range=" + ServiceCIDR,
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 			"--service-account-key-file=" + p.path("sa.pub"), "--service-account-signing-key-file=" + p.path("sa.key"),
@@ -186,6 +197,32 @@ func (cp *ControlPlane) Stop() {
 		}
 	}
 	cp.procs = nil
+}
+
+// KubeletTLS returns the TLS configuration of a node's kubelet API, which
+// the API server reaches for pod logs on the node's InternalIP address
+// and its status.daemonEndpoints.kubeletEndpoint.Port: the kubelet's
+// serving certificate, which the control plane's CA signed for 127.0.0.1
+// and localhost, and the requirement of a client certificate that the CA
+// signed, such as the API server's (CN kube-apiserver-kubelet-client).
+// It reads the certificates from Dir, so that it works in any process
+// while Dir exists.
+func (cp *ControlPlane) KubeletTLS() (*tls.Config, error) {
+	path := func(name string) string { return filepath.Join(cp.Dir, name) }
+	cert, err := tls.LoadX509KeyPair(path("kubelet.crt"), path("kubelet.key"))
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: kubelet certificate: %w", err)
+	}
+	ca, err := os.ReadFile(path("ca.crt"))
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("controlplane: %s: no certificate", path("ca.crt"))
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+		MinVersion: tls.VersionTLS12}, nil
 }
 
 // start starts program bin with args, its output going to the file at log.

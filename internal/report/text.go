@@ -21,18 +21,27 @@ import (
 // drain or a rollback, with a column for each.
 func WriteTable(w io.Writer, r *scenario.Results) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\truns\tsamples\tfailed\trefused\treset\tclosed\ttimeout\t5xx\tabsorbed\tp99\tdrain\texit codes\trollout\trestarts\tcapacity\t")
+	fmt.Fprintln(tw, "scenario\t"+tableColumns)
 	for _, s := range r.Scenarios {
-		t := s.Totals
-		m := summarize(s)
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
-			s.Name, len(s.Runs), t.Requests, t.Failed(), t.Refused, t.Reset, t.Closed, t.Timeout, t.HTTP5xx, t.Absorbed,
-			millis(m.p99), seconds(m.drain), exitCodes(m.codes), seconds(m.rollout), m.restarts, capacity(m.capacity))
+		fmt.Fprintf(tw, "%s\t%s\n", s.Name, textRow(s))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	return writeDisruptions(w, r)
+}
+
+// tableColumns are the comparison table's columns after the scenario's
+// name, tab-terminated; textRow writes them.
+const tableColumns = "runs\tsamples\tfailed\trefused\treset\tclosed\ttimeout\t5xx\tabsorbed\tp99\tdrain\texit codes\trollout\trestarts\tcapacity\t"
+
+// textRow returns s's figures in tableColumns, tab-terminated.
+func textRow(s scenario.Result) string {
+	t := s.Totals
+	m := summarize(s)
+	return fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t",
+		len(s.Runs), t.Requests, t.Failed(), t.Refused, t.Reset, t.Closed, t.Timeout, t.HTTP5xx, t.Absorbed,
+		millis(m.p99), seconds(m.drain), exitCodes(m.codes), seconds(m.rollout), m.restarts, capacity(m.capacity))
 }
 
 // summary is what the comparison table shows of a scenario's runs.

@@ -186,6 +186,8 @@ type FailedSecond struct {
 type OldPod struct {
 	Name string `json:"name"`
 	// SigtermMS is when the stop signal was sent; absent if it was not.
+	// On a cluster whose kubelet does not report the signal (a real
+	// one), it is when the pod logged receiving it, if it did.
 	SigtermMS *float64 `json:"sigtermMs,omitempty"`
 	// LastRequestMS is when the last request the pod answered reached it
 	// (its connection was made); absent if it answered none in the run.
@@ -332,6 +334,11 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 	}
 	for _, name := range names {
 		p := pods[name]
+		if p.sigterm.IsZero() {
+			// A real cluster's kubelet reports no signal: the pod's own
+			// log says when it received it, if the pod logs that.
+			p.sigterm = loggedSigterm(logs[name], start)
+		}
 		old := OldPod{Name: name, ExitCode: p.code}
 		if !p.exited.IsZero() {
 			old.DrainMS = ms(p.exited.Sub(p.terminating))
@@ -410,6 +417,19 @@ func logEvent(pod string, l cluster.LogLine, at func(time.Time) float64) (Entry,
 		detail[k] = string(bytes.Trim(b, `"`))
 	}
 	return Entry{AtMS: at(t), Source: "pod", Kind: name, Pod: pod, Detail: detail}, true
+}
+
+// loggedSigterm returns when a pod's log, lines, says that it received
+// SIGTERM (a "sigterm" event of `closingtime serve`) at or after start;
+// zero if it does not.
+func loggedSigterm(lines []cluster.LogLine, start time.Time) time.Time {
+	at := func(t time.Time) float64 { return ms(t.Sub(start)) }
+	for _, l := range lines {
+		if e, ok := logEvent("", l, at); ok && e.Kind == "sigterm" && e.AtMS >= 0 {
+			return start.Add(time.Duration(e.AtMS * float64(time.Millisecond)))
+		}
+	}
+	return time.Time{}
 }
 
 func ptr[T any](v T) *T { return &v }

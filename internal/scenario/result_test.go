@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/load"
 )
 
 // TestDisruption computes a run's capacity, back-offs, evictions and
@@ -82,5 +83,39 @@ func TestDisruption(t *testing.T) {
 	disruption(run, events[:len(events)-1], "app", 3)
 	if run.RecoverMS != nil {
 		t.Errorf("recover = %v with a pod still unready, want none", *run.RecoverMS)
+	}
+}
+
+// TestFiguresSigtermFromLog: on a cluster whose kubelet reports no signal,
+// as a real one, an old pod's SIGTERM is when its log says it received it,
+// and the requests it answered after that count as after SIGTERM.
+func TestFiguresSigtermFromLog(t *testing.T) {
+	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	stamp := func(s float64) string { return at(s).Format(time.RFC3339Nano) }
+	events := []cluster.Event{
+		{Time: at(0.1), Kind: cluster.PodTerminating, Pod: "app-1"},
+		{Time: at(5), Kind: cluster.ContainerExited, Pod: "app-1", Fields: map[string]string{"code": "143"}},
+	}
+	logs := map[string][]cluster.LogLine{"app-1": {
+		{Time: at(-3), Text: `{"event":"sigterm","time":"` + stamp(-3) + `"}`}, // an earlier run's
+		{Time: at(0.2), Text: `not JSON`},
+		{Time: at(1.1), Text: `{"event":"sigterm","time":"` + stamp(1) + `","pod":"app-1"}`},
+	}}
+	requests := []load.Event{
+		{Time: stamp(0.5), Pod: "app-1", Class: load.OK},
+		{Time: stamp(1.5), Pod: "app-1", Class: load.OK},
+	}
+	run := &Run{Start: start}
+	figures(run, &load.Report{}, requests, events, logs, at(5))
+	if len(run.OldPods) != 1 {
+		t.Fatalf("old pods %+v, want app-1", run.OldPods)
+	}
+	p := run.OldPods[0]
+	if p.SigtermMS == nil || *p.SigtermMS != 1000 {
+		t.Errorf("SIGTERM at %v ms, want 1000 (the pod's own log)", p.SigtermMS)
+	}
+	if p.AfterSigterm != 1 || p.ExitCode != 143 {
+		t.Errorf("%d requests after SIGTERM, exit %d; want 1, 143", p.AfterSigterm, p.ExitCode)
 	}
 }

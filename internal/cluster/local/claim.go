@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -47,9 +48,12 @@ func claimRange(p netip.Prefix) (net.Listener, error) {
 	return ln, nil
 }
 
-// claimFreeRange claims the first of clusterRanges that no other cluster
-// holds.
-func claimFreeRange() (netip.Prefix, net.Listener, error) {
+// ClaimFreeRange claims the first /16 from 127.100.0.0/16 to
+// 127.254.0.0/16 that no embedded cluster or set of node agents of any
+// process on the machine holds, for the pod addresses of a cluster's nodes
+// (see NodePodCIDR). The claim lasts until the returned Closer is closed or
+// the process ends.
+func ClaimFreeRange() (netip.Prefix, io.Closer, error) {
 	for _, p := range clusterRanges() {
 		ln, err := claimRange(p)
 		if errors.Is(err, errRangeClaimed) {
@@ -58,4 +62,11 @@ func claimFreeRange() (netip.Prefix, net.Listener, error) {
 		return p, ln, err
 	}
 	return netip.Prefix{}, nil, fmt.Errorf("no free pod range: every /16 from 127.100.0.0 to 127.254.0.0 is %v", errRangeClaimed)
+}
+
+// NodePodCIDR returns the pod range of node n (from 1) of a cluster whose
+// pod range is cidr, a /16 or larger: its n-th /24.
+func NodePodCIDR(cidr netip.Prefix, n int) netip.Prefix {
+	base := cidr.Masked().Addr().As4()
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{base[0], base[1], byte(n), 0}), 24)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sort"
@@ -43,7 +44,9 @@ type Config struct {
 	// Clock, Recorder and StatusUpdated are set by the cluster.
 	Kubelet KubeletConfig
 	// MinPropagationDelay and MaxPropagationDelay bound each node's delay
-	// in applying endpoint changes; see ProxyConfig.
+	// in applying endpoint changes; see ProxyConfig. Both zero means
+	// cluster.DefaultMinPropagationDelay and
+	// cluster.DefaultMaxPropagationDelay.
 	MinPropagationDelay, MaxPropagationDelay time.Duration
 	// KubeletObserveDelay is the time from a change of a pod in the store
 	// (its binding to a node, its deletion) to the node's kubelet acting
@@ -84,7 +87,7 @@ type Cluster struct {
 	wake          chan struct{}
 	serving       sync.WaitGroup // the Serve calls
 	podCIDR       netip.Prefix
-	claim         net.Listener // holds podCIDR (claimRange)
+	claim         io.Closer // holds podCIDR (claimRange)
 
 	mu          sync.Mutex
 	changed     chan struct{} // closed and replaced at every change of the store
@@ -123,18 +126,21 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.StatusPushDelay == 0 {
 		cfg.StatusPushDelay = cluster.DefaultStatusPushDelay
 	}
+	if cfg.MinPropagationDelay == 0 && cfg.MaxPropagationDelay == 0 {
+		cfg.MinPropagationDelay, cfg.MaxPropagationDelay = cluster.DefaultMinPropagationDelay, cluster.DefaultMaxPropagationDelay
+	}
 	if cfg.KubeletObserveDelay < 0 || cfg.StatusPushDelay < 0 {
 		return nil, fmt.Errorf("kubelet observe delay %s, status push delay %s: want non-negative durations", cfg.KubeletObserveDelay, cfg.StatusPushDelay)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	var claim net.Listener
+	var claim io.Closer
 	var err error
 	if cfg.PodCIDR.IsValid() {
 		claim, err = claimRange(cfg.PodCIDR)
 	} else {
-		cfg.PodCIDR, claim, err = claimFreeRange()
+		cfg.PodCIDR, claim, err = ClaimFreeRange()
 	}
 	if err != nil {
 		return nil, err
@@ -160,12 +166,11 @@ func New(cfg Config) (*Cluster, error) {
 // before an error is left for closeComponents.
 func (c *Cluster) start(cfg Config) error {
 	var proxies []*Proxy
-	base := cfg.PodCIDR.Masked().Addr().As4()
 	for i := 1; i <= cfg.Nodes; i++ {
 		name := "node-" + strconv.Itoa(i)
 		kc := cfg.Kubelet
 		kc.NodeName, kc.Clock, kc.Recorder, kc.StatusUpdated = name, cfg.Clock, &c.log, c.statusUpdated
-		kc.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{base[0], base[1], byte(i), 0}), 24)
+		kc.PodCIDR = NodePodCIDR(cfg.PodCIDR, i)
 		k, err := NewKubelet(kc)
 		if err != nil {
 			return err
@@ -405,32 +410,27 @@ func (c *Cluster) createPodLocked(rs *appsv1.ReplicaSet) {
 
 func ptrTrue() *bool { t := true; return &t }
 
-// scheduleLocked binds each unscheduled pod to the schedulable node with
-// the fewest pods, and hands it to that node's kubelet.
+// scheduleLocked binds each unscheduled pod to the node that
+// cluster.ScheduleNode picks, and hands it to that node's kubelet.
 func (c *Cluster) scheduleLocked() {
 	for _, pod := range sortedValues(c.pods) {
 		if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
 			continue
 		}
-		var best *node
-		bestCount := 0
-		for _, n := range c.nodes {
-			if n.unschedulable {
-				continue
-			}
-			count := 0
+		loads := make([]cluster.NodeLoad, len(c.nodes))
+		for i, n := range c.nodes {
+			loads[i] = cluster.NodeLoad{Name: n.name, Schedulable: !n.unschedulable}
 			for _, p := range c.pods {
 				if p.Spec.NodeName == n.name {
-					count++
+					loads[i].Pods++
 				}
 			}
-			if best == nil || count < bestCount {
-				best, bestCount = n, count
-			}
 		}
-		if best == nil {
+		i := cluster.ScheduleNode(loads)
+		if i < 0 {
 			continue // Pending until a node is schedulable again
 		}
+		best := c.nodes[i]
 		pod.Spec.NodeName = best.name
 		c.record(cluster.Event{Kind: cluster.PodScheduled, Namespace: pod.Namespace, Pod: pod.Name, Node: best.name})
 		c.syncPodLocked(best, pod)

@@ -14,14 +14,17 @@ import (
 // makeEnvironmentVariables), as a map and as NAME=value entries for the
 // process, in order.
 //
-// Each env entry may refer to earlier entries with $(NAME); valueFrom
-// supports the downward API fields metadata.name, metadata.namespace,
-// metadata.uid, spec.nodeName and status.podIP. Other sources (ConfigMaps,
-// Secrets, resources) are an error that names the variable: the local
-// cluster has no store for them. The process also gets the kubelet's PATH,
-// in place of the image's ENV, so that commands resolve as they do in a
-// shell on this machine, and HOSTNAME, as a container runtime sets it.
-func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP string) (map[string]string, []string, error) {
+// nodeEnv (KubeletConfig.Env) comes first, as the kubelet's Service
+// variables do: c's own entries of the same name win, and every entry may
+// refer to nodeEnv with $(NAME). Each env entry may also refer to earlier
+// entries with $(NAME); valueFrom supports the downward API fields
+// metadata.name, metadata.namespace, metadata.uid, spec.nodeName and
+// status.podIP. Other sources (ConfigMaps, Secrets, resources) are an error
+// that names the variable: the local cluster has no store for them. The
+// process also gets the kubelet's PATH, in place of the image's ENV, so
+// that commands resolve as they do in a shell on this machine, and
+// HOSTNAME, as a container runtime sets it.
+func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP string, nodeEnv []corev1.EnvVar) (map[string]string, []string, error) {
 	vars := map[string]string{}
 	var names []string
 	set := func(name, value string) {
@@ -32,7 +35,12 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP string) (map[strin
 	}
 	set("PATH", os.Getenv("PATH"))
 	set("HOSTNAME", pod.Name)
+	// defined is what $(NAME) sees: nodeEnv, then the entries so far.
 	defined := map[string]string{}
+	for _, e := range nodeEnv {
+		defined[e.Name] = e.Value
+		set(e.Name, e.Value)
+	}
 	for _, e := range c.Env {
 		value := e.Value
 		switch {

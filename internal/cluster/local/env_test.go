@@ -48,7 +48,7 @@ func TestContainerEnv(t *testing.T) {
 			{Name: "LATER", Value: "x"},
 		},
 	}
-	vars, entries, err := containerEnv(pod, c, "127.77.0.9")
+	vars, entries, err := containerEnv(pod, c, "127.77.0.9", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,11 +67,82 @@ func TestContainerEnv(t *testing.T) {
 	}
 }
 
+// TestContainerEnvNodeEnv: the kubelet's own variables come first, as the
+// Service variables do; the container's entries of the same name win, and
+// its values, command and args may refer to them.
+func TestContainerEnvNodeEnv(t *testing.T) {
+	t.Parallel()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop"}}
+	nodeEnv := []corev1.EnvVar{{Name: "ROUTES", Value: "/etc/kubeconfig"}, {Name: "MODE", Value: "node"}, {Name: "RAW", Value: "$(ROUTES)"}}
+	c := &corev1.Container{
+		Name:    "app",
+		Command: []string{"run", "--routes=$(ROUTES)"},
+		Env: []corev1.EnvVar{
+			{Name: "FROM_NODE", Value: "$(MODE)"},
+			{Name: "MODE", Value: "own"},
+			{Name: "AFTER", Value: "$(MODE)"},
+		},
+	}
+	vars, entries, err := containerEnv(pod, c, "127.77.0.9", nodeEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ROUTES=/etc/kubeconfig", "MODE=own", "RAW=$(ROUTES)", "FROM_NODE=node", "AFTER=own"}
+	for _, w := range want {
+		if !slices.Contains(entries, w) {
+			t.Errorf("env %q missing from %q", w, entries)
+		}
+	}
+	// One entry per name, the node's first, in their order.
+	if i, j := slices.Index(entries, "ROUTES=/etc/kubeconfig"), slices.Index(entries, "FROM_NODE=node"); i > j {
+		t.Errorf("env %q: the node's variables come after the container's", entries)
+	}
+	modes := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e, "MODE=") {
+			modes++
+		}
+	}
+	if modes != 1 {
+		t.Errorf("env %q: MODE %d times, want once", entries, modes)
+	}
+	argv, err := commandLine(pod, c, vars, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"run", "--routes=/etc/kubeconfig"}; !slices.Equal(argv, want) {
+		t.Errorf("commandLine() = %q, want %q", argv, want)
+	}
+}
+
+// TestKubeletEnv: a container's process gets KubeletConfig.Env, behind its
+// own variables; an entry with a valueFrom is refused by NewKubelet, with
+// an error that names it.
+func TestKubeletEnv(t *testing.T) {
+	t.Parallel()
+	k, log := newKubelet(t, KubeletConfig{Env: []corev1.EnvVar{{Name: "ROUTES", Value: "from-node"}, {Name: "MODE", Value: "node"}}})
+	pod := servePod("env", 1)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.Containers[0].Command = []string{"sh", "-c", `echo "$ROUTES $MODE"`}
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "MODE", Value: "own"})
+	if err := k.SyncPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, log, 0, cluster.ContainerStarted, "env")
+	waitLogLine(t, k, "env", "from-node own")
+
+	_, err := NewKubelet(KubeletConfig{Env: []corev1.EnvVar{{Name: "NODE", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}}})
+	if err == nil || !strings.Contains(err.Error(), "NODE") {
+		t.Errorf("NewKubelet() with a valueFrom: error = %v, want one naming NODE", err)
+	}
+}
+
 func TestContainerEnvUnsupported(t *testing.T) {
 	t.Parallel()
 	c := &corev1.Container{Name: "app", Env: []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{
 		SecretKeyRef: &corev1.SecretKeySelector{Key: "token"}}}}}
-	if _, _, err := containerEnv(&corev1.Pod{}, c, ""); err == nil || !strings.Contains(err.Error(), "TOKEN") {
+	if _, _, err := containerEnv(&corev1.Pod{}, c, "", nil); err == nil || !strings.Contains(err.Error(), "TOKEN") {
 		t.Errorf("containerEnv() error = %v, want one naming TOKEN", err)
 	}
 }

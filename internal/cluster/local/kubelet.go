@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,6 +41,12 @@ type KubeletConfig struct {
 	// ImageCommands maps an image to the local command that stands for its
 	// entrypoint, for containers without a command.
 	ImageCommands map[string][]string
+	// Env are variables every container gets before its own, as the
+	// kubelet adds the Service environment variables: a container's own
+	// variable of the same name wins, and its values, command and args
+	// may refer to them with $(NAME). Each is a plain Value, taken as it
+	// is written; an entry with a ValueFrom is an error of NewKubelet.
+	Env []corev1.EnvVar
 	// CrashLoopBackOff is the restart back-off of each container; its zero
 	// fields are Kubernetes' defaults.
 	CrashLoopBackOff cluster.CrashLoopBackOff
@@ -115,6 +122,11 @@ func NewKubelet(cfg KubeletConfig) (*Kubelet, error) {
 	cfg.PodCIDR = cfg.PodCIDR.Masked()
 	if !netip.MustParsePrefix("127.0.0.0/8").Contains(cfg.PodCIDR.Addr()) || cfg.PodCIDR.Bits() < 8 || cfg.PodCIDR.Bits() > 30 {
 		return nil, fmt.Errorf("pod CIDR %s: not a range of 127.0.0.0/8 with room for pods", cfg.PodCIDR)
+	}
+	for _, e := range cfg.Env {
+		if e.ValueFrom != nil {
+			return nil, fmt.Errorf("kubelet env %s: want a plain value, not valueFrom", e.Name)
+		}
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -203,6 +215,91 @@ func (k *Kubelet) Logs(namespace, name, container string) ([]cluster.LogLine, er
 		return nil, fmt.Errorf("logs of container %s of pod %s/%s: %w", container, namespace, name, cluster.ErrNotFound)
 	}
 	return b.Lines(), nil
+}
+
+// LogInstance chooses the instance of container in pod namespace/name
+// whose log the kubelet's log API serves, as the kubelet does
+// (validateContainerLogStatus in k8s.io/kubernetes pkg/kubelet): without
+// previous, the running instance, else the last one that ran; with
+// previous, the last instance that terminated before the current one,
+// which is the latest while the container waits to restart. It returns the
+// container's log buffer and the instance's restart count, to read with
+// [cluster.LogBuffer.Follow]: the iteration ends when the instance has
+// exited and its last line is read. Once the pod is gone, its logs stay:
+// the latest instance is the current one.
+//
+// The error wraps cluster.ErrNotFound when the kubelet never ran the pod
+// or the pod has no such container; its text is the kubelet's.
+func (k *Kubelet) LogInstance(namespace, name, container string, previous bool) (*cluster.LogBuffer, int32, error) {
+	k.mu.Lock()
+	var worker *podWorker
+	for _, p := range k.pods {
+		if p.pod.Namespace == namespace && p.pod.Name == name {
+			worker = p
+		}
+	}
+	b := k.logs[namespace+"/"+name+"/"+container]
+	podKnown := worker != nil
+	for key := range k.logs {
+		if strings.HasPrefix(key, namespace+"/"+name+"/") {
+			podKnown = true
+			break
+		}
+	}
+	k.mu.Unlock()
+	switch {
+	case !podKnown:
+		return nil, 0, fmt.Errorf("pod %q does not exist: %w", name, cluster.ErrNotFound)
+	case b == nil:
+		return nil, 0, fmt.Errorf("container %q not found in pod %q: %w", container, name, cluster.ErrNotFound)
+	}
+	noPrevious := fmt.Errorf("previous terminated container %q in pod %q not found", container, name)
+	var c *containerWorker
+	if worker != nil {
+		for _, cw := range worker.containers {
+			if cw.spec.Name == container {
+				c = cw
+			}
+		}
+	}
+	if c == nil {
+		// The pod is gone: its latest instance is the current one.
+		insts := b.Instances()
+		switch {
+		case len(insts) == 0:
+			return nil, 0, fmt.Errorf("container %q in pod %q is terminated", container, name)
+		case !previous:
+			return b, insts[len(insts)-1], nil
+		case len(insts) == 1:
+			return nil, 0, noPrevious
+		}
+		return b, insts[len(insts)-2], nil
+	}
+	worker.mu.Lock()
+	defer worker.mu.Unlock()
+	if c.inst == nil {
+		if w := c.status.State.Waiting; w != nil {
+			return nil, 0, fmt.Errorf("container %q in pod %q is waiting to start: %s", container, name, w.Reason)
+		}
+		return nil, 0, fmt.Errorf("container %q in pod %q is waiting to start - no logs yet", container, name)
+	}
+	restart := c.status.RestartCount
+	if !previous {
+		return b, restart, nil
+	}
+	select {
+	case <-c.ended:
+	default:
+		// The container will run again: the latest instance, if it has
+		// exited, is the last terminated one.
+		if c.inst.proc.exited() {
+			return b, restart, nil
+		}
+	}
+	if restart == 0 {
+		return nil, 0, noPrevious
+	}
+	return b, restart - 1, nil
 }
 
 // Close kills every container at once with SIGKILL, without preStop hooks
@@ -552,7 +649,7 @@ type instance struct {
 }
 
 func newContainerWorker(p *podWorker, spec *corev1.Container) (*containerWorker, error) {
-	vars, env, err := containerEnv(p.pod, spec, p.ip)
+	vars, env, err := containerEnv(p.pod, spec, p.ip, p.k.cfg.Env)
 	if err != nil {
 		return nil, fmt.Errorf("container %s: %w", spec.Name, err)
 	}
@@ -653,6 +750,9 @@ func (c *containerWorker) waitBackOff(finishedAt time.Time) bool {
 			return true
 		}
 		p.mu.Lock()
+		// The exit being waited out is the last state while the
+		// container waits (T15), as the kubelet reports it.
+		c.moveToLastStateLocked()
 		c.status.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
 			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, c.spec.Name, p.pod.Name, p.pod.Namespace, p.pod.UID)}}
 		p.statusChangedLocked()

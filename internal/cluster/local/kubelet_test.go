@@ -273,7 +273,14 @@ func TestKubeletCrashLoopBackOff(t *testing.T) {
 	}
 	t.Parallel()
 	const initial = 400 * time.Millisecond
-	k, log := newKubelet(t, KubeletConfig{CrashLoopBackOff: cluster.CrashLoopBackOff{Initial: initial, Max: 10 * initial}})
+	// waiting is a status during a back-off.
+	var waiting atomic.Pointer[corev1.Pod]
+	k, log := newKubelet(t, KubeletConfig{CrashLoopBackOff: cluster.CrashLoopBackOff{Initial: initial, Max: 10 * initial},
+		StatusUpdated: func(p *corev1.Pod) {
+			if w := p.Status.ContainerStatuses[0].State.Waiting; w != nil && w.Reason == "CrashLoopBackOff" {
+				waiting.Store(p)
+			}
+		}})
 	pod := servePod("crash", 3, "--crash-code=3", "--crash-after=0")
 	if err := k.SyncPod(pod); err != nil {
 		t.Fatal(err)
@@ -296,6 +303,12 @@ func TestKubeletCrashLoopBackOff(t *testing.T) {
 		if got < want-10*time.Millisecond || got > want+time.Second {
 			t.Errorf("restart %d after %v, want %v (waits: %v)", n+1, got, want, wants)
 		}
+	}
+	// While it waits, the exit it waits out is its last state (T15).
+	if st := waiting.Load(); st == nil {
+		t.Error("no status reported the CrashLoopBackOff wait")
+	} else if last := st.Status.ContainerStatuses[0].LastTerminationState.Terminated; last == nil || last.ExitCode != 3 {
+		t.Errorf("last state during the back-off %+v, want the exit with code 3", st.Status.ContainerStatuses[0].LastTerminationState)
 	}
 	if err := k.SyncPod(deleting(pod)); err != nil {
 		t.Fatal(err)

@@ -140,12 +140,19 @@ func startProcess(wg *sync.WaitGroup, iso *isolator, clk clock.PassiveClock, arg
 		return nil, "", err
 	}
 	p := &process{cmd: cmd, isolation: level, done: make(chan struct{})}
+	// The instance's output ends once it has exited and both streams have
+	// ended: then every line it wrote is in logs.
+	logs.Begin(restart)
+	var streams sync.WaitGroup
+	streams.Add(2)
 	wg.Add(3)
-	go captureLog(wg, clk, logs, pipes[0], "stdout", restart)
-	go captureLog(wg, clk, logs, pipes[2], "stderr", restart)
+	go captureLog(wg, &streams, clk, logs, pipes[0], "stdout", restart)
+	go captureLog(wg, &streams, clk, logs, pipes[2], "stderr", restart)
 	go func() {
 		defer wg.Done()
 		p.wait(clk)
+		streams.Wait()
+		logs.End(restart)
 	}()
 	return p, reason, nil
 }
@@ -199,9 +206,10 @@ func (p *process) exited() bool {
 }
 
 // captureLog adds the lines of r, read from stream, to logs until r ends,
-// then closes r.
-func captureLog(wg *sync.WaitGroup, clk clock.PassiveClock, logs *cluster.LogBuffer, r *os.File, stream string, restart int32) {
+// then closes r. It is counted in wg and streams.
+func captureLog(wg, streams *sync.WaitGroup, clk clock.PassiveClock, logs *cluster.LogBuffer, r *os.File, stream string, restart int32) {
 	defer wg.Done()
+	defer streams.Done()
 	defer r.Close()
 	if err := logs.Capture(r, clk, stream, restart); err != nil {
 		logs.Add(cluster.LogLine{Time: clk.Now(), Stream: stream, Restart: restart, Text: "closingtime: read log: " + err.Error()})

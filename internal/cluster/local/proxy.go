@@ -23,7 +23,7 @@ import (
 )
 
 // ProxyConfig configures a [Proxy]. The zero value is a proxy of node
-// "node" with the default propagation delay.
+// "node" that applies every change as soon as it is given.
 type ProxyConfig struct {
 	// NodeName is the node whose routing view it is; "node" if empty. With
 	// internalTrafficPolicy Local, it picks the endpoints whose nodeName
@@ -31,8 +31,9 @@ type ProxyConfig struct {
 	NodeName string
 	// MinPropagationDelay and MaxPropagationDelay bound the delay from a
 	// call of Publish to the change in the view, chosen uniformly for each
-	// change. Both zero means cluster.DefaultMinPropagationDelay and
-	// cluster.DefaultMaxPropagationDelay; equal values give a fixed delay.
+	// change; equal values give a fixed delay, and zero none. (A
+	// [Cluster] gives its proxies cluster.DefaultMinPropagationDelay and
+	// cluster.DefaultMaxPropagationDelay unless told otherwise.)
 	MinPropagationDelay, MaxPropagationDelay time.Duration
 	// Clock times the delays and stamps events; the real clock if nil.
 	Clock clock.Clock
@@ -91,9 +92,6 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	if cfg.NodeName == "" {
 		cfg.NodeName = "node"
 	}
-	if cfg.MinPropagationDelay == 0 && cfg.MaxPropagationDelay == 0 {
-		cfg.MinPropagationDelay, cfg.MaxPropagationDelay = cluster.DefaultMinPropagationDelay, cluster.DefaultMaxPropagationDelay
-	}
 	if cfg.MinPropagationDelay < 0 || cfg.MaxPropagationDelay < cfg.MinPropagationDelay {
 		return nil, fmt.Errorf("propagation delay range %s–%s is not a range of non-negative durations", cfg.MinPropagationDelay, cfg.MaxPropagationDelay)
 	}
@@ -116,21 +114,56 @@ func (p *Proxy) Close() {
 // published.
 func (p *Proxy) Publish(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) {
 	p.mu.Lock()
+	delay := p.delayLocked()
+	p.mu.Unlock()
+	p.queue.push(delay, func() { p.Load(svc, slices) })
+}
+
+// Load sets the view of svc to slices at once, without the propagation
+// delay: the state a node's rules start from, as kube-proxy writes its
+// first rules from what its informers listed. A change that Publish has
+// queued for svc still applies after it; call Load before publishing svc.
+// Like every change of the view, it records an EndpointsApplied event.
+func (p *Proxy) Load(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) {
+	key := svc.Namespace + "/" + svc.Name
+	p.mu.Lock()
+	p.view[key] = &routes{svc: svc, slices: slices}
+	p.mu.Unlock()
+	if p.cfg.Recorder != nil {
+		p.cfg.Recorder.Record(cluster.Event{Time: p.clock.Now(), Kind: cluster.EndpointsApplied, Node: p.cfg.NodeName,
+			Object: "Service/" + key, Fields: map[string]string{"endpoints": cluster.DescribeEndpoints(slices)}})
+	}
+}
+
+// Remove takes the Service namespace/name out of the view after the
+// propagation delay, in order with the changes published before it: its
+// rules go, and dialing it fails as for a Service that never existed.
+// It records no event.
+func (p *Proxy) Remove(namespace, name string) {
+	p.mu.Lock()
+	delay := p.delayLocked()
+	p.mu.Unlock()
+	key := namespace + "/" + name
+	p.queue.push(delay, func() {
+		p.mu.Lock()
+		delete(p.view, key)
+		// Its recent lists of sessionAffinity ClientIP go with its rules.
+		for a := range p.affinity {
+			if a.service == key {
+				delete(p.affinity, a)
+			}
+		}
+		p.mu.Unlock()
+	})
+}
+
+// delayLocked draws the propagation delay of one change.
+func (p *Proxy) delayLocked() time.Duration {
 	delay := p.cfg.MinPropagationDelay
 	if spread := p.cfg.MaxPropagationDelay - p.cfg.MinPropagationDelay; spread > 0 {
 		delay += time.Duration(p.randSrc.Int64N(int64(spread)))
 	}
-	p.mu.Unlock()
-	key := svc.Namespace + "/" + svc.Name
-	p.queue.push(delay, func() {
-		p.mu.Lock()
-		p.view[key] = &routes{svc: svc, slices: slices}
-		p.mu.Unlock()
-		if p.cfg.Recorder != nil {
-			p.cfg.Recorder.Record(cluster.Event{Time: p.clock.Now(), Kind: cluster.EndpointsApplied, Node: p.cfg.NodeName,
-				Object: "Service/" + key, Fields: map[string]string{"endpoints": cluster.DescribeEndpoints(slices)}})
-		}
-	})
+	return delay
 }
 
 // DialContext connects to a Service through this node's view, as a client
@@ -187,7 +220,7 @@ func (p *Proxy) dial(ctx context.Context, network, address, client string) (net.
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("port %q: %w", portText, err)}
 	}
-	name, namespace, ok := serviceName(host)
+	name, namespace, ok := SplitServiceHost(host)
 	if !ok {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}}
 	}
@@ -308,8 +341,11 @@ func (e endpointPort) hostPort() string {
 	return net.JoinHostPort(e.addr, strconv.Itoa(int(e.port)))
 }
 
-// serviceName splits a Service host name into name and namespace.
-func serviceName(host string) (name, namespace string, ok bool) {
+// SplitServiceHost splits host, a Service's name as a client in the
+// cluster writes it, name.namespace, optionally followed by ".svc" or
+// ".svc.cluster.local" (and a final dot), into name and namespace. ok is
+// false for any other host: an IP address, or a name of more labels.
+func SplitServiceHost(host string) (name, namespace string, ok bool) {
 	host = strings.TrimSuffix(strings.TrimSuffix(host, "."), ".cluster.local")
 	host = strings.TrimSuffix(host, ".svc")
 	name, namespace, ok = strings.Cut(host, ".")

@@ -90,6 +90,66 @@ func TestProxyPropagation(t *testing.T) {
 	}
 }
 
+// TestProxyLoadRemove: Load sets a Service's view at once, Remove takes it
+// out after the propagation delay, and a proxy with no delay applies a
+// change without the clock moving (zero means zero, not a default).
+func TestProxyLoadRemove(t *testing.T) {
+	t.Parallel()
+	backends := newBackends(t, 1, "node")
+	svc := webService()
+	ready := func(int) (bool, bool, bool) { return true, true, false }
+	dial := func(p *Proxy) error {
+		conn, err := p.DialContext(context.Background(), "tcp", "web.default:80")
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}
+
+	p, fc, log := newFakeProxy(t)
+	p.Load(svc, slicesOf(backends, ready))
+	if err := dial(p); err != nil {
+		t.Fatalf("dial after Load: %v", err)
+	}
+	if events := log.Events(); len(events) != 1 || events[0].Kind != cluster.EndpointsApplied {
+		t.Errorf("events after Load: %v, want one EndpointsApplied", events)
+	}
+	p.Remove("default", "web")
+	deadline := time.Now().Add(waitLimit)
+	for !fc.HasWaiters() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := dial(p); err != nil {
+		t.Errorf("dial before the removal's delay: %v", err)
+	}
+	fc.Step(time.Second)
+	var dnsErr *net.DNSError
+	// One dial per round, until the queue has applied the removal.
+	for err := dial(p); !errors.As(err, &dnsErr); err = dial(p) {
+		if time.Now().After(deadline) {
+			t.Fatalf("dial after the removal: %v, want a lookup failure", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	zc := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
+	zlog := &cluster.EventLog{}
+	zero, err := NewProxy(ProxyConfig{Clock: zc, Recorder: zlog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zero.Close()
+	zero.Publish(svc, slicesOf(backends, ready))
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if e, err := zlog.Next(ctx, 0); err != nil || !e.Time.Equal(zc.Now()) {
+		t.Fatalf("zero-delay proxy: event %v, %v; want one stamped %v, with the clock never moved", e, err, zc.Now())
+	}
+	if err := dial(zero); err != nil {
+		t.Errorf("dial through the zero-delay proxy: %v", err)
+	}
+}
+
 // backend is a listener standing for a pod's port: its port tells it
 // apart.
 type backend struct {
@@ -483,5 +543,21 @@ func TestProxyServeAffinity(t *testing.T) {
 	}
 	if len(chosen) < 2 {
 		t.Errorf("20 clients all reached %v, want each its own random choice", chosen)
+	}
+}
+
+// TestSplitServiceHost: a Service's name, with or without the cluster
+// domain, splits into name and namespace; other hosts do not.
+func TestSplitServiceHost(t *testing.T) {
+	t.Parallel()
+	for _, host := range []string{"web.shop", "web.shop.svc", "web.shop.svc.cluster.local", "web.shop.svc.cluster.local."} {
+		if name, namespace, ok := SplitServiceHost(host); !ok || name != "web" || namespace != "shop" {
+			t.Errorf("SplitServiceHost(%q) = %q, %q, %v; want web, shop, true", host, name, namespace, ok)
+		}
+	}
+	for _, host := range []string{"web", "127.0.0.1", "::1", "a.b.c", "web.shop.svc.example.com", ".shop", "web."} {
+		if name, namespace, ok := SplitServiceHost(host); ok {
+			t.Errorf("SplitServiceHost(%q) = %q, %q, true; want not a Service", host, name, namespace)
+		}
 	}
 }

@@ -1,0 +1,1039 @@
+package cli
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
+	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/controlplane"
+	"github.com/closingtime-dev/closingtime/internal/nodeagent"
+	"github.com/closingtime-dev/closingtime/internal/scenario"
+)
+
+// The files of a cluster's state directory. Down removes these and
+// nothing else, so that a --state-dir given by mistake loses nothing but
+// what closingtime put there.
+const (
+	// clusterStateFile is the daemon's state, as JSON (clusterState).
+	clusterStateFile = "state.json"
+	// clusterLogFile is the daemon's standard output and error.
+	clusterLogFile = "daemon.log"
+	// clusterKubeconfig is the administrator's kubeconfig, certificates
+	// embedded, that up tells the user to export.
+	clusterKubeconfig = "kubeconfig"
+	// clusterControlPlaneDir is the control plane's directory:
+	// certificates, etcd's data, the programs' logs.
+	clusterControlPlaneDir = "controlplane"
+)
+
+// The phases of a cluster's daemon, in order, as its state file records
+// them.
+const (
+	phaseControlPlane = "control-plane" // starting the control plane
+	phaseNodes        = "nodes"         // starting the nodes
+	phaseReady        = "ready"         // the nodes run; they may not be Ready yet
+)
+
+// Bounds of the cluster command's waits.
+const (
+	// clusterUpTimeout bounds up's wait for the daemon, from its start
+	// until the API server and every node are ready.
+	clusterUpTimeout = 5 * time.Minute
+	// clusterStopTimeout is how long down waits for the daemon after
+	// SIGTERM before it kills it: the daemon kills every pod, then stops
+	// the control plane (which waits up to 10 s per program).
+	clusterStopTimeout = 90 * time.Second
+	// clusterKillTimeout is how long down waits for a process it killed.
+	clusterKillTimeout = 10 * time.Second
+	// clusterPoll is the period of every wait's checks.
+	clusterPoll = 200 * time.Millisecond
+)
+
+// clusterState is what the daemon of `closingtime cluster` records in its
+// state directory, and what up, down and status read. The daemon writes it
+// atomically at each phase.
+type clusterState struct {
+	// PID is the daemon's process ID, also the ID of the session that
+	// every process of the cluster belongs to.
+	PID int `json:"pid"`
+	// ProcessStart is the daemon's start time in clock ticks after boot
+	// (field 22 of /proc/PID/stat): a process with the same PID and
+	// another start time is a later program that reused the PID.
+	ProcessStart uint64 `json:"processStart"`
+	// Phase is how far the daemon has come: one of the phase constants.
+	Phase string `json:"phase"`
+	// Started is when the daemon started.
+	Started time.Time `json:"started"`
+	// Nodes is the number of nodes, node-1 to node-N.
+	Nodes int `json:"nodes"`
+	// KubernetesVersion is the control plane's version.
+	KubernetesVersion string `json:"kubernetesVersion"`
+	// ImageCommands are the values of --image-command, as given.
+	ImageCommands []string `json:"imageCommands,omitempty"`
+	// Kubeconfig is the path of the administrator's kubeconfig; it exists
+	// from phaseNodes on.
+	Kubeconfig string `json:"kubeconfig"`
+	// Server is the API server's URL, from phaseNodes on.
+	Server string `json:"server,omitempty"`
+}
+
+type clusterFlags struct {
+	stateDir string
+	nodes    int
+	version  string
+	images   []string
+	output   string
+}
+
+func newClusterCommand(streams Streams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster (up|down|status)",
+		Short: "Run a real Kubernetes control plane on this machine, with pods as local processes",
+		Long: `Run a real Kubernetes control plane on loopback — etcd, kube-apiserver and
+kube-controller-manager, built from the Go module proxy once into your cache
+directory — with closingtime's kubelet as its nodes: pods are local
+processes, their images mapped to local commands. kubectl, and closingtime
+rollout --kube and lab --kube, work against it (docs/cluster.md).
+
+up starts it in the background, down stops it and every pod, status shows
+it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("cluster: want a subcommand: up, down or status (see closingtime cluster --help)")
+		},
+	}
+	// The subcommands share the flags: only one of them runs.
+	var flags clusterFlags
+	cmd.PersistentFlags().StringVar(&flags.stateDir, "state-dir", "", "the cluster's state directory (default: closingtime/cluster in the user's cache directory)")
+	cmd.AddCommand(newClusterUpCommand(streams, &flags), newClusterDownCommand(streams, &flags),
+		newClusterStatusCommand(streams, &flags), newClusterRunCommand(streams, &flags))
+	return cmd
+}
+
+// bindNodes adds the flags of the daemon's nodes to cmd.
+func (c *clusterFlags) bindNodes(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&c.nodes, "nodes", local.DefaultNodes, "the number of nodes, node-1 to node-N")
+	cmd.Flags().StringArrayVar(&c.images, "image-command", nil, imageCommandUsage)
+}
+
+func newClusterUpCommand(streams Streams, flags *clusterFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "up [--nodes N] [--image-command IMAGE=CMD...]",
+		Short: "Build and start the cluster in the background, and print how to use it",
+		Long: `Build the control plane into the user's cache directory if it is not there
+yet (the first build downloads about 1 GB of modules and compiles for
+minutes; the Go build cache serves later ones), then start it and the nodes
+in a daemon of their own, and wait until the API server and every node are
+ready. The containers of image closingtime or ` + kube.DefaultImage + ` run this binary;
+--image-command maps other images to local commands.
+
+If the cluster is up already, up says so and succeeds, unless --nodes or
+--image-command ask for another one: then it fails, and down comes first.
+The state of a cluster whose daemon died is cleared, with a note.`,
+		Example: `  closingtime cluster up
+  export KUBECONFIG=~/.cache/closingtime/cluster/kubeconfig
+  kubectl get nodes
+  closingtime cluster up --nodes 3 --image-command 'shop:1.4=./bin/shop --port 8080'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runClusterUp(cmd.Context(), streams, *flags, cmd.Flags().Changed)
+		},
+	}
+	flags.bindNodes(cmd)
+	cmd.Flags().StringVar(&flags.version, "kubernetes-version", controlplane.KubernetesVersion, "the Kubernetes version of the control plane; only "+controlplane.KubernetesVersion+" is supported")
+	return cmd
+}
+
+func newClusterDownCommand(streams Streams, flags *clusterFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Stop the cluster and every pod, and remove its state",
+		Long: `Stop the cluster's daemon: it kills every pod, then stops the control
+plane. down waits until no process of the cluster is left and removes the
+state directory's files; the built control plane stays in the cache. With
+no cluster up, down says so and succeeds.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runClusterDown(streams, *flags)
+		},
+	}
+	return cmd
+}
+
+func newClusterStatusCommand(streams Streams, flags *clusterFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status [-o text|json]",
+		Short: "Show whether the cluster is up, its API server, and its nodes",
+		Long: `Show whether the cluster is up, its daemon, API server and kubeconfig, and
+each node with its Ready condition and the pods bound to it that have not
+ended, as the API server reports them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runClusterStatus(cmd.Context(), streams, *flags)
+		},
+	}
+	cmd.Flags().StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+// newClusterRunCommand is the daemon that up starts: it runs the cluster
+// until SIGTERM or SIGINT.
+func newClusterRunCommand(streams Streams, flags *clusterFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:    "run",
+		Short:  "Run the cluster in the foreground (the daemon that up starts)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runClusterDaemon(cmd.Context(), streams, *flags)
+		},
+	}
+	flags.bindNodes(cmd)
+	return cmd
+}
+
+// clusterStateDir returns the absolute path of the state directory: dir,
+// or closingtime/cluster in the user's cache directory.
+func clusterStateDir(dir string) (string, error) {
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("cluster: state directory: %w (give --state-dir)", err)
+		}
+		dir = filepath.Join(cache, "closingtime", "cluster")
+	}
+	return filepath.Abs(dir)
+}
+
+// nodeFlags returns the commands of the --image-command values, or a
+// usage error for invalid --nodes or --image-command values.
+func nodeFlags(command string, flags clusterFlags) (images map[string][]string, err error) {
+	if flags.nodes < 1 {
+		return nil, usagef("%s: --nodes %d: want at least 1", command, flags.nodes)
+	}
+	return imageCommands(command, flags.images)
+}
+
+func runClusterUp(ctx context.Context, streams Streams, flags clusterFlags, changed func(string) bool) error {
+	if _, err := nodeFlags("cluster up", flags); err != nil {
+		return err
+	}
+	if strings.TrimPrefix(flags.version, "v") != controlplane.KubernetesVersion {
+		return usagef("cluster up: --kubernetes-version %s is not supported: closingtime builds Kubernetes %s only", flags.version, controlplane.KubernetesVersion)
+	}
+	dir, err := clusterStateDir(flags.stateDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cluster up: %w", err)
+	}
+	unlock, err := lockStateDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := liveState(streams.Err, dir, true)
+	if err != nil {
+		return err
+	}
+	if st != nil {
+		return clusterAlreadyUp(ctx, streams, dir, st, flags, changed)
+	}
+	if st, err = startCluster(ctx, streams, dir, flags); err != nil {
+		removeStateDir(dir)
+		return fmt.Errorf("cluster up: %w", err)
+	}
+	printClusterUsage(streams.Out, st, fmt.Sprintf("cluster up: %d nodes ready", st.Nodes))
+	return nil
+}
+
+// startCluster builds the control plane if needed, starts the daemon of a
+// cluster of flags with its state in dir, and waits until the cluster is
+// ready. If it fails, it stops the daemon and what it started, and
+// returns an error that ends with the daemon's log; the state is the
+// caller's to clear.
+func startCluster(ctx context.Context, streams Streams, dir string, flags clusterFlags) (*clusterState, error) {
+	steps := newClusterSteps(streams.Err)
+	defer steps.finish(false)
+	cache, err := controlplane.DefaultCacheDir()
+	if err != nil {
+		return nil, err
+	}
+	steps.start(fmt.Sprintf("build the control plane (Kubernetes %s, etcd %s)", controlplane.KubernetesVersion, controlplane.EtcdVersion))
+	if _, err := controlplane.Build(ctx, cache); err != nil {
+		return nil, err
+	}
+
+	// The daemon is this binary in a session of its own, so that a
+	// terminal's signals and the end of up do not reach it; every process
+	// of the cluster belongs to its session.
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the closingtime binary for the daemon: %w", err)
+	}
+	logPath := filepath.Join(dir, clusterLogFile)
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"cluster", "run", "--state-dir", dir, "--nodes", strconv.Itoa(flags.nodes)}
+	for _, v := range flags.images {
+		args = append(args, "--image-command", v)
+	}
+	daemon := exec.Command(exe, args...)
+	daemon.Dir = dir
+	daemon.Stdout, daemon.Stderr = logFile, logFile
+	daemon.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = daemon.Start()
+	logFile.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start the daemon: %w", err)
+	}
+	// Waiting for the daemon reaps it if it exits while up runs.
+	exited := make(chan error, 1)
+	go func() { exited <- daemon.Wait() }()
+
+	st, err := waitClusterReady(ctx, steps, dir, exited)
+	if err != nil {
+		steps.finish(false)
+		if st, _ := readClusterState(dir); st != nil && st.PID == daemon.Process.Pid {
+			stopCluster(st)
+		} else {
+			// It wrote no state: nothing of its session runs after it.
+			daemon.Process.Kill()
+			killSession(daemon.Process.Pid)
+		}
+		return nil, fmt.Errorf("%w; the daemon's log ends:\n%s", err, lastLines(logPath, 30))
+	}
+	steps.finish(true)
+	return st, nil
+}
+
+// lockStateDir takes an exclusive lock on the state directory dir, which
+// must exist, waiting while another up or down holds it; unlock releases
+// it. Only up and down take it: they start and stop clusters.
+func lockStateDir(dir string) (unlock func(), err error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cluster: lock %s: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// clusterAlreadyUp handles up when the daemon of st runs: it waits for a
+// daemon that starts still, then says how to use it, or fails if the
+// flags given ask for another cluster.
+func clusterAlreadyUp(ctx context.Context, streams Streams, dir string, st *clusterState, flags clusterFlags, changed func(string) bool) error {
+	if changed("nodes") && flags.nodes != st.Nodes {
+		return fmt.Errorf("cluster up: a cluster of %d nodes is up (pid %d); run closingtime cluster down first to start one of %d", st.Nodes, st.PID, flags.nodes)
+	}
+	if changed("image-command") && !slices.Equal(sortedCopy(flags.images), sortedCopy(st.ImageCommands)) {
+		return fmt.Errorf("cluster up: a cluster is up (pid %d) with --image-command %q; run closingtime cluster down first to change them", st.PID, st.ImageCommands)
+	}
+	if st.Phase != phaseReady {
+		steps := newClusterSteps(streams.Err)
+		var err error
+		st, err = waitClusterReady(ctx, steps, dir, nil)
+		steps.finish(err == nil)
+		if err != nil {
+			return fmt.Errorf("cluster up: the cluster that was starting (state in %s) did not get ready: %w", dir, err)
+		}
+	}
+	printClusterUsage(streams.Out, st, fmt.Sprintf("cluster up: already up since %s", st.Started.Local().Format(time.DateTime)))
+	return nil
+}
+
+// sortedCopy returns a sorted copy of s.
+func sortedCopy(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// printClusterUsage writes the headline and how to use the cluster of st.
+func printClusterUsage(w io.Writer, st *clusterState, headline string) {
+	fmt.Fprintf(w, "%s: API server %s (Kubernetes %s), daemon pid %d.\n\n", headline, st.Server, st.KubernetesVersion, st.PID)
+	fmt.Fprintf(w, "  export KUBECONFIG=%s\n", st.Kubeconfig)
+	fmt.Fprintf(w, "  kubectl get nodes\n")
+	fmt.Fprintf(w, "  closingtime rollout --kube -f deploy.yaml\n")
+	fmt.Fprintf(w, "  closingtime lab --kube --quick 1-plain 3-graceful\n")
+	fmt.Fprintf(w, "  closingtime cluster down\n\n")
+	fmt.Fprintf(w, "Containers of image %s or %s run this closingtime binary (docs/cluster.md).\n", scenario.Image, kube.DefaultImage)
+}
+
+// waitClusterReady waits until the daemon whose state is in dir is ready:
+// its state's phase is ready, the API server's /readyz answers ok and
+// every node is Ready. exited, if not nil, delivers the daemon's exit;
+// otherwise the daemon's PID is watched. steps shows each phase.
+func waitClusterReady(ctx context.Context, steps *clusterSteps, dir string, exited <-chan error) (*clusterState, error) {
+	ctx, cancel := context.WithTimeout(ctx, clusterUpTimeout)
+	defer cancel()
+	tick := time.NewTicker(clusterPoll)
+	defer tick.Stop()
+	shown := ""
+	var client kubernetes.Interface
+	// Each round reads the state once and, once ready, asks the API
+	// server; the loop ends when the cluster is ready or with an error.
+	for {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("the daemon exited (%v) before the cluster was ready", err)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the cluster was not ready after %s (%s)", clusterUpTimeout, cmp.Or(shown, "the daemon wrote no state"))
+		case <-tick.C:
+		}
+		st, err := readClusterState(dir)
+		if err != nil {
+			return nil, err
+		}
+		if st == nil {
+			continue // the daemon has not written its state yet
+		}
+		if exited == nil && !st.alive() {
+			return nil, fmt.Errorf("the daemon (pid %d) exited before the cluster was ready", st.PID)
+		}
+		phase := map[string]string{
+			phaseControlPlane: "start the control plane",
+			phaseNodes:        fmt.Sprintf("start %d nodes", st.Nodes),
+			phaseReady:        fmt.Sprintf("wait for %d nodes to be Ready", st.Nodes),
+		}[st.Phase]
+		if phase != shown {
+			steps.start(phase)
+			shown = phase
+		}
+		if st.Phase != phaseReady {
+			continue
+		}
+		if client == nil {
+			if client, err = kubeClient(st.Kubeconfig); err != nil {
+				return nil, err
+			}
+		}
+		if clusterReady(ctx, client, st.Nodes) {
+			return st, nil
+		}
+	}
+}
+
+// clusterReady reports whether the API server of client is ready and
+// has nodes Ready nodes.
+func clusterReady(ctx context.Context, client kubernetes.Interface, nodes int) bool {
+	if err := client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
+		return false
+	}
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	ready := 0
+	for _, n := range list.Items {
+		if nodeReady(&n) {
+			ready++
+		}
+	}
+	return ready >= nodes
+}
+
+// nodeReady reports whether node's Ready condition is True.
+func nodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// kubeClient returns a client of the kubeconfig at path.
+func kubeClient(path string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func runClusterDown(streams Streams, flags clusterFlags) error {
+	dir, err := clusterStateDir(flags.stateDir)
+	if err != nil {
+		return err
+	}
+	var st *clusterState
+	if _, err := os.Stat(dir); err == nil {
+		unlock, err := lockStateDir(dir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		if st, err = liveState(streams.Err, dir, true); err != nil {
+			return err
+		}
+	}
+	if st == nil {
+		fmt.Fprintf(streams.Out, "cluster down: no cluster is up (state directory %s)\n", dir)
+		return nil
+	}
+	started := time.Now()
+	if err := stopCluster(st); err != nil {
+		return fmt.Errorf("cluster down: %w", err)
+	}
+	if err := removeStateDir(dir); err != nil {
+		return fmt.Errorf("cluster down: %w", err)
+	}
+	fmt.Fprintf(streams.Out, "cluster down: stopped in %s; no process of the cluster is left\n", time.Since(started).Round(100*time.Millisecond))
+	return nil
+}
+
+// stopCluster stops the daemon of st and every process of its session:
+// SIGTERM, and SIGKILL after clusterStopTimeout; then any process left in
+// its session (none, unless the daemon was killed before it stopped the
+// pods) is killed. It returns when they are gone, or an error naming those
+// that did not go.
+func stopCluster(st *clusterState) error {
+	if st.alive() {
+		syscall.Kill(st.PID, syscall.SIGTERM)
+		if !waitGone(st.alive, clusterStopTimeout) {
+			syscall.Kill(st.PID, syscall.SIGKILL)
+			if !waitGone(st.alive, clusterKillTimeout) {
+				return fmt.Errorf("the daemon (pid %d) did not exit after SIGKILL", st.PID)
+			}
+		}
+	}
+	return killSession(st.PID)
+}
+
+// killSession kills every process left in session sid, whose leader has
+// exited, and waits until they are gone. The session's ID stays taken
+// while any of them lives, so the processes found are the cluster's.
+func killSession(sid int) error {
+	for _, pid := range sessionProcesses(sid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	left := func() bool { return len(sessionProcesses(sid)) > 0 }
+	if !waitGone(left, clusterKillTimeout) {
+		return fmt.Errorf("processes of the cluster left after SIGKILL: %v", sessionProcesses(sid))
+	}
+	return nil
+}
+
+// waitGone polls running until it reports false or timeout passes, and
+// reports whether it did.
+func waitGone(running func() bool, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for running() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(clusterPoll / 2)
+	}
+	return true
+}
+
+// clusterStatus is the output of `closingtime cluster status -o json`.
+type clusterStatus struct {
+	Up                bool                `json:"up"`
+	Phase             string              `json:"phase,omitempty"`
+	StateDir          string              `json:"stateDir"`
+	PID               int                 `json:"pid,omitempty"`
+	Started           *time.Time          `json:"started,omitempty"`
+	Server            string              `json:"server,omitempty"`
+	Kubeconfig        string              `json:"kubeconfig,omitempty"`
+	KubernetesVersion string              `json:"kubernetesVersion,omitempty"`
+	Nodes             []clusterNodeStatus `json:"nodes,omitempty"`
+}
+
+// clusterNodeStatus is a node of clusterStatus.
+type clusterNodeStatus struct {
+	Name string `json:"name"`
+	// Ready is the status of the node's Ready condition: True, False or
+	// Unknown.
+	Ready corev1.ConditionStatus `json:"ready"`
+	// Pods counts the pods bound to the node that have not ended
+	// (phase neither Succeeded nor Failed).
+	Pods int `json:"pods"`
+}
+
+func runClusterStatus(ctx context.Context, streams Streams, flags clusterFlags) error {
+	if flags.output != "text" && flags.output != "json" {
+		return usagef("cluster status: invalid --output %q: accepted values are text, json", flags.output)
+	}
+	dir, err := clusterStateDir(flags.stateDir)
+	if err != nil {
+		return err
+	}
+	st, err := liveState(streams.Err, dir, false)
+	if err != nil {
+		return err
+	}
+	status := clusterStatus{StateDir: dir}
+	if st != nil {
+		status = clusterStatus{Up: true, Phase: st.Phase, StateDir: dir, PID: st.PID, Started: &st.Started,
+			Server: st.Server, Kubeconfig: st.Kubeconfig, KubernetesVersion: st.KubernetesVersion}
+	}
+	if st != nil && st.Phase == phaseReady {
+		if status.Nodes, err = clusterNodes(ctx, st.Kubeconfig); err != nil {
+			return fmt.Errorf("cluster status: the daemon (pid %d) runs, but its API server %s: %w", st.PID, st.Server, err)
+		}
+	}
+	if flags.output == "json" {
+		enc := json.NewEncoder(streams.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(status)
+	}
+	if !status.Up {
+		fmt.Fprintf(streams.Out, "cluster: down (state directory %s)\n", dir)
+		return nil
+	}
+	tw := tabwriter.NewWriter(streams.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "cluster:\t%s\n", map[bool]string{true: "up", false: "starting: " + status.Phase}[status.Phase == phaseReady])
+	fmt.Fprintf(tw, "daemon:\tpid %d, since %s\n", status.PID, status.Started.Local().Format(time.DateTime))
+	fmt.Fprintf(tw, "API server:\t%s (Kubernetes %s)\n", cmp.Or(status.Server, "-"), status.KubernetesVersion)
+	fmt.Fprintf(tw, "kubeconfig:\t%s\n", status.Kubeconfig)
+	fmt.Fprintf(tw, "state:\t%s\n", dir)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(status.Nodes) == 0 {
+		return nil
+	}
+	fmt.Fprintln(streams.Out)
+	tw = tabwriter.NewWriter(streams.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tREADY\tPODS")
+	for _, n := range status.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%d\n", n.Name, n.Ready, n.Pods)
+	}
+	return tw.Flush()
+}
+
+// clusterNodes returns the nodes of the cluster of kubeconfig, with their
+// Ready condition and the pods bound to them that have not ended.
+func clusterNodes(ctx context.Context, kubeconfig string) ([]clusterNodeStatus, error) {
+	client, err := kubeClient(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			counts[p.Spec.NodeName]++
+		}
+	}
+	var out []clusterNodeStatus
+	for _, n := range nodes.Items {
+		ready := corev1.ConditionUnknown
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				ready = c.Status
+			}
+		}
+		out = append(out, clusterNodeStatus{Name: n.Name, Ready: ready, Pods: counts[n.Name]})
+	}
+	return out, nil
+}
+
+// runClusterDaemon runs the cluster until SIGTERM or SIGINT: it starts
+// the control plane and the nodes, writes the kubeconfig, records each
+// phase in the state file, and on the signal stops the nodes (killing
+// every pod), then the control plane. Its output is the daemon's log.
+func runClusterDaemon(ctx context.Context, streams Streams, flags clusterFlags) error {
+	images, err := nodeFlags("cluster run", flags)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dir, err := clusterStateDir(flags.stateDir)
+	if err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(streams.Err, "%s cluster: %s\n", time.Now().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
+	}
+	start, _, err := procStat(os.Getpid())
+	if err != nil {
+		return fmt.Errorf("cluster run: %w", err)
+	}
+	st := &clusterState{PID: os.Getpid(), ProcessStart: start, Phase: phaseControlPlane, Started: time.Now(),
+		Nodes: flags.nodes, KubernetesVersion: controlplane.KubernetesVersion, ImageCommands: flags.images,
+		Kubeconfig: filepath.Join(dir, clusterKubeconfig)}
+	if err := writeClusterState(dir, st); err != nil {
+		return err
+	}
+
+	logf("starting the control plane")
+	cache, err := controlplane.DefaultCacheDir()
+	if err != nil {
+		return fmt.Errorf("cluster run: %w", err)
+	}
+	bins, err := controlplane.Build(ctx, cache)
+	if err != nil {
+		return fmt.Errorf("cluster run: %w", err)
+	}
+	cpDir := filepath.Join(dir, clusterControlPlaneDir)
+	if err := os.MkdirAll(cpDir, 0o755); err != nil {
+		return fmt.Errorf("cluster run: %w", err)
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Config{Binaries: bins, Dir: cpDir})
+	if err != nil {
+		return fmt.Errorf("cluster run: %w", err)
+	}
+	defer func() {
+		logf("stopping the control plane")
+		cp.Stop()
+		logf("stopped")
+	}()
+	if err := writeAdminKubeconfig(cp.Kubeconfig, st.Kubeconfig); err != nil {
+		return fmt.Errorf("cluster run: %w", err)
+	}
+	st.Server, st.Phase = cp.Server, phaseNodes
+	if err := writeClusterState(dir, st); err != nil {
+		return err
+	}
+	logf("control plane up at %s; starting %d nodes", cp.Server, flags.nodes)
+
+	kubeletTLS, err := cp.KubeletTLS()
+	if err != nil {
+		return fmt.Errorf("cluster run: %w", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cluster run: find the closingtime binary for the pods: %w", err)
+	}
+	nodes, err := nodeagent.StartNodes(ctx, nodeagent.NodesConfig{Kubeconfig: st.Kubeconfig, KubeletTLS: kubeletTLS, Nodes: flags.nodes,
+		Kubelet: local.KubeletConfig{ImageCommands: clusterImageCommands(exe, images)}})
+	if err != nil {
+		return fmt.Errorf("cluster run: %w", err)
+	}
+	defer func() {
+		logf("stopping the nodes: every pod is killed")
+		ctx, cancel := context.WithTimeout(context.Background(), clusterStopTimeout/2)
+		defer cancel()
+		if err := nodes.Close(ctx); err != nil {
+			logf("stopping the nodes: %v", err)
+		}
+	}()
+	st.Phase = phaseReady
+	if err := writeClusterState(dir, st); err != nil {
+		return err
+	}
+	logf("ready")
+	<-ctx.Done()
+	return nil
+}
+
+// clusterImageCommands returns the images' commands of the cluster's
+// kubelets: closingtime and kube.DefaultImage run exe, and images adds to
+// them or overrides them.
+func clusterImageCommands(exe string, images map[string][]string) map[string][]string {
+	commands := map[string][]string{scenario.Image: {exe}, kube.DefaultImage: {exe}}
+	maps.Copy(commands, images)
+	return commands
+}
+
+// writeAdminKubeconfig writes the kubeconfig at src to dst with its
+// certificates embedded, its cluster, user and context named closingtime,
+// so that it can be copied and merged into others.
+func writeAdminKubeconfig(src, dst string) error {
+	cfg, err := clientcmd.LoadFromFile(src)
+	if err != nil {
+		return err
+	}
+	if err := clientcmdapi.FlattenConfig(cfg); err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", src, err)
+	}
+	current := cfg.Contexts[cfg.CurrentContext]
+	if current == nil {
+		return fmt.Errorf("kubeconfig %s: no current context", src)
+	}
+	out := clientcmdapi.NewConfig()
+	out.Clusters["closingtime"] = cfg.Clusters[current.Cluster]
+	out.AuthInfos["closingtime-admin"] = cfg.AuthInfos[current.AuthInfo]
+	out.Contexts["closingtime"] = &clientcmdapi.Context{Cluster: "closingtime", AuthInfo: "closingtime-admin"}
+	out.CurrentContext = "closingtime"
+	return clientcmd.WriteToFile(*out, dst)
+}
+
+// readClusterState returns the state recorded in dir, or nil if there is
+// none.
+func readClusterState(dir string) (*clusterState, error) {
+	path := filepath.Join(dir, clusterStateFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	var st clusterState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("cluster: state file %s: %w", path, err)
+	}
+	return &st, nil
+}
+
+// writeClusterState records st in dir, atomically.
+func writeClusterState(dir string, st *clusterState) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	err = writeAtomically(filepath.Join(dir, clusterStateFile), func(w io.Writer) error {
+		_, err := w.Write(append(data, '\n'))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: state: %w", err)
+	}
+	return nil
+}
+
+// liveState returns the state of dir's cluster if its daemon runs, or nil.
+// A state whose daemon is gone — a crash, a kill -9, a reboot — is
+// reported on errw in one line, what is left of its processes killed,
+// and the state cleared, so that it never blocks the next up. If locked,
+// the caller holds the state directory's lock (lockStateDir), and the
+// files of a daemon that died before it wrote its state are cleared too;
+// without the lock, they may be those of a daemon that up starts now.
+func liveState(errw io.Writer, dir string, locked bool) (*clusterState, error) {
+	st, err := readClusterState(dir)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		if locked && clusterFilesPresent(dir) {
+			fmt.Fprintf(errw, "cluster: clearing the files of a cluster that did not start in %s\n", dir)
+			return nil, clearClusterState(dir)
+		}
+		return nil, nil
+	}
+	if st.alive() {
+		return st, nil
+	}
+	fmt.Fprintf(errw, "cluster: the daemon of the cluster started %s (pid %d) is gone; clearing its state in %s\n",
+		st.Started.Local().Format(time.DateTime), st.PID, dir)
+	// The session's members are the cluster's only if no process has the
+	// daemon's PID now: a PID is not reused while its session has members.
+	if _, _, err := procStat(st.PID); err != nil {
+		if err := killSession(st.PID); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	return nil, clearClusterState(dir)
+}
+
+// clusterFiles are the files that a cluster puts in its state directory.
+var clusterFiles = []string{clusterStateFile, clusterLogFile, clusterKubeconfig, clusterControlPlaneDir}
+
+// clusterFilesPresent reports whether any file of a cluster is in dir.
+func clusterFilesPresent(dir string) bool {
+	for _, name := range clusterFiles {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// clearClusterState removes the files of a cluster from dir.
+func clearClusterState(dir string) error {
+	for _, name := range clusterFiles {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("cluster: clear the state: %w", err)
+		}
+	}
+	return nil
+}
+
+// removeStateDir removes the files of a cluster from dir, and dir if that
+// leaves it empty.
+func removeStateDir(dir string) error {
+	if err := clearClusterState(dir); err != nil {
+		return err
+	}
+	os.Remove(dir) // fails, as it should, if something else is in it
+	return nil
+}
+
+// alive reports whether the daemon of st runs: its PID is a process that
+// has not exited and started when the daemon did.
+func (st *clusterState) alive() bool {
+	start, zombie, err := procStat(st.PID)
+	return err == nil && !zombie && start == st.ProcessStart
+}
+
+// procStat returns the start time of process pid, in clock ticks after
+// boot, and whether it has exited (a zombie), from /proc/PID/stat.
+func procStat(pid int) (start uint64, zombie bool, err error) {
+	fields, err := statFields(pid)
+	if err != nil {
+		return 0, false, err
+	}
+	start, err = strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	return start, fields[0] == "Z", nil
+}
+
+// statFields returns the fields of /proc/PID/stat after the command's
+// name: the process's state (field 3 of proc(5)) first.
+func statFields(pid int) ([]string, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	// The name, in parentheses, may itself hold spaces and parentheses.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 20 {
+		return nil, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
+	}
+	return fields, nil
+}
+
+// sessionProcesses returns the processes of session sid that have not
+// exited.
+func sessionProcesses(sid int) []int {
+	var pids []int
+	for _, pid := range runningProcesses() {
+		fields, err := statFields(pid)
+		if err != nil {
+			continue
+		}
+		if s, err := strconv.Atoi(fields[3]); err == nil && s == sid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// runningProcesses returns the IDs of the processes in /proc that have
+// not exited (zombies left out).
+func runningProcesses() []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if fields, err := statFields(pid); err == nil && fields[0] != "Z" {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// lastLines returns the last n lines of the file at path.
+func lastLines(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// clusterSteps shows the steps of up on standard error: a spinner per
+// step on a terminal, a line per step with the time since the start
+// otherwise.
+type clusterSteps struct {
+	w     io.Writer
+	begun time.Time
+	bars  *mpb.Progress // nil unless w is a terminal
+	bar   *mpb.Bar      // the current step's spinner
+}
+
+// newClusterSteps returns the display of steps on w.
+func newClusterSteps(w io.Writer) *clusterSteps {
+	s := &clusterSteps{w: w, begun: time.Now()}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if width, _, err := term.GetSize(int(f.Fd())); err == nil && width > 0 {
+			s.bars = mpb.New(mpb.WithOutput(w), mpb.WithWidth(2), mpb.WithRefreshRate(200*time.Millisecond))
+		}
+	}
+	return s
+}
+
+// start ends the current step and shows the next, name.
+func (s *clusterSteps) start(name string) {
+	if s.bars == nil {
+		fmt.Fprintf(s.w, "%6.1fs  %s\n", time.Since(s.begun).Seconds(), name)
+		return
+	}
+	s.end(true)
+	s.bar = s.bars.New(0, mpb.SpinnerStyle(), mpb.BarFillerOnComplete("✓"),
+		mpb.PrependDecorators(decor.Name(name+" ")),
+		mpb.AppendDecorators(decor.Elapsed(decor.ET_STYLE_GO)))
+}
+
+// end ends the current step's spinner: done if ok, else stopped where
+// it is.
+func (s *clusterSteps) end(ok bool) {
+	switch {
+	case s.bar == nil:
+	case ok:
+		s.bar.SetTotal(-1, true)
+	default:
+		s.bar.Abort(false)
+	}
+	s.bar = nil
+}
+
+// finish ends the current step, done if ok, and stops the display. Only
+// its first call does anything.
+func (s *clusterSteps) finish(ok bool) {
+	if s.bars == nil {
+		return
+	}
+	s.end(ok)
+	s.bars.Wait()
+	s.bars = nil
+}

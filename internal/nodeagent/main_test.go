@@ -1,0 +1,20 @@
+package nodeagent
+
+import (
+	"os"
+	"testing"
+
+	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
+)
+
+// binary is the closingtime command, built once for the pods of the tests.
+var binary string
+
+// TestMain builds closingtime for the pods, runs the tests, and stops the
+// control plane they shared.
+func TestMain(m *testing.M) {
+	code := testbinary.Main(m, &binary)
+	controlplanetest.Stop()
+	os.Exit(code)
+}

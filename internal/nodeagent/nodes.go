@@ -1,0 +1,160 @@
+package nodeagent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+)
+
+// NodesConfig configures [StartNodes].
+type NodesConfig struct {
+	// Kubeconfig is the path of the kubeconfig by which the scheduler and
+	// the agents speak to the API server, each with a client of its own at
+	// the kubelet's rate limits (cluster.DefaultKubeletAPIQPS and
+	// cluster.DefaultKubeletAPIBurst). Every container gets it too, in
+	// RoutingEnv with its node's name, so that `closingtime load` in a pod
+	// reaches Services through its node's routing view.
+	Kubeconfig string
+	// KubeletTLS, if not nil, serves each node's kubelet API
+	// ([KubeletHandler]: pod logs) on a loopback port of its own, which
+	// the node publishes for the API server (Config.KubeletPort); the
+	// control plane's KubeletTLS gives it. If nil, the API server cannot
+	// read the pods' logs.
+	KubeletTLS *tls.Config
+	// Nodes is the number of nodes, named node-1, node-2…; local.DefaultNodes
+	// if zero.
+	Nodes int
+	// Kubelet is the template of every node's kubelet; see Config.Kubelet.
+	// Its PodCIDR is set per node, and RoutingEnv is added to its Env.
+	Kubelet local.KubeletConfig
+	// Recorder, if set, receives every node's kubelet events.
+	Recorder cluster.Recorder
+}
+
+// Nodes is a scheduler and the node agents of a cluster, as the embedded
+// cluster has them: nodes node-1…node-N whose pods take their addresses
+// from a /16 of 127.0.0.0/8 claimed across the machine's processes
+// (local.ClaimFreeRange), a /24 per node (local.NodePodCIDR).
+type Nodes struct {
+	scheduler *Scheduler
+	agents    []*Agent
+	servers   []*http.Server // the kubelet APIs, one per agent
+	claim     io.Closer
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// StartNodes claims a pod range and starts the scheduler and the agents.
+// ctx bounds the start only; Close stops them.
+func StartNodes(ctx context.Context, cfg NodesConfig) (*Nodes, error) {
+	if cfg.Nodes == 0 {
+		cfg.Nodes = local.DefaultNodes
+	}
+	if cfg.Nodes < 1 || cfg.Nodes > 250 {
+		return nil, fmt.Errorf("%d nodes: want 1 to 250", cfg.Nodes)
+	}
+	rest, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: kubeconfig %s: %w", cfg.Kubeconfig, err)
+	}
+	rest.QPS, rest.Burst = cluster.DefaultKubeletAPIQPS, cluster.DefaultKubeletAPIBurst
+	newClient := func() (kubernetes.Interface, error) { return kubernetes.NewForConfig(rest) }
+	cidr, claim, err := local.ClaimFreeRange()
+	if err != nil {
+		return nil, err
+	}
+	n := &Nodes{claim: claim}
+	for i := 1; i <= cfg.Nodes; i++ {
+		if err := n.start(ctx, cfg, "node-"+strconv.Itoa(i), local.NodePodCIDR(cidr, i), newClient); err != nil {
+			n.Close(context.Background())
+			return nil, err
+		}
+	}
+	client, err := newClient()
+	if err == nil {
+		n.scheduler, err = StartScheduler(ctx, client)
+	}
+	if err != nil {
+		n.Close(context.Background())
+		return nil, err
+	}
+	return n, nil
+}
+
+// start starts the agent of node name, and its kubelet API if cfg has
+// one.
+func (n *Nodes) start(ctx context.Context, cfg NodesConfig, name string, cidr netip.Prefix, newClient func() (kubernetes.Interface, error)) error {
+	client, err := newClient()
+	if err != nil {
+		return err
+	}
+	kc := cfg.Kubelet
+	kc.PodCIDR = cidr
+	kc.Env = append(RoutingEnv(cfg.Kubeconfig, name), kc.Env...)
+	ac := Config{Client: client, NodeName: name, Kubelet: kc, Recorder: cfg.Recorder}
+	var ln net.Listener
+	if cfg.KubeletTLS != nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return fmt.Errorf("node %s: kubelet API: %w", name, err)
+		}
+		ac.KubeletPort = int32(ln.Addr().(*net.TCPAddr).Port)
+	}
+	a, err := Start(ctx, ac)
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return err
+	}
+	n.agents = append(n.agents, a)
+	if ln != nil {
+		srv := &http.Server{Handler: KubeletHandler(a.Kubelet()), ReadHeaderTimeout: 10 * time.Second}
+		n.servers = append(n.servers, srv)
+		go srv.Serve(tls.NewListener(ln, cfg.KubeletTLS))
+	}
+	return nil
+}
+
+// Agents returns the node agents, node-1 first.
+func (n *Nodes) Agents() []*Agent { return n.agents }
+
+// Close stops the scheduler, the kubelet APIs and every agent, which kills
+// every pod's processes at once, and releases the pod range. It returns
+// when everything is gone, or with ctx's error when ctx ends first. The
+// Node objects stay in the API. Later calls return the first one's result.
+func (n *Nodes) Close(ctx context.Context) error {
+	n.closeOnce.Do(func() {
+		if n.scheduler != nil {
+			n.scheduler.Close()
+		}
+		var errs []error
+		for _, srv := range n.servers {
+			errs = append(errs, srv.Close())
+		}
+		agentErrs := make([]error, len(n.agents))
+		var wg sync.WaitGroup
+		for i, a := range n.agents {
+			wg.Go(func() { agentErrs[i] = a.Close(ctx) })
+		}
+		wg.Wait()
+		// After every pod is gone: the range is free again.
+		errs = append(errs, agentErrs...)
+		errs = append(errs, n.claim.Close())
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
