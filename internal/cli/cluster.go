@@ -1037,3 +1037,41 @@ func (s *clusterSteps) finish(ok bool) {
 	s.bars.Wait()
 	s.bars = nil
 }
+
+// ensureCluster returns the state of the cluster that is up in state
+// directory dir (the default one if empty), or starts one of flags' nodes
+// and image commands there. stop stops the cluster if ensureCluster
+// started it, and does nothing if it was up already: a cluster the user
+// brought up stays up, with its own flags.
+func ensureCluster(ctx context.Context, streams Streams, dir string, flags clusterFlags) (st *clusterState, stop func() error, err error) {
+	if dir, err = clusterStateDir(dir); err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	unlock, err := lockStateDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unlock()
+	if st, err = liveState(streams.Err, dir, true); err != nil || st != nil {
+		return st, func() error { return nil }, err
+	}
+	if st, err = startCluster(ctx, streams, dir, flags); err != nil {
+		removeStateDir(dir)
+		return nil, nil, err
+	}
+	stop = func() error {
+		unlock, err := lockStateDir(dir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		if err := stopCluster(st); err != nil {
+			return err
+		}
+		return removeStateDir(dir)
+	}
+	return st, stop, nil
+}

@@ -321,7 +321,7 @@ func TestRolloutKube(t *testing.T) {
 		if !strings.HasPrefix(ns, "closingtime-") {
 			t.Errorf("load pods in namespace %s, want one of closingtime's own", ns)
 		}
-		want := []string{"load", "http://app." + ns + ":80/work", "-o", "jsonl", "--duration", "5m0s",
+		want := []string{"load", "http://app." + ns + ":80/work", "-o", "jsonl", "--wait-serving", "2m0s", "--duration", "5m0s",
 			"--connect-timeout", "2s", "--response-timeout", "2s", "--client", "new-conn=25", "--client", "keep-alive=15", "--connections", "4"}
 		for _, p := range pods {
 			c := p.Spec.Containers[0]

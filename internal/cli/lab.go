@@ -30,6 +30,8 @@ type labFlags struct {
 	parallel int
 	list     bool
 	images   []string
+	compare  bool
+	stateDir string
 	kubeFlags
 }
 
@@ -60,14 +62,23 @@ each in a namespace of its own (or all in -n, one at a time), the image
 closingtime being --image, with the traffic sent from load pods inside the
 cluster (docs/kube.md). Scenarios that need the embedded cluster (a
 dependency that runs in this process, a drain of its nodes) are left out,
-with a note.`,
+with a note.
+
+--compare runs the scenarios on the embedded cluster, then on a
+closingtime cluster (docs/cluster.md): real etcd, kube-apiserver and
+kube-controller-manager with closingtime's kubelet as node agents, the one
+up in --state-dir, or one started for the run and stopped after it. It
+prints each scenario's figures of both side by side; where they differ,
+the real controllers are right. --results holds both sides; --report
+shows the runs of both.`,
 		Example: `  closingtime lab --quick
   closingtime lab --list
   closingtime lab 1-plain 3-graceful --repeat 3
   closingtime lab pdb surge-vs-unavailable
   closingtime lab -f my-scenario.yaml
   closingtime lab --quick -o json > results.json
-  closingtime lab --kube --quick --image closingtime:dev 1-plain 3-graceful`,
+  closingtime lab --kube --quick --image closingtime:dev 1-plain 3-graceful
+  closingtime lab --compare --quick 1-plain 3-graceful`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := flags.kubeFlags.check("lab", cmd.Flags()); err != nil {
 				return err
@@ -85,6 +96,8 @@ with a note.`,
 	f.StringArrayVar(&flags.images, "image-command", nil, imageCommandUsage)
 	f.BoolVar(&flags.list, "list", false, "list the built-in scenarios, with their group, seed and description, and exit")
 	f.IntVar(&flags.parallel, "parallel", 0, "scenarios run at once, each on a cluster of its own (default: all)")
+	f.BoolVar(&flags.compare, "compare", false, "run on the embedded cluster and on a closingtime cluster, and compare their figures")
+	f.StringVar(&flags.stateDir, "state-dir", "", "with --compare, the closingtime cluster's state directory (default: as `cluster up`)")
 	flags.kubeFlags.bind(f)
 	return cmd
 }
@@ -106,6 +119,14 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 	images, err := imageCommands("lab", flags.images)
 	if err != nil {
 		return err
+	}
+	switch {
+	case flags.compare && flags.kube:
+		return usagef("lab: --compare runs on a closingtime cluster of its own: it does not take --kube")
+	case flags.stateDir != "" && !flags.compare:
+		return usagef("lab: --state-dir needs --compare")
+	case flags.compare:
+		return runCompare(ctx, streams, scenarios, images, flags)
 	}
 	cfg := scenario.RunnerConfig{Quick: flags.quick, Repetitions: flags.repeat}
 	if flags.kube {

@@ -18,12 +18,13 @@ import (
 const runAsCommand = "CLOSINGTIME_TEST_RUN_COMMAND"
 
 // TestMain runs the command line instead of the tests when the test binary
-// is started as a pod of `closingtime lab` (which runs os.Executable with
-// the pod's args, "serve …"), or by a test that sets runAsCommand, as
-// os/exec's tests re-execute themselves. Otherwise it runs the tests, then
-// stops the control plane they shared, if one started it.
+// is started as a pod of `closingtime lab` or of a test's `closingtime
+// cluster` (which run os.Executable with the pod's args, "serve …" or, for
+// a load pod, "load …"), or by a test that sets runAsCommand, as os/exec's
+// tests re-execute themselves. Otherwise it runs the tests, then stops the
+// control plane they shared, if one started it.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Getenv(runAsCommand) == "1") {
+	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Args[1] == "load" || os.Getenv(runAsCommand) == "1") {
 		os.Exit(Run(context.Background(), os.Args[1:], StdStreams()))
 	}
 	code := m.Run()

@@ -33,6 +33,7 @@ type loadFlags struct {
 	retry           bool
 	retryAttempts   int
 	retryBaseDelay  time.Duration
+	waitServing     time.Duration
 	stopFile        string
 	events          string
 	output          string
@@ -56,14 +57,22 @@ connection for each request; keep-alive sends over a pool of --connections
 persistent connections. Neither resends a failed request unless --retry is
 given, and then only what is safe to resend (see the retry package).
 
+With --wait-serving, the run begins once URL answers: 10 requests in a row,
+each on a new connection, with a status below 500 (failed tries 100 ms
+apart). If it does not within that time, the command fails (exit status 1)
+and sends nothing. The runner's load pods use it, so that their traffic
+starts, as the embedded cluster's does, once the Service answers where the
+traffic comes from.
+
 The run ends after --duration, on SIGINT or SIGTERM, or when --stop-file
 exists; requests in flight then finish or time out and are counted.
 
--o jsonl writes one JSON line per request to standard output as it
+-o jsonl writes a first line when the run begins sending,
+{"start":TIME}, then one JSON line per request to standard output as it
 completes, then the report as the last line, {"report":{...}}, with its
 latency histograms, so that the reports of several runs merge exactly:
-the load pods of a real cluster hand their results back that way, through
-their logs (docs/load.md).
+the load pods of a real cluster say that their traffic flows, and hand
+their results back, that way, through their logs (docs/load.md).
 
 In a pod of closingtime cluster, the environment names the API server and
 the node (CLOSINGTIME_KUBECONFIG, CLOSINGTIME_NODE_NAME): a URL whose host is
@@ -73,7 +82,8 @@ pod's connections.`,
 		Example: `  closingtime load http://127.0.0.1:8080/work --rate 50 --duration 30s
   closingtime load http://127.0.0.1:8080/work --client new-conn=50 --client keep-alive=200 -o json
   closingtime load http://app/work --duration 10m --stop-file /tmp/stop --events events.jsonl
-  closingtime load http://web.shop:80/ --client keep-alive=500 --retry --retry-attempts 3 -o jsonl`,
+  closingtime load http://web.shop:80/ --client keep-alive=500 --retry --retry-attempts 3 -o jsonl
+  closingtime load http://127.0.0.1:8080/work --wait-serving 30s --duration 10s`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("load: want exactly one URL, got %d arguments (see closingtime load --help)", len(args))
@@ -99,6 +109,7 @@ pod's connections.`,
 	f.BoolVar(&flags.retry, "retry", false, "resend the requests that are safe to resend, on a new connection, and report them as absorbed")
 	f.IntVar(&flags.retryAttempts, "retry-attempts", retry.DefaultAttempts, "with --retry, the most attempts per request, the first included")
 	f.DurationVar(&flags.retryBaseDelay, "retry-base-delay", retry.DefaultBaseDelay, "with --retry, the backoff ceiling before the first retry")
+	f.DurationVar(&flags.waitServing, "wait-serving", 0, "before the run, wait up to this long for URL to answer 10 requests in a row, and fail if it does not (0: start at once)")
 	f.StringVar(&flags.stopFile, "stop-file", "", "stop sending when this file exists")
 	f.StringVar(&flags.events, "events", "", "write one JSON line per request to this file")
 	f.StringVarP(&flags.output, "output", "o", "text", "output format: text, json, or jsonl (a line per request, then the report)")
@@ -120,6 +131,9 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	}
 	if flags.duration <= 0 || flags.connectTimeout <= 0 || flags.responseTimeout <= 0 || flags.connections <= 0 {
 		return usagef("load: --duration, --connect-timeout, --response-timeout and --connections must be positive")
+	}
+	if flags.waitServing < 0 {
+		return usagef("load: invalid --wait-serving %v: must not be negative", flags.waitServing)
 	}
 	clients, err := parseClients(flags.clients, flags.rate, flags.connections)
 	if err != nil {
@@ -163,6 +177,19 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 		go watchStopFile(ctx, flags.stopFile, cancel)
+	}
+	if flags.waitServing > 0 {
+		wctx, cancel := context.WithTimeout(ctx, flags.waitServing)
+		err := load.WaitServing(wctx, dial, target)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("load: --wait-serving %v: %w", flags.waitServing, err)
+		}
+	}
+	if flags.output == "jsonl" {
+		if err := load.WriteStartLine(streams.Out, time.Now()); err != nil {
+			return fmt.Errorf("load: %w", err)
+		}
 	}
 	report, err := gen.Run(ctx)
 	if err != nil {
@@ -212,7 +239,11 @@ func podDialer(ctx context.Context) (load.Dialer, func(), error) {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, routesStartTimeout)
 	defer cancel()
-	routes, err := nodeagent.StartRoutes(startCtx, nodeagent.RoutesConfig{Client: client, NodeName: node})
+	minDelay, maxDelay, err := nodeagent.ParsePropagationDelay(os.Getenv(nodeagent.PropagationDelayEnv))
+	if err != nil {
+		return nil, nil, usagef("load: %w", err)
+	}
+	routes, err := nodeagent.StartRoutes(startCtx, nodeagent.RoutesConfig{Client: client, NodeName: node, MinDelay: minDelay, MaxDelay: maxDelay})
 	if err != nil {
 		return nil, nil, fmt.Errorf("load: routing view of node %s from the API server at %s (%s=%s): %w", node, rest.Host, nodeagent.KubeconfigEnv, path, err)
 	}

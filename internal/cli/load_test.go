@@ -75,6 +75,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		{name: "zero duration", args: []string{"load", "http://127.0.0.1:1/", "--duration", "0s"}, wantErr: "must be positive"},
 		{name: "zero retry attempts", args: []string{"load", "http://127.0.0.1:1/", "--retry", "--retry-attempts", "0"}, wantErr: "--retry-attempts and --retry-base-delay must be positive"},
 		{name: "jsonl and events", args: []string{"load", "http://127.0.0.1:1/", "-o", "jsonl", "--events", "e.jsonl"}, wantErr: "give --events or -o jsonl, not both"},
+		{name: "negative wait", args: []string{"load", "http://127.0.0.1:1/", "--wait-serving=-1s"}, wantErr: "invalid --wait-serving -1s"},
 	})
 }
 
@@ -222,6 +223,79 @@ func TestLoadJSONLines(t *testing.T) {
 	}
 }
 
+// TestLoadWaitServing: with --wait-serving, the run begins once the
+// target answers, so a server that starts late costs no failure; its
+// stream's first line says when it began. A server that never answers is
+// an error once the bound has passed, and nothing is sent.
+func TestLoadWaitServing(t *testing.T) {
+	t.Parallel()
+	// A port where nothing listens yet: connects are refused.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	type result struct {
+		status         int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		status, stdout, stderr := runCLI(context.Background(), "load", "http://"+addr+"/", "--wait-serving", "30s",
+			"--rate", "40", "--duration", "500ms", "-o", "jsonl")
+		done <- result{status, stdout, stderr}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("load ended (status %d, %s) while nothing listened", r.status, r.stderr)
+	case <-time.After(700 * time.Millisecond):
+	}
+	up := time.Now()
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(load.PodHeader, "pod-a")
+	}))
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+	r := <-done
+	if r.status != ExitOK {
+		t.Fatalf("exit status %d: %s", r.status, r.stderr)
+	}
+	first, _, _ := strings.Cut(r.stdout, "\n")
+	if !load.IsStartLine([]byte(first)) {
+		t.Errorf("first line %q, want the start line", first)
+	}
+	_, report, err := load.ReadStream(strings.NewReader(r.stdout))
+	if err != nil || report == nil {
+		t.Fatalf("stream: report %v, %v", report, err)
+	}
+	if totals := report.Clients[0].Totals; totals[load.OK] != 20 || totals.Failed() != 0 {
+		t.Errorf("totals %v, want 20 ok and no failure: the run begins once the server answers", totals)
+	}
+	if report.Start.Before(up) {
+		t.Errorf("run began at %v, before the server listened at %v", report.Start, up)
+	}
+
+	// Nothing ever listens: an error after the bound, naming the flag and
+	// the last failure, and no stream.
+	srv.Close()
+	start := time.Now()
+	status, stdout, stderr := runCLI(context.Background(), "load", "http://"+addr+"/", "--wait-serving", "1s", "-o", "jsonl")
+	elapsed := time.Since(start)
+	if status != ExitError || !strings.Contains(stderr, "--wait-serving 1s") || !strings.Contains(stderr, "refused") || stdout != "" {
+		t.Errorf("exit status %d, stderr %q, %d bytes of output; want %d, an error naming --wait-serving and the refused connects, no output",
+			status, stderr, len(stdout), ExitError)
+	}
+	if elapsed < time.Second || elapsed > 20*time.Second {
+		t.Errorf("failed after %v, want soon after the 1 s bound", elapsed)
+	}
+}
+
 // TestLoadRoutes runs closingtime load as a process of a pod of
 // `closingtime cluster` would run it, with CLOSINGTIME_KUBECONFIG and
 // CLOSINGTIME_NODE_NAME, against a real API server: a Service's requests go
@@ -272,7 +346,7 @@ func TestLoadRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	env := nodeagent.RoutingEnv(cp.Kubeconfig, "load-node")
+	env := nodeagent.RoutingEnv(cp.Kubeconfig, "load-node", 0, 0)
 	run := func(env ...corev1.EnvVar) (load.Counts, string, error) {
 		t.Helper()
 		cmd := exec.Command(os.Args[0], "load", "http://web."+ns.Name+".svc:80/", "--rate", "20", "--duration", "1s", "-o", "json")
@@ -318,7 +392,7 @@ func TestLoadRoutes(t *testing.T) {
 		env  []corev1.EnvVar
 		want []string
 	}{
-		{"unreadable kubeconfig", nodeagent.RoutingEnv(missing, "load-node"), []string{nodeagent.KubeconfigEnv, missing}},
+		{"unreadable kubeconfig", nodeagent.RoutingEnv(missing, "load-node", 0, 0), []string{nodeagent.KubeconfigEnv, missing}},
 		{"no node", env[:1], []string{nodeagent.NodeNameEnv}},
 	} {
 		_, stderr, err := run(tt.env...)

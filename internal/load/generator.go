@@ -182,7 +182,7 @@ func New(cfg Config) (*Generator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("target URL: %w", err)
 	}
-	template.Header.Set("User-Agent", "closingtime-load")
+	template.Header.Set("User-Agent", userAgent)
 	seen := make(map[Kind]bool)
 	for i, cl := range cfg.Clients {
 		if _, err := cl.Kind.MarshalText(); err != nil {
@@ -221,6 +221,9 @@ func New(cfg Config) (*Generator, error) {
 	}
 	return g, nil
 }
+
+// userAgent is the User-Agent of the generator's requests.
+const userAgent = "closingtime-load"
 
 func orDefault[T comparable](v, def T) T {
 	var zero T

@@ -149,6 +149,13 @@ func TestStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := WriteStartLine(&buf, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := bytes.Cut(buf.Bytes(), []byte("\n"))
+	if !IsStartLine(first) {
+		t.Errorf("IsStartLine(%s) = false, want true", first)
+	}
 	report, err := gen.Run(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -173,12 +180,19 @@ func TestStream(t *testing.T) {
 		{"not JSON", `{"id":"a","class":"ok"}` + "\nclosingtime: load: oops\n", "line 2"},
 		{"neither", "{}\n", "line 1: neither a request nor the report"},
 		{"after the report", `{"report":{"url":"http://a/"}}` + "\n" + `{"id":"a","class":"ok"}` + "\n", "line 2: a line after the report"},
+		{"start not first", `{"id":"a","class":"ok"}` + "\n" + `{"start":"2026-01-02T03:04:05Z"}` + "\n", "line 2: a start line after the first line"},
+		{"start not a time", `{"start":"soon"}` + "\n", "line 1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, _, err := ReadStream(strings.NewReader(tt.stream)); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("ReadStream: %v, want an error with %q", err, tt.want)
 			}
 		})
+	}
+	for _, line := range []string{`{"id":"a","class":"ok"}`, `{"report":{"start":"2026-01-02T03:04:05Z"}}`, `{"start":"soon"}`, "closingtime: load: oops"} {
+		if IsStartLine([]byte(line)) {
+			t.Errorf("IsStartLine(%s) = true, want false", line)
+		}
 	}
 	// A stream cut before its report has no report and no error.
 	events, got, err = ReadStream(strings.NewReader(`{"id":"a","class":"ok","client":"new-conn"}` + "\n"))

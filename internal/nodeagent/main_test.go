@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
-	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
 // binary is the closingtime command, built once for the pods of the tests.
@@ -13,8 +12,4 @@ var binary string
 
 // TestMain builds closingtime for the pods, runs the tests, and stops the
 // control plane they shared.
-func TestMain(m *testing.M) {
-	code := testbinary.Main(m, &binary)
-	controlplanetest.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(controlplanetest.Main(m, &binary)) }

@@ -43,6 +43,14 @@ type NodesConfig struct {
 	Kubelet local.KubeletConfig
 	// Recorder, if set, receives every node's kubelet events.
 	Recorder cluster.Recorder
+	// MinPropagationDelay and MaxPropagationDelay bound the delay with
+	// which the pods' routing views apply an endpoint change after their
+	// watch sees it, as kube-proxy's rules lag behind the EndpointSlices
+	// (PropagationDelayEnv). Both zero means the embedded cluster's,
+	// cluster.DefaultMinPropagationDelay and
+	// cluster.DefaultMaxPropagationDelay, so that the two clusters route
+	// alike.
+	MinPropagationDelay, MaxPropagationDelay time.Duration
 }
 
 // Nodes is a scheduler and the node agents of a cluster, as the embedded
@@ -66,6 +74,12 @@ func StartNodes(ctx context.Context, cfg NodesConfig) (*Nodes, error) {
 	}
 	if cfg.Nodes < 1 || cfg.Nodes > 250 {
 		return nil, fmt.Errorf("%d nodes: want 1 to 250", cfg.Nodes)
+	}
+	if cfg.MinPropagationDelay == 0 && cfg.MaxPropagationDelay == 0 {
+		cfg.MinPropagationDelay, cfg.MaxPropagationDelay = cluster.DefaultMinPropagationDelay, cluster.DefaultMaxPropagationDelay
+	}
+	if cfg.MinPropagationDelay < 0 || cfg.MaxPropagationDelay < cfg.MinPropagationDelay {
+		return nil, fmt.Errorf("propagation delay range %s–%s is not a range of non-negative durations", cfg.MinPropagationDelay, cfg.MaxPropagationDelay)
 	}
 	rest, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
 	if err != nil {
@@ -104,7 +118,7 @@ func (n *Nodes) start(ctx context.Context, cfg NodesConfig, name string, cidr ne
 	}
 	kc := cfg.Kubelet
 	kc.PodCIDR = cidr
-	kc.Env = append(RoutingEnv(cfg.Kubeconfig, name), kc.Env...)
+	kc.Env = append(RoutingEnv(cfg.Kubeconfig, name, cfg.MinPropagationDelay, cfg.MaxPropagationDelay), kc.Env...)
 	ac := Config{Client: client, NodeName: name, Kubelet: kc, Recorder: cfg.Recorder}
 	var ln net.Listener
 	if cfg.KubeletTLS != nil {

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 )
 
@@ -102,7 +103,7 @@ func TestNodesCloseLeavesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range RoutingEnv(cp.Kubeconfig, p.Spec.NodeName) {
+		for _, v := range RoutingEnv(cp.Kubeconfig, p.Spec.NodeName, cluster.DefaultMinPropagationDelay, cluster.DefaultMaxPropagationDelay) {
 			if !slices.Contains(strings.Split(string(environ), "\x00"), v.Name+"="+v.Value) {
 				t.Errorf("pod %s on %s: no %s=%s in its environment", p.Name, p.Spec.NodeName, v.Name, v.Value)
 			}

@@ -27,22 +27,48 @@ import (
 
 // Environment variables that let a process in a pod reach Services through
 // a node's routing view: `closingtime load` reads them. [RoutingEnv] gives
-// both.
+// them.
 const (
 	// KubeconfigEnv names the kubeconfig file of the API server whose
 	// Services and EndpointSlices the routing view follows.
 	KubeconfigEnv = "CLOSINGTIME_KUBECONFIG"
 	// NodeNameEnv names the node whose routing view it is.
 	NodeNameEnv = "CLOSINGTIME_NODE_NAME"
+	// PropagationDelayEnv is the range of the view's delay in applying an
+	// endpoint change, on top of the watch's own latency, as MIN-MAX in
+	// Go's duration syntax ([ParsePropagationDelay]): the time kube-proxy
+	// takes to write a change into a node's rules. Unset means none.
+	PropagationDelayEnv = "CLOSINGTIME_PROPAGATION_DELAY"
 )
 
 // RoutingEnv returns the variables that let a container on node reach
 // Services through node's routing view, built from the API server that
-// kubeconfig, a path on this machine, names; give them to the node's
-// kubelet (local.KubeletConfig.Env), as a real kubelet gives every
-// container the Service variables.
-func RoutingEnv(kubeconfig, node string) []corev1.EnvVar {
-	return []corev1.EnvVar{{Name: KubeconfigEnv, Value: kubeconfig}, {Name: NodeNameEnv, Value: node}}
+// kubeconfig, a path on this machine, names, with endpoint changes applied
+// min to max after the view sees them; give them to the node's kubelet
+// (local.KubeletConfig.Env), as a real kubelet gives every container the
+// Service variables.
+func RoutingEnv(kubeconfig, node string, min, max time.Duration) []corev1.EnvVar {
+	return []corev1.EnvVar{{Name: KubeconfigEnv, Value: kubeconfig}, {Name: NodeNameEnv, Value: node},
+		{Name: PropagationDelayEnv, Value: min.String() + "-" + max.String()}}
+}
+
+// ParsePropagationDelay parses the value of PropagationDelayEnv, MIN-MAX;
+// the empty string is no delay.
+func ParsePropagationDelay(s string) (min, max time.Duration, err error) {
+	if s == "" {
+		return 0, 0, nil
+	}
+	lo, hi, ok := strings.Cut(s, "-")
+	if ok {
+		min, err = time.ParseDuration(lo)
+	}
+	if ok && err == nil {
+		max, err = time.ParseDuration(hi)
+	}
+	if !ok || err != nil || min < 0 || max < min {
+		return 0, 0, fmt.Errorf("%s=%q: want MIN-MAX, two non-negative durations in order, such as 100ms-1s", PropagationDelayEnv, s)
+	}
+	return min, max, nil
 }
 
 // PodIPInAPI returns the address by which the API knows a pod that

@@ -300,3 +300,35 @@ func reached(t *testing.T, dial func(ctx context.Context, network, address strin
 	}
 	return seen
 }
+
+func TestParsePropagationDelay(t *testing.T) {
+	for _, tt := range []struct {
+		in       string
+		min, max time.Duration
+		ok       bool
+	}{
+		{"", 0, 0, true},
+		{"100ms-1s", 100 * time.Millisecond, time.Second, true},
+		{"0s-0s", 0, 0, true},
+		{"1s", 0, 0, false},
+		{"1s-100ms", 0, 0, false},
+		{"-1s-1s", 0, 0, false},
+		{"1x-2s", 0, 0, false},
+	} {
+		min, max, err := ParsePropagationDelay(tt.in)
+		if (err == nil) != tt.ok || min != tt.min || max != tt.max {
+			t.Errorf("ParsePropagationDelay(%q) = %v, %v, %v; want %v, %v, ok %v", tt.in, min, max, err, tt.min, tt.max, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), PropagationDelayEnv) {
+			t.Errorf("error %q does not name %s", err, PropagationDelayEnv)
+		}
+	}
+	// What RoutingEnv writes parses back.
+	for _, v := range RoutingEnv("k", "n", 100*time.Millisecond, time.Second) {
+		if v.Name == PropagationDelayEnv {
+			if min, max, err := ParsePropagationDelay(v.Value); err != nil || min != 100*time.Millisecond || max != time.Second {
+				t.Errorf("RoutingEnv's %s=%q parses to %v, %v, %v", v.Name, v.Value, min, max, err)
+			}
+		}
+	}
+}

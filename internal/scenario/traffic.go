@@ -3,8 +3,6 @@ package scenario
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -18,8 +16,12 @@ import (
 // returns is the same either way. A TrafficSource is used by one
 // repetition at a time.
 type TrafficSource interface {
-	// WaitServing waits until the Service at url answers, or returns
-	// ctx.Err() (with the last failure) if ctx ends first.
+	// WaitServing waits until the Service at url answers, or returns an
+	// error that wraps ctx.Err() (with the last failure) if ctx ends
+	// first. "Answers" is load.WaitServing's rule, judged from where the
+	// traffic comes from; a source that cannot judge it from here does as
+	// much as it can, and its Run then waits for the rule before its
+	// requests begin (package kube's load pods).
 	WaitServing(ctx context.Context, url string) error
 
 	// Run sends the requests that cfg describes (its Dial and Events are
@@ -37,30 +39,10 @@ func LocalTraffic(dial load.Dialer) TrafficSource { return localTraffic{dial} }
 
 type localTraffic struct{ dial load.Dialer }
 
-// WaitServing waits until 10 requests in a row to url succeed.
+// WaitServing waits until url answers through the local cluster's routing,
+// by load.WaitServing's rule.
 func (l localTraffic) WaitServing(ctx context.Context, url string) error {
-	client := &http.Client{Transport: &http.Transport{DialContext: l.dial, DisableKeepAlives: true}, Timeout: 2 * time.Second}
-	defer client.CloseIdleConnections()
-	for good := 0; good < 10; {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode < 500 {
-				good++
-				continue
-			}
-			err = fmt.Errorf("status %s", resp.Status)
-		}
-		good = 0
-		if serr := sleep(ctx, 100*time.Millisecond); serr != nil {
-			return fmt.Errorf("%w (last: %v)", serr, err)
-		}
-	}
-	return nil
+	return load.WaitServing(ctx, l.dial, url)
 }
 
 // Run runs a load generator in this process.

@@ -7,8 +7,8 @@
 // applies manifests with server-side apply under the field manager
 // [FieldManager], restarts, scales, deletes, evicts and drains as kubectl
 // does, and turns what its informers see of Pods, EndpointSlices,
-// ReplicaSets, Deployments and core Events into the same [cluster.Event]
-// stream as the embedded cluster, where the API shows the same thing. It
+// ReplicaSets and Deployments into the same [cluster.Event] stream as the
+// embedded cluster, where the API shows the same thing. It
 // follows the log of every container from its start, so that logs outlive
 // their pods.
 //

@@ -24,7 +24,7 @@ import (
 const syncTimeout = time.Minute
 
 // observe starts the informers on the namespace's Pods, EndpointSlices,
-// ReplicaSets, Deployments and core Events, and waits until each handler
+// ReplicaSets and Deployments, and waits until each handler
 // has seen the objects that were there. Their changes become events from
 // then on.
 func (c *Cluster) observe() error {
@@ -33,8 +33,7 @@ func (c *Cluster) observe() error {
 	endpointSlices := c.factory.Discovery().V1().EndpointSlices()
 	rss := c.factory.Apps().V1().ReplicaSets()
 	deployments := c.factory.Apps().V1().Deployments()
-	events := c.factory.Core().V1().Events().Informer()
-	regs := make([]cache.ResourceEventHandlerRegistration, 0, 5)
+	regs := make([]cache.ResourceEventHandlerRegistration, 0, 4)
 	add := func(i cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
 		reg, err := i.AddEventHandler(h)
 		regs = append(regs, reg)
@@ -63,11 +62,6 @@ func (c *Cluster) observe() error {
 			update: func(_, _ *appsv1.Deployment) { c.changedObserved(lister) },
 			remove: func(*appsv1.Deployment) { c.changedObserved(lister) },
 		}),
-		add(events, handler[*corev1.Event]{
-			add:    func(e *corev1.Event, initial bool) { c.eventChanged(nil, e, initial) },
-			update: func(old, e *corev1.Event) { c.eventChanged(old, e, false) },
-			remove: func(*corev1.Event) {},
-		}),
 	} {
 		if err != nil {
 			return fmt.Errorf("observe namespace %s: %w", c.namespace, err)
@@ -81,7 +75,7 @@ func (c *Cluster) observe() error {
 	ctx, cancel := context.WithTimeout(c.ctx, syncTimeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("observe namespace %s: the informers did not list Pods, EndpointSlices, ReplicaSets, Deployments and Events within %v: is the API server reachable, and may these be listed and watched?",
+		return fmt.Errorf("observe namespace %s: the informers did not list Pods, EndpointSlices, ReplicaSets and Deployments within %v: is the API server reachable, and may these be listed and watched?",
 			c.namespace, syncTimeout)
 	}
 	c.mu.Lock()
@@ -149,9 +143,12 @@ type podState struct {
 }
 
 // containerState is what the backend last saw of a container of a pod.
+// A container's instances are numbered by their restart count, from 0.
 type containerState struct {
-	running metav1.Time // StartedAt of the running instance
-	exited  string      // the terminated instance: its container ID and finish time
+	starts   int32     // how many instances were seen to start (or passed unseen)
+	exits    int32     // how many instances were seen to end (or passed unseen)
+	exitedAt time.Time // when the backend saw the newest exit
+	backOffs int32     // how many instances' back-offs were recorded (or passed unseen)
 }
 
 // podChanged turns a change of pod (old is nil for a new one) into events,
@@ -171,7 +168,7 @@ func (c *Cluster) podChanged(l listers, old, pod *corev1.Pod, initial bool) {
 		prev = &podState{containers: map[string]containerState{}}
 		c.pods[pod.UID] = prev
 	}
-	events, started := podEvents(prev, pod, old == nil && !initial)
+	events, started := podEvents(prev, pod, old == nil && !initial, c.clock.Now())
 	if !initial {
 		for _, e := range events {
 			c.record(e)
@@ -184,10 +181,19 @@ func (c *Cluster) podChanged(l listers, old, pod *corev1.Pod, initial bool) {
 	}
 }
 
-// podEvents updates prev to pod and returns the events of the change and
-// the containers whose running instance is new. created says that pod is
-// new to the API.
-func podEvents(prev *podState, pod *corev1.Pod, created bool) ([]cluster.Event, []string) {
+// podEvents updates prev to pod, seen at now, and returns the events of
+// the change and the containers whose running instance is new. created
+// says that pod is new to the API.
+//
+// A container status shows the newest instance (its restart count is
+// RestartCount) as its state, and the one before as its last state; while
+// the container waits to restart, its newest instance, ended, is the last
+// state. The kubelet's updates may be coalesced: an instance can start and
+// end between two of them, or be seen only once ended. Each instance is
+// therefore one container_started when the count shows it, running or
+// not, and one container_exited when its end is seen; an instance that
+// came and went unseen has no exit.
+func podEvents(prev *podState, pod *corev1.Pod, created bool, now time.Time) ([]cluster.Event, []string) {
 	var out []cluster.Event
 	var started []string
 	ev := func(kind cluster.EventKind, container string, fields map[string]string) {
@@ -214,31 +220,51 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool) ([]cluster.Event, 
 		ev(cluster.PodDeleted, "", grace)
 		ev(cluster.PodTerminating, "", grace)
 	}
+	start := func(cs *containerState, name string, n int32, end *corev1.ContainerStateTerminated) {
+		// An instance whose start failed never ran: the embedded kubelet
+		// records no start for it either.
+		if end == nil || end.Reason != startError {
+			ev(cluster.ContainerStarted, name, map[string]string{"restart": strconv.Itoa(int(n))})
+		}
+		cs.starts = n + 1
+	}
+	exit := func(cs *containerState, name string, n int32, end *corev1.ContainerStateTerminated) {
+		ev(cluster.ContainerExited, name, exitFields(end))
+		cs.exits, cs.exitedAt = n+1, now
+	}
 	for _, s := range pod.Status.ContainerStatuses {
 		cs := prev.containers[s.Name]
-		// An instance that ended and was replaced between two updates is
-		// seen only as the last state of the next.
-		if t := s.LastTerminationState.Terminated; t != nil && exitKey(t) != cs.exited && s.State.Terminated == nil {
-			cs.exited = exitKey(t)
-			ev(cluster.ContainerExited, s.Name, exitFields(t))
+		n, last := s.RestartCount, s.LastTerminationState.Terminated
+		lastN := n - 1 // the instance of the last state
+		if s.State.Waiting != nil && last != nil {
+			lastN = n
 		}
-		if r := s.State.Running; r != nil && !r.StartedAt.Equal(&cs.running) {
-			cs.running = r.StartedAt
-			started = append(started, s.Name)
-			ev(cluster.ContainerStarted, s.Name, map[string]string{"restart": strconv.Itoa(int(s.RestartCount))})
+		for cs.starts < lastN {
+			start(&cs, s.Name, cs.starts, nil)
+		}
+		if cs.starts <= lastN {
+			start(&cs, s.Name, lastN, last)
+		}
+		if last != nil && cs.exits <= lastN {
+			exit(&cs, s.Name, lastN, last)
+		}
+		if r, t := s.State.Running, s.State.Terminated; (r != nil || t != nil) && cs.starts <= n {
+			start(&cs, s.Name, n, t)
+			if r != nil {
+				started = append(started, s.Name)
+			}
 		}
 		prev.containers[s.Name] = cs
 	}
 	for _, s := range pod.Status.ContainerStatuses {
 		cs := prev.containers[s.Name]
-		if t := s.State.Terminated; t != nil && exitKey(t) != cs.exited {
-			cs.exited = exitKey(t)
-			ev(cluster.ContainerExited, s.Name, exitFields(t))
+		if t := s.State.Terminated; t != nil && cs.exits <= s.RestartCount {
+			exit(&cs, s.Name, s.RestartCount, t)
 		}
 		prev.containers[s.Name] = cs
 	}
-	// An exit comes before the unreadiness it brings, as the embedded
-	// kubelet records them.
+	// An exit comes before the unreadiness it brings, and both before the
+	// back-off, as the embedded kubelet records them.
 	if ready := podutils.IsPodReady(pod); ready != prev.ready {
 		prev.ready = ready
 		if ready {
@@ -246,6 +272,18 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool) ([]cluster.Event, 
 		} else {
 			ev(cluster.PodUnready, "", nil)
 		}
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		cs := prev.containers[s.Name]
+		if w := s.State.Waiting; w != nil && w.Reason == crashLoopBackOff && s.LastTerminationState.Terminated != nil && cs.backOffs <= s.RestartCount {
+			cs.backOffs = s.RestartCount + 1
+			var fields map[string]string
+			if d, ok := backOffDelay(w.Message); ok {
+				fields = map[string]string{"delay": max(0, d-now.Sub(cs.exitedAt)).String()}
+			}
+			ev(cluster.BackOff, s.Name, fields)
+		}
+		prev.containers[s.Name] = cs
 	}
 	prev.phase = string(pod.Status.Phase)
 	if (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && !prev.terminated {
@@ -255,9 +293,26 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool) ([]cluster.Event, 
 	return out, started
 }
 
-// exitKey identifies a terminated container instance.
-func exitKey(t *corev1.ContainerStateTerminated) string {
-	return t.ContainerID + "@" + t.FinishedAt.UTC().Format(time.RFC3339Nano)
+// The kubelet's reasons (k8s.io/kubernetes pkg/kubelet/container,
+// ErrCrashLoopBackOff; a failed start as containerd reports it).
+const (
+	crashLoopBackOff = "CrashLoopBackOff"
+	startError       = "StartError"
+)
+
+// backOffDelay reads the back-off from the message of a container waiting
+// in CrashLoopBackOff, which the kubelet writes as "back-off 20s
+// restarting failed container=NAME pod=NAME_NAMESPACE(UID)" (k8s.io/kubernetes
+// pkg/kubelet/kuberuntime/kuberuntime_manager.go, doBackOff): the whole
+// back-off from the exit to the restart.
+func backOffDelay(message string) (time.Duration, bool) {
+	rest, ok := strings.CutPrefix(message, "back-off ")
+	if !ok {
+		return 0, false
+	}
+	word, _, _ := strings.Cut(rest, " ")
+	d, err := time.ParseDuration(word)
+	return d, err == nil && d > 0
 }
 
 // exitFields are the fields of a ContainerExited event for t.
@@ -347,31 +402,6 @@ func (c *Cluster) replicaSetChanged(l listers, old, rs *appsv1.ReplicaSet, initi
 	}
 	c.record(cluster.Event{Kind: cluster.ReplicaSetScaled, Namespace: rs.Namespace, Object: "ReplicaSet/" + rs.Name,
 		Fields: map[string]string{"from": strconv.Itoa(int(from)), "to": strconv.Itoa(int(to))}})
-}
-
-// eventChanged records a kubelet's BackOff event about a container (a
-// crashed container waiting to restart) each time it is raised: when it is
-// new and when its count grows. The API does not say the delay.
-func (c *Cluster) eventChanged(old, e *corev1.Event, initial bool) {
-	if initial || e.Reason != "BackOff" || e.InvolvedObject.Kind != "Pod" {
-		return
-	}
-	if old != nil && eventCount(e) <= eventCount(old) {
-		return
-	}
-	container := ""
-	if rest, ok := strings.CutPrefix(e.InvolvedObject.FieldPath, "spec.containers{"); ok {
-		container = strings.TrimSuffix(rest, "}")
-	}
-	c.record(cluster.Event{Kind: cluster.BackOff, Namespace: e.InvolvedObject.Namespace, Pod: e.InvolvedObject.Name, Container: container})
-}
-
-// eventCount is how many times e was raised.
-func eventCount(e *corev1.Event) int32 {
-	if e.Series != nil {
-		return e.Series.Count
-	}
-	return e.Count
 }
 
 // changedObserved is changedLocked for a handler that changes no state of

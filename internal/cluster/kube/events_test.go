@@ -3,8 +3,11 @@ package kube
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 )
 
 // expect receives events from ch until it has one of each of want, in
@@ -149,16 +153,18 @@ func TestContainerRestartEvents(t *testing.T) {
 	if e[0].Fields["code"] != "1" || e[1].Fields["restart"] != "1" {
 		t.Errorf("restart events %+v, want exit code 1 then restart 1", e)
 	}
-	// The kubelet's BackOff event is a back_off of its container.
-	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "a.1", Namespace: "ns"}, Reason: "BackOff", Count: 1,
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "a", FieldPath: "spec.containers{app}"}}
-	ev, _ = cs.CoreV1().Events("ns").Create(ctx, ev, metav1.CreateOptions{})
-	if e := expect(t, ch, cluster.BackOff); e[0].Pod != "a" || e[0].Container != "app" {
-		t.Errorf("back_off %+v, want pod a, container app", e[0])
+	// The next instance crashes at once; the kubelet waits out its
+	// back-off, which the container's waiting state says.
+	t2 := metav1.NewTime(t1.Add(time.Second))
+	p.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "app", RestartCount: 1,
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", ContainerID: "c2", StartedAt: t1, FinishedAt: t2}},
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+			Message: "back-off 10s restarting failed container=app pod=a_ns(uid-a)"}}}
+	pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	e = expect(t, ch, cluster.ContainerExited, cluster.BackOff)
+	if d, err := time.ParseDuration(e[1].Fields["delay"]); e[1].Pod != "a" || e[1].Container != "app" || err != nil || d > 10*time.Second || d < 9*time.Second {
+		t.Errorf("back_off %+v, want pod a, container app, a delay of nearly 10s", e[1])
 	}
-	ev.Count = 2
-	cs.CoreV1().Events("ns").Update(ctx, ev, metav1.UpdateOptions{})
-	expect(t, ch, cluster.BackOff)
 }
 
 func slice(name string, endpoints ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
@@ -351,5 +357,335 @@ func TestRolloutStatusDeadline(t *testing.T) {
 	_, err := c.RolloutStatus(ctx, "ns", "web")
 	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "progress deadline") {
 		t.Errorf("status past the progress deadline: %v, want an error saying so", err)
+	}
+}
+
+// statuses builds the container statuses a kubelet reports, one
+// instance at a time.
+type statuses struct {
+	pod   *corev1.Pod
+	start time.Time // the first instance's start
+}
+
+// running is instance n running, instance n-1 as its last state.
+func (s statuses) running(n int32) *corev1.Pod {
+	return s.with(corev1.ContainerStatus{Name: "app", RestartCount: n, LastTerminationState: s.last(n - 1),
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: s.at(n)}}})
+}
+
+// terminated is instance n ended, instance n-1 as its last state.
+func (s statuses) terminated(n int32) *corev1.Pod {
+	return s.with(corev1.ContainerStatus{Name: "app", RestartCount: n, LastTerminationState: s.last(n - 1),
+		State: corev1.ContainerState{Terminated: s.end(n)}})
+}
+
+// backingOff is the wait after instance n ended, as the kubelet reports
+// it: instance n as the last state, the back-off in the message.
+func (s statuses) backingOff(n int32, backOff string) *corev1.Pod {
+	return s.with(corev1.ContainerStatus{Name: "app", RestartCount: n, LastTerminationState: s.last(n),
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+			Message: "back-off " + backOff + " restarting failed container=app pod=a_ns(uid-a)"}}})
+}
+
+func (s statuses) with(cs corev1.ContainerStatus) *corev1.Pod {
+	p := s.pod.DeepCopy()
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+	return p
+}
+
+func (s statuses) at(n int32) metav1.Time {
+	return metav1.NewTime(s.start.Add(time.Duration(n) * time.Minute))
+}
+
+func (s statuses) end(n int32) *corev1.ContainerStateTerminated {
+	return &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", ContainerID: fmt.Sprintf("c%d", n),
+		StartedAt: s.at(n), FinishedAt: metav1.NewTime(s.at(n).Add(time.Second))}
+}
+
+func (s statuses) last(n int32) corev1.ContainerState {
+	if n < 0 {
+		return corev1.ContainerState{}
+	}
+	return corev1.ContainerState{Terminated: s.end(n)}
+}
+
+// describeEvents renders the container events as kind(restart|delay).
+func describeEvents(events []cluster.Event) []string {
+	var out []string
+	for _, e := range events {
+		switch e.Kind {
+		case cluster.ContainerStarted:
+			out = append(out, "started("+e.Fields["restart"]+")")
+		case cluster.ContainerExited:
+			out = append(out, "exited")
+		case cluster.BackOff:
+			out = append(out, "back_off("+e.Fields["delay"]+")")
+		}
+	}
+	return out
+}
+
+// TestPodEventsCrashLoop feeds podEvents the statuses of a container that
+// crashes at start, in the order the kubelet reports them, once each
+// (every update seen) and coalesced (updates merged by the watch or the
+// kubelet's status manager). Each instance is one container_started with
+// its restart count, each ended instance seen is one container_exited,
+// and each wait is one back_off whose delay is the back-off less the time
+// since the exit was seen.
+func TestPodEventsCrashLoop(t *testing.T) {
+	s := statuses{pod: pod("a", "node-1"), start: time.Now().Truncate(time.Second)}
+	type update struct {
+		pod  *corev1.Pod
+		seen time.Duration // after the first update
+		want []string
+	}
+	for _, tc := range []struct {
+		name     string
+		updates  []update
+		restarts int // container_started events with a restart count above 0
+	}{{
+		name:     "every update",
+		restarts: 3,
+		updates: []update{
+			{s.running(0), 0, []string{"started(0)"}},
+			{s.terminated(0), time.Second, []string{"exited"}},
+			// The first exit restarts at once.
+			{s.running(1), time.Second, []string{"started(1)"}},
+			{s.terminated(1), 2 * time.Second, []string{"exited"}},
+			// The kubelet's next sync says the wait: 10s from the exit,
+			// seen 1.5 s after it.
+			{s.backingOff(1, "10s"), 3500 * time.Millisecond, []string{"back_off(8.5s)"}},
+			// The same wait again at each sync is not a new one.
+			{s.backingOff(1, "10s"), 5 * time.Second, nil},
+			{s.running(2), 12 * time.Second, []string{"started(2)"}},
+			{s.terminated(2), 13 * time.Second, []string{"exited"}},
+			{s.backingOff(2, "20s"), 13 * time.Second, []string{"back_off(20s)"}},
+			{s.running(3), 33 * time.Second, []string{"started(3)"}},
+		},
+	}, {
+		name:     "coalesced",
+		restarts: 5,
+		updates: []update{
+			// The first instance is seen only ended.
+			{s.terminated(0), 0, []string{"started(0)", "exited"}},
+			// Instance 1 ran and ended unseen: its start is counted, its
+			// exit cannot be told; instance 2 is waiting to restart.
+			{s.backingOff(2, "10s"), 11 * time.Second, []string{"started(1)", "started(2)", "exited", "back_off(10s)"}},
+			// Instance 3 ran unseen; the next status already shows 4
+			// running, with 3 as its last state.
+			{s.running(4), 40 * time.Second, []string{"started(3)", "exited", "started(4)"}},
+			{s.terminated(4), 41 * time.Second, []string{"exited"}},
+			{s.running(5), 122 * time.Second, []string{"started(5)"}},
+			// An update of something else shows nothing new.
+			{s.running(5), 123 * time.Second, nil},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			prev := &podState{containers: map[string]containerState{}}
+			restarts := 0
+			for i, u := range tc.updates {
+				events, _ := podEvents(prev, u.pod, false, s.start.Add(u.seen))
+				got := describeEvents(events)
+				if !slices.Equal(got, u.want) {
+					t.Errorf("update %d: events %q, want %q", i, got, u.want)
+				}
+				for _, e := range events {
+					if e.Kind == cluster.ContainerStarted && e.Fields["restart"] != "0" {
+						restarts++
+					}
+				}
+			}
+			if restarts != tc.restarts {
+				t.Errorf("%d restarts counted, want %d", restarts, tc.restarts)
+			}
+		})
+	}
+}
+
+// TestPodEventsStartError: an instance whose start failed (StartError)
+// never ran, so it is no container_started, as in the embedded cluster;
+// the next instance is.
+func TestPodEventsStartError(t *testing.T) {
+	s := statuses{pod: pod("a", "node-1"), start: time.Now()}
+	prev := &podState{containers: map[string]containerState{}}
+	podEvents(prev, s.running(0), false, s.start)
+	failed := s.terminated(1)
+	failed.Status.ContainerStatuses[0].State.Terminated.Reason = "StartError"
+	failed.Status.ContainerStatuses[0].State.Terminated.ExitCode = 128
+	events, _ := podEvents(prev, failed, false, s.start.Add(time.Second))
+	if got := describeEvents(events); !slices.Equal(got, []string{"exited", "exited"}) {
+		t.Errorf("a failed start: events %q, want the two exits and no start", got)
+	}
+	events, started := podEvents(prev, s.running(2), false, s.start.Add(2*time.Second))
+	if got := describeEvents(events); !slices.Equal(got, []string{"started(2)"}) || !slices.Equal(started, []string{"app"}) {
+		t.Errorf("the next instance: events %q, running %q; want started(2) and its log followed", got, started)
+	}
+}
+
+// TestBackOffDelay reads the back-off from the kubelet's message, as
+// k8s.io/kubernetes doBackOff writes it (a Go duration: 5m0s at the
+// maximum), and nothing from another message.
+func TestBackOffDelay(t *testing.T) {
+	for msg, want := range map[string]time.Duration{
+		"back-off 10s restarting failed container=app pod=web-1_ns(0b5c)":   10 * time.Second,
+		"back-off 2m40s restarting failed container=app pod=web-1_ns(0b5c)": 160 * time.Second,
+		"back-off 5m0s restarting failed container=app pod=web-1_ns(0b5c)":  5 * time.Minute,
+		"Back-off restarting failed container app in pod web-1_ns(0b5c)":    0,
+		"back-off soon": 0,
+		"":              0,
+	} {
+		got, ok := backOffDelay(msg)
+		if got != want || ok != (want > 0) {
+			t.Errorf("backOffDelay(%q) = %v, %v; want %v", msg, got, ok, want)
+		}
+	}
+}
+
+// TestPodEventsFromKubelet runs a container that crashes at start on
+// closingtime's own kubelet (the node agent of `closingtime cluster`), and
+// feeds podEvents the statuses that kubelet reports, in order, with the
+// times they came: every one, and only the waits (the most coalesced the
+// updates can be). Both give the restarts the kubelet recorded, and
+// back-offs whose delays are the kubelet's within the noise of the moment
+// each status was reported.
+func TestPodEventsFromKubelet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out several back-offs")
+	}
+	type seen struct {
+		pod *corev1.Pod
+		at  time.Time
+	}
+	var mu sync.Mutex
+	var reported []seen
+	var log cluster.EventLog
+	const initial = time.Second
+	cidr, claim, err := local.ClaimFreeRange()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claim.Close()
+	k, err := local.NewKubelet(local.KubeletConfig{
+		PodCIDR:          cidr,
+		WorkingDir:       t.TempDir(),
+		CrashLoopBackOff: cluster.CrashLoopBackOff{Initial: initial, Max: 10 * initial},
+		Recorder:         &log,
+		StatusUpdated: func(p *corev1.Pod) {
+			mu.Lock()
+			defer mu.Unlock()
+			reported = append(reported, seen{p, time.Now()})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pod("crash", "node")
+	p.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	p.Spec.Containers[0] = corev1.Container{Name: "app", Image: "closingtime",
+		Command: []string{binary, "serve", "--listen=$(POD_IP):8080", "--crash-code=1", "--crash-after=0"},
+		Env:     []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}}
+	if err := k.SyncPod(p); err != nil {
+		t.Fatal(err)
+	}
+	// Three waits, of 1, 2 and 4 times initial: until the status reports
+	// the third.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		n := len(reported)
+		var last corev1.ContainerStatus
+		if n > 0 && len(reported[n-1].pod.Status.ContainerStatuses) > 0 {
+			last = reported[n-1].pod.Status.ContainerStatuses[0]
+		}
+		mu.Unlock()
+		if w := last.State.Waiting; w != nil && w.Reason == "CrashLoopBackOff" && last.RestartCount == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no third back-off within a minute; kubelet events: %s", describe(log.Events()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := k.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+
+	// What the kubelet itself recorded.
+	restarts := func(events []cluster.Event) (n int) {
+		for _, e := range events {
+			if e.Kind == cluster.ContainerStarted && e.Fields["restart"] != "0" {
+				n++
+			}
+		}
+		return n
+	}
+	delays := func(events []cluster.Event) []time.Duration {
+		var out []time.Duration
+		for _, e := range events {
+			if e.Kind == cluster.BackOff {
+				d, err := time.ParseDuration(e.Fields["delay"])
+				if err != nil {
+					t.Fatalf("back_off %+v: %v", e, err)
+				}
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	want, wantDelays := restarts(log.Events()), delays(log.Events())
+	if want != 3 || len(wantDelays) != 3 {
+		t.Fatalf("the kubelet recorded %d restarts and back-offs %v, want 3 and 3: %s", want, wantDelays, describe(log.Events()))
+	}
+	// Its waiting state says the whole back-off of each wait, as the
+	// kubelet of Kubernetes does.
+	var backOffs []time.Duration
+	for _, r := range reported {
+		if w := r.pod.Status.ContainerStatuses[0].State.Waiting; w != nil && w.Reason == "CrashLoopBackOff" {
+			d, ok := backOffDelay(w.Message)
+			if !ok {
+				t.Fatalf("waiting message %q: no back-off", w.Message)
+			}
+			if len(backOffs) == 0 || backOffs[len(backOffs)-1] != d {
+				backOffs = append(backOffs, d)
+			}
+		}
+	}
+	if !slices.Equal(backOffs, []time.Duration{initial, 2 * initial, 4 * initial}) {
+		t.Errorf("back-offs in the waiting messages %v, want %v, %v, %v", backOffs, initial, 2*initial, 4*initial)
+	}
+	for _, tc := range []struct {
+		name string
+		keep func(corev1.ContainerStatus) bool
+	}{
+		{"every status", func(corev1.ContainerStatus) bool { return true }},
+		{"only the waits", func(s corev1.ContainerStatus) bool {
+			return s.State.Waiting != nil && s.State.Waiting.Reason == "CrashLoopBackOff"
+		}},
+	} {
+		prev := &podState{containers: map[string]containerState{}}
+		var events []cluster.Event
+		for _, r := range reported {
+			if len(r.pod.Status.ContainerStatuses) > 0 && tc.keep(r.pod.Status.ContainerStatuses[0]) {
+				e, _ := podEvents(prev, r.pod, false, r.at)
+				events = append(events, e...)
+			}
+		}
+		if got := restarts(events); got != want {
+			t.Errorf("%s: %d restarts, want the kubelet's %d; events %q", tc.name, got, want, describeEvents(events))
+		}
+		got := delays(events)
+		if len(got) != len(wantDelays) {
+			t.Errorf("%s: back-offs %v, want the kubelet's %v", tc.name, got, wantDelays)
+			continue
+		}
+		for i := range got {
+			if d := got[i] - wantDelays[i]; d < -300*time.Millisecond || d > 300*time.Millisecond {
+				t.Errorf("%s: back-off %d of %v, want the kubelet's %v", tc.name, i, got[i], wantDelays[i])
+			}
+		}
 	}
 }

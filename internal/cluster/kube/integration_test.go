@@ -32,18 +32,13 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
-	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
 // binary is the closingtime command, the pods' program on the local
 // cluster.
 var binary string
 
-func TestMain(m *testing.M) {
-	code := testbinary.Main(m, &binary)
-	controlplanetest.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(controlplanetest.Main(m, &binary)) }
 
 // realCluster returns a Cluster on the shared control plane in a namespace
 // of its own, nodes named nodes (created schedulable unless listed in

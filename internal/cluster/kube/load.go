@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -71,7 +72,9 @@ type LoadConfig struct {
 	// each client's rate (load.Split); zero means DefaultLoadPods. Use
 	// more for a rate that one pod cannot reach.
 	Pods int
-	// StartTimeout bounds the wait for every load pod to run; zero means
+	// StartTimeout bounds the wait for every load pod to run, and then, in
+	// each pod, the wait for the Service to answer before its run begins
+	// (closingtime load --wait-serving); zero means
 	// DefaultLoadStartTimeout.
 	StartTimeout time.Duration
 }
@@ -79,10 +82,12 @@ type LoadConfig struct {
 // LoadPods sends traffic to a Service from pods inside the cluster, so that
 // it reaches the Service as the Service's clients do, through the Service's
 // cluster IP and kube-proxy on the node. Each pod runs `closingtime load
-// -o jsonl` and hands back its results through its log: a JSON line per
-// request, then its report; the reports of the pods are merged
-// (load.Merge), histograms included. It implements the runner's traffic
-// source (scenario.TrafficSource).
+// --wait-serving -o jsonl`: it waits until the Service answers from where
+// it runs (load.WaitServing's rule), says through its log that its run
+// begins (the stream's start line), and hands back its results the same
+// way: a JSON line per request, then its report; the reports of the pods
+// are merged (load.Merge), histograms included. It implements the runner's
+// traffic source (scenario.TrafficSource).
 //
 // The load pods are bare pods (restartPolicy Never) in the cluster's
 // namespace, so that deleting one stops it: a Job would replace it. They
@@ -124,9 +129,18 @@ func cmpOr[T comparable](v, def T) T {
 const loadContainer = "load"
 
 // WaitServing waits until the Service that url names (http://NAME.NAMESPACE[.svc…]:PORT/…)
-// has a ready endpoint in its EndpointSlices: the moment a client inside
-// the cluster can reach it. It looks every half second; it returns
-// ctx.Err() if ctx ends first.
+// has a ready endpoint in its EndpointSlices: the first moment a client
+// inside the cluster can reach it. It looks every half second; it returns
+// an error that wraps ctx.Err() if ctx ends first.
+//
+// That is not yet the runner's rule, that the Service answers
+// (load.WaitServing): a pod without a readiness probe is a ready endpoint
+// before its server listens, and this process, outside the cluster, cannot
+// dial the Service to find out. The answers are checked where the traffic
+// comes from, in the load pods: each waits for the rule before its run
+// begins, and [LoadPods.Run] calls started only once every pod has begun.
+// WaitServing is the cheap part that fails with a clear error when the
+// Service never gets an endpoint.
 func (l *LoadPods) WaitServing(ctx context.Context, target string) error {
 	name, namespace, err := serviceOf(target)
 	if err != nil {
@@ -172,17 +186,22 @@ func serviceOf(target string) (name, namespace string, err error) {
 // Run creates the load pods, each sending its share of cfg's requests
 // (cfg.Dial and cfg.Events are ignored: the pods dial from the cluster,
 // and their events come back through their logs), waits until they run
-// and their logs are open, calls started, and waits until the pods end
-// after cfg.Duration, or until ctx ends: it then deletes them, and each
-// stops sending, lets its requests in flight finish and writes its report
-// before it exits. It returns the merged report and the events of every
-// pod. The pods are deleted when Run returns, on every path.
+// and their logs are open, then until each log's start line says that the
+// pod's run has begun (after the pod saw the Service answer), calls
+// started, and waits until the pods end after cfg.Duration, or until ctx
+// ends: it then deletes them, and each stops sending, lets its requests in
+// flight finish and writes its report before it exits. It returns the
+// merged report and the events of every pod. The pods are deleted when Run
+// returns, on every path.
 //
 // A pod that cannot start (its image cannot be pulled, its container
 // cannot be created, it does not run within StartTimeout) is an error
-// that names it and says why; so is a pod that ends without a report.
+// that names it and says why; so is a pod that ends before its run begins
+// (the Service did not answer it within StartTimeout), and a pod that ends
+// without a report. If ctx ends before every pod has begun, Run returns
+// an error that wraps ctx.Err(), without calling started.
 func (l *LoadPods) Run(ctx context.Context, cfg load.Config, started func()) (_ *load.Report, _ []load.Event, err error) {
-	args, err := loadArgs(load.Split(cfg, l.cfg.Pods))
+	args, err := loadArgs(load.Split(cfg, l.cfg.Pods), l.cfg.StartTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -221,6 +240,7 @@ func (l *LoadPods) Run(ctx context.Context, cfg load.Config, started func()) (_ 
 	defer cancelLogs()
 	outputs := make([]bytes.Buffer, len(names))
 	errs := make([]error, len(names))
+	starts := make(chan logStart, len(names))
 	var wg sync.WaitGroup
 	for i, name := range names {
 		r, err := l.openLog(lctx, l.c.namespace, name)
@@ -231,8 +251,17 @@ func (l *LoadPods) Run(ctx context.Context, cfg load.Config, started func()) (_ 
 		}
 		wg.Go(func() {
 			defer r.Close()
-			_, errs[i] = io.Copy(&outputs[i], r)
+			var saw bool
+			saw, errs[i] = followLoadLog(&outputs[i], r, func() { starts <- logStart{i, true} })
+			if !saw {
+				starts <- logStart{i, false}
+			}
 		})
+	}
+	if err := l.waitBegun(ctx, names, starts, outputs, errs); err != nil {
+		cancelLogs()
+		wg.Wait()
+		return nil, nil, err
 	}
 	started()
 	ended := make(chan struct{})
@@ -280,15 +309,70 @@ func (l *LoadPods) Run(ctx context.Context, cfg load.Config, started func()) (_ 
 	return merged, events, nil
 }
 
+// followLoadLog copies the log of a load pod from r to w until it ends, and
+// calls begun when the stream's start line has arrived. It reports whether
+// it saw that line.
+func followLoadLog(w *bytes.Buffer, r io.Reader, begun func()) (saw bool, err error) {
+	br := bufio.NewReader(r)
+	for !saw {
+		line, err := br.ReadBytes('\n')
+		w.Write(line)
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if load.IsStartLine(line) {
+			saw = true
+			begun()
+		}
+	}
+	_, err = io.Copy(w, br)
+	return true, err
+}
+
+// A logStart is what the log of load pod names[pod] said first: that its
+// run began (its start line), or that it ended before.
+type logStart struct {
+	pod   int
+	begun bool
+}
+
+// waitBegun waits until starts says of each of the pods names that its run
+// began. A log that ended before its start line is an error that names
+// the pod and gives the end of its log (the log's outputs and errs are
+// complete when it says so); so is ctx ending first.
+func (l *LoadPods) waitBegun(ctx context.Context, names []string, starts <-chan logStart, outputs []bytes.Buffer, errs []error) error {
+	for range names {
+		select {
+		case s := <-starts:
+			if s.begun {
+				continue
+			}
+			why := "its log ended"
+			if errs[s.pod] != nil {
+				why = errs[s.pod].Error()
+			}
+			return fmt.Errorf("load pod %s/%s ended before its run began (%s): the Service did not answer it within %v, or it failed; its log ends:\n%s",
+				l.c.namespace, names[s.pod], why, l.cfg.StartTimeout, tail(outputs[s.pod].String(), 10))
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the load pods to begin their runs: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
 // tail returns the last n lines of s.
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// loadArgs returns the arguments of `closingtime load` that send cfg's
-// requests and write the jsonl stream.
-func loadArgs(cfg load.Config) ([]string, error) {
+// loadArgs returns the arguments of `closingtime load` that wait up to
+// waitServing for the Service to answer, then send cfg's requests and
+// write the jsonl stream.
+func loadArgs(cfg load.Config, waitServing time.Duration) ([]string, error) {
 	if cfg.Retry != nil && (cfg.Retry.MaxDelay != 0 || cfg.Retry.Unprocessed != nil) {
 		return nil, errors.New("load pods: a retry policy's MaxDelay and Unprocessed have no flags of closingtime load")
 	}
@@ -298,6 +382,7 @@ func loadArgs(cfg load.Config) ([]string, error) {
 			args = append(args, flag, d.String())
 		}
 	}
+	dur("--wait-serving", waitServing)
 	dur("--duration", cfg.Duration)
 	dur("--connect-timeout", cfg.ConnectTimeout)
 	dur("--response-timeout", cfg.ResponseTimeout)

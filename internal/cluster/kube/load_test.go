@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,25 +31,32 @@ import (
 // loadKubelet plays the node for load pods: it runs each new load pod's
 // container as a real process, the closingtime binary with the pod's
 // args, reports it running (or, with pull set, reports the image pull
-// failing), serves its standard output as the pod's log, and sends it
-// SIGTERM when the pod is deleted, as a kubelet would.
+// failing), serves its standard output and error as the pod's log, as the
+// log API merges them, and sends it SIGTERM when the pod is deleted, as a
+// kubelet would. A log's reader ends when the context of openLog does, as
+// the API's stream does.
+//
+// With scripted set, it runs no process: the pod is reported running and
+// its log is what the test writes to writers[pod].
 type loadKubelet struct {
 	t      *testing.T
 	client kubernetes.Interface
 	// pull, if not empty, is the waiting reason reported for every pod
 	// instead of running it.
-	pull string
+	pull     string
+	scripted bool
 
 	mu      sync.Mutex
 	procs   map[string]*exec.Cmd
 	outputs map[string]io.ReadCloser
+	writers map[string]*os.File
 	specs   []*corev1.Pod
 	starts  sync.WaitGroup // the pods being started
 	exits   sync.WaitGroup // the processes
 }
 
 func runLoadKubelet(t *testing.T, client kubernetes.Interface, namespace, pull string) *loadKubelet {
-	k := &loadKubelet{t: t, client: client, pull: pull, procs: map[string]*exec.Cmd{}, outputs: map[string]io.ReadCloser{}}
+	k := &loadKubelet{t: t, client: client, pull: pull, procs: map[string]*exec.Cmd{}, outputs: map[string]io.ReadCloser{}, writers: map[string]*os.File{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace))
 	factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -77,6 +85,9 @@ func runLoadKubelet(t *testing.T, client kubernetes.Interface, namespace, pull s
 		for _, cmd := range k.procs {
 			cmd.Process.Kill()
 		}
+		for _, w := range k.writers {
+			w.Close()
+		}
 		k.mu.Unlock()
 		k.exits.Wait()
 	})
@@ -88,9 +99,20 @@ func (k *loadKubelet) start(ctx context.Context, p *corev1.Pod) {
 	k.specs = append(k.specs, p.DeepCopy())
 	k.mu.Unlock()
 	status := corev1.ContainerStatus{Name: loadContainer, Image: p.Spec.Containers[0].Image}
-	if k.pull != "" {
+	switch {
+	case k.pull != "":
 		status.State.Waiting = &corev1.ContainerStateWaiting{Reason: k.pull, Message: "pull access denied"}
-	} else {
+	case k.scripted:
+		out, w, err := os.Pipe()
+		if err != nil {
+			k.t.Error(err)
+			return
+		}
+		k.mu.Lock()
+		k.outputs[p.Name], k.writers[p.Name] = out, w
+		k.mu.Unlock()
+		status.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Now()}
+	default:
 		// A pipe of the test's own: cmd.StdoutPipe's is closed by Wait,
 		// which may come before the log is read to its end.
 		out, w, err := os.Pipe()
@@ -99,7 +121,7 @@ func (k *loadKubelet) start(ctx context.Context, p *corev1.Pod) {
 			return
 		}
 		cmd := exec.Command(binary, p.Spec.Containers[0].Args...)
-		cmd.Stdout = w
+		cmd.Stdout, cmd.Stderr = w, w
 		err = cmd.Start()
 		w.Close()
 		if err != nil {
@@ -133,15 +155,34 @@ func (k *loadKubelet) stop(name string) {
 	}
 }
 
-// openLog returns the standard output of pod's process.
-func (k *loadKubelet) openLog(_ context.Context, _, pod string) (io.ReadCloser, error) {
+// openLog returns the output of pod's process, closed when ctx ends.
+func (k *loadKubelet) openLog(ctx context.Context, _, pod string) (io.ReadCloser, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	out := k.outputs[pod]
 	if out == nil {
 		return nil, errors.New("no process for pod " + pod)
 	}
+	context.AfterFunc(ctx, func() { out.Close() })
 	return out, nil
+}
+
+// writer returns the writer of the log of the scripted pod whose name has
+// suffix, once the pod runs.
+func (k *loadKubelet) writer(t *testing.T, suffix string) *os.File {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		k.mu.Lock()
+		for name, w := range k.writers {
+			if strings.HasSuffix(name, suffix) {
+				k.mu.Unlock()
+				return w
+			}
+		}
+		k.mu.Unlock()
+	}
+	t.Fatalf("no load pod *%s runs", suffix)
+	return nil
 }
 
 // TestLoadPods runs the traffic of two clients from two load pods, each a
@@ -180,7 +221,7 @@ func TestLoadPods(t *testing.T) {
 	if len(specs) != 2 {
 		t.Fatalf("%d load pods created, want 2", len(specs))
 	}
-	wantArgs := []string{"load", srv.URL + "/work", "-o", "jsonl", "--duration", "1m0s",
+	wantArgs := []string{"load", srv.URL + "/work", "-o", "jsonl", "--wait-serving", "2m0s", "--duration", "1m0s",
 		"--client", "new-conn=20", "--client", "keep-alive=30", "--connections", "2"}
 	for _, p := range specs {
 		ctr := p.Spec.Containers[0]
@@ -223,6 +264,195 @@ func TestLoadPods(t *testing.T) {
 		if strings.HasPrefix(e.Pod, "closingtime-load-") {
 			t.Errorf("event about a load pod: %+v", e)
 		}
+	}
+}
+
+// refusingAddr returns a loopback address where nothing listens: connects
+// to it are refused until the test listens there.
+func refusingAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestLoadPodsWaitServing: load pods whose Service does not answer yet
+// wait until it does; Run calls started only once every pod has seen it
+// answer and begun its run, so the run counts no failure from the
+// Service's start-up.
+func TestLoadPodsWaitServing(t *testing.T) {
+	addr := refusingAddr(t)
+	c, cs := newFake(t)
+	k := runLoadKubelet(t, cs, "ns", "")
+	lp := c.LoadPods(LoadConfig{Pods: 2})
+	lp.openLog = k.openLog
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rctx, stop := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var startedAt time.Time
+	type result struct {
+		report *load.Report
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		report, _, err := lp.Run(rctx, load.Config{URL: "http://" + addr + "/", Duration: time.Minute, Clients: []load.Client{{Kind: load.NewConn, Rate: 40}}},
+			func() {
+				mu.Lock()
+				startedAt = time.Now()
+				mu.Unlock()
+				time.AfterFunc(time.Second, stop)
+			})
+		done <- result{report, err}
+	}()
+
+	// Both pods run, and wait.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		k.mu.Lock()
+		n := len(k.procs)
+		k.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d load pods run after a minute, want 2", n)
+		}
+	}
+	time.Sleep(time.Second)
+	up := time.Now()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if startedAt.Before(up) {
+		t.Errorf("started at %v, before the Service answered at %v", startedAt.Format(time.StampMicro), up.Format(time.StampMicro))
+	}
+	totals := r.report.Clients[0].Totals
+	if totals[load.OK] == 0 || totals.Failed() != 0 {
+		t.Errorf("totals %v, want requests and no failure: the pods begin once the Service answers", totals)
+	}
+	if r.report.Start.Before(up) {
+		t.Errorf("the pods' runs began at %v, before the Service answered at %v", r.report.Start, up)
+	}
+}
+
+// TestLoadPodsNeverServing: a load pod that the Service never answers
+// ends after StartTimeout without beginning its run; Run says so with the
+// end of the pod's log, and never calls started.
+func TestLoadPodsNeverServing(t *testing.T) {
+	addr := refusingAddr(t)
+	c, cs := newFake(t)
+	k := runLoadKubelet(t, cs, "ns", "")
+	lp := c.LoadPods(LoadConfig{StartTimeout: 2 * time.Second})
+	lp.openLog = k.openLog
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, _, err := lp.Run(ctx, load.Config{URL: "http://" + addr + "/", Duration: time.Minute}, func() { t.Error("started called") })
+	if err == nil || !strings.Contains(err.Error(), "ended before its run began") || !strings.Contains(err.Error(), "--wait-serving 2s") ||
+		!strings.Contains(err.Error(), "refused") {
+		t.Errorf("Run: %v, want the pod named, ended before its run, with its log's end: the wait and the refused connects", err)
+	}
+	if list, _ := cs.CoreV1().Pods("ns").List(ctx, metav1.ListOptions{}); len(list.Items) != 0 {
+		t.Errorf("%d pods left after the failure, want none", len(list.Items))
+	}
+}
+
+// TestLoadPodsStartLine: Run calls started when the log of every load pod
+// has shown its start line, not before; if ctx ends first, it returns its
+// error without calling started.
+func TestLoadPodsStartLine(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	c, cs := newFake(t)
+	k := runLoadKubelet(t, cs, "ns", "")
+	k.scripted = true
+	lp := c.LoadPods(LoadConfig{Pods: 2})
+	lp.openLog = k.openLog
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	started := make(chan struct{})
+	type result struct {
+		report *load.Report
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		report, _, err := lp.Run(ctx, load.Config{URL: srv.URL}, func() { close(started) })
+		done <- result{report, err}
+	}()
+	w0, w1 := k.writer(t, "-0"), k.writer(t, "-1")
+	if err := load.WriteStartLine(w0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+		t.Fatal("started called before the second pod's start line")
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := load.WriteStartLine(w1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case r := <-done:
+		t.Fatalf("Run ended (%v) without calling started", r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("started not called 30 s after every pod's start line")
+	}
+	// Each pod sends its requests and hands in its report, then its log ends.
+	for _, w := range []*os.File{w0, w1} {
+		gen, err := load.New(load.Config{URL: srv.URL, Duration: 200 * time.Millisecond, Events: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		report, err := gen.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := load.WriteReportLine(w, report); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+	}
+	r := <-done
+	if r.err != nil || r.report.Clients[0].Totals[load.OK] == 0 {
+		t.Fatalf("Run: %+v, %v; want the merged report", r.report, r.err)
+	}
+
+	// The pods of a second run run, but write no start line before ctx
+	// ends: an error, and no call.
+	rctx, stop := context.WithCancel(ctx)
+	go func() {
+		for rctx.Err() == nil {
+			k.mu.Lock()
+			n := len(k.writers)
+			k.mu.Unlock()
+			if n == 4 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		stop()
+	}()
+	_, _, err := lp.Run(rctx, load.Config{URL: srv.URL}, func() { t.Error("started called without a start line") })
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "wait for the load pods to begin their runs") {
+		t.Errorf("Run: %v, want the context's end while it waited for the pods to begin", err)
 	}
 }
 
@@ -298,15 +528,16 @@ func TestLoadArgs(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		cfg  load.Config
+		wait time.Duration
 		want string
 	}{
-		{"defaults", load.Config{URL: "http://web.shop:80/"}, "load http://web.shop:80/ -o jsonl"},
+		{"defaults", load.Config{URL: "http://web.shop:80/"}, 0, "load http://web.shop:80/ -o jsonl"},
 		{"every flag", load.Config{URL: "http://web.shop/", Duration: 10 * time.Minute, ConnectTimeout: time.Second, ResponseTimeout: 3 * time.Second,
-			Clients: []load.Client{{Kind: load.KeepAlive, Rate: 12.5, Connections: 3}}, Retry: &retryPolicy},
-			"load http://web.shop/ -o jsonl --duration 10m0s --connect-timeout 1s --response-timeout 3s --client keep-alive=12.5 --connections 3 --retry --retry-attempts 4 --retry-base-delay 50ms"},
+			Clients: []load.Client{{Kind: load.KeepAlive, Rate: 12.5, Connections: 3}}, Retry: &retryPolicy}, 90 * time.Second,
+			"load http://web.shop/ -o jsonl --wait-serving 1m30s --duration 10m0s --connect-timeout 1s --response-timeout 3s --client keep-alive=12.5 --connections 3 --retry --retry-attempts 4 --retry-base-delay 50ms"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			args, err := loadArgs(tt.cfg)
+			args, err := loadArgs(tt.cfg, tt.wait)
 			if err != nil || strings.Join(args, " ") != tt.want {
 				t.Errorf("loadArgs: %q, %v; want %q", strings.Join(args, " "), err, tt.want)
 			}
@@ -314,7 +545,7 @@ func TestLoadArgs(t *testing.T) {
 	}
 	policy := retryPolicy
 	policy.MaxDelay = time.Second
-	if _, err := loadArgs(load.Config{URL: "http://web.shop/", Retry: &policy}); err == nil {
+	if _, err := loadArgs(load.Config{URL: "http://web.shop/", Retry: &policy}, 0); err == nil {
 		t.Error("loadArgs with a MaxDelay: no error, want one")
 	}
 }

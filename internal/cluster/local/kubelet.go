@@ -745,16 +745,19 @@ func (c *containerWorker) waitBackOff(finishedAt time.Time) bool {
 	p := c.p
 	// Restart returns 0 after one wait, so this runs at most twice.
 	for {
-		wait := c.backoff.Restart(finishedAt, p.k.clock.Now())
+		now := p.k.clock.Now()
+		wait := c.backoff.Restart(finishedAt, now)
 		if wait <= 0 {
 			return true
 		}
 		p.mu.Lock()
 		// The exit being waited out is the last state while the
-		// container waits (T15), as the kubelet reports it.
+		// container waits (T15), as the kubelet reports it. Its message
+		// says the whole back-off since the exit (doBackOff's
+		// backOff.Get); the event's delay, the wait left from now.
 		c.moveToLastStateLocked()
 		c.status.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
-			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, c.spec.Name, p.pod.Name, p.pod.Namespace, p.pod.UID)}}
+			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", wait+now.Sub(finishedAt), c.spec.Name, p.pod.Name, p.pod.Namespace, p.pod.UID)}}
 		p.statusChangedLocked()
 		p.mu.Unlock()
 		p.k.record(cluster.Event{Kind: cluster.BackOff, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name,

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/closingtime-dev/closingtime/internal/controlplane"
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
 // shared is the control plane of the test binary, started by the first
@@ -76,6 +77,18 @@ func Client(t testing.TB) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return client
+}
+
+// Main builds the closingtime command for the tests' pods as
+// testbinary.Main does, setting *binary, runs the tests, and stops the
+// shared control plane. It returns the exit status for os.Exit; call it
+// from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(controlplanetest.Main(m, &binary)) }
+func Main(m *testing.M, binary *string) int {
+	code := testbinary.Main(m, binary)
+	Stop()
+	return code
 }
 
 // Stop stops the shared control plane, if a test started it, and removes

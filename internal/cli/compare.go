@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
+	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/report"
+	"github.com/closingtime-dev/closingtime/internal/scenario"
+)
+
+// The names of the sides of `lab --compare`.
+const (
+	sideEmbedded = "embedded"
+	sideCluster  = "cluster"
+)
+
+// runCompare runs scenarios on the embedded cluster, then on the
+// `closingtime cluster` of flags.stateDir (started for the run and stopped
+// after it, unless one is up already), and writes their figures side by
+// side: the real controllers are the judge of the embedded ones.
+func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scenario, images map[string][]string, flags labFlags) error {
+	var runnable []*scenario.Scenario
+	for _, s := range scenarios {
+		if why := scenarioRunnable(s); why != "" {
+			fmt.Fprintf(streams.Err, "lab: %s runs on the embedded cluster only: %s\n", s.Name, why)
+			continue
+		}
+		runnable = append(runnable, s)
+	}
+	cfg := scenario.RunnerConfig{Quick: flags.quick, Repetitions: flags.repeat}
+	embeddedCfg, err := flags.kubeFlags.runnerConfig("lab", cfg, images)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	embedded, err := runScenarios(ctx, streams, "lab", embeddedCfg, scenarios, flags.parallel)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(streams.Err, "lab: %d scenarios on the embedded cluster in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
+	real := &scenario.Results{}
+	if len(runnable) > 0 {
+		if real, err = runOnCluster(ctx, streams, runnable, cfg, flags); err != nil {
+			return err
+		}
+	}
+	sides := []report.Side{{Cluster: sideEmbedded, Results: embedded}, {Cluster: sideCluster, Results: real}}
+	if err := writeComparisonFiles(flags.results, flags.report, sides); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	if flags.output == "json" {
+		return report.WriteComparisonJSON(streams.Out, sides)
+	}
+	return report.WriteComparison(streams.Out, sides)
+}
+
+// runOnCluster runs scenarios on the `closingtime cluster` of
+// flags.stateDir, with the embedded cluster's number of nodes and image
+// commands if it starts one.
+func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Scenario, cfg scenario.RunnerConfig, flags labFlags) (_ *scenario.Results, err error) {
+	st, stop, err := ensureCluster(ctx, streams, flags.stateDir, clusterFlags{nodes: local.DefaultNodes, images: flags.images})
+	if err != nil {
+		return nil, fmt.Errorf("lab: closingtime cluster: %w", err)
+	}
+	defer func() {
+		if serr := stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("lab: stop the closingtime cluster: %w", serr))
+		}
+	}()
+	kf := kubeFlags{kube: true, kubeconfig: st.Kubeconfig, image: kube.DefaultImage, loadPods: kube.DefaultLoadPods}
+	if cfg, err = kf.runnerConfig("lab", cfg, nil); err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	results, err := runScenarios(ctx, streams, "lab", cfg, scenarios, flags.parallel)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(streams.Err, "lab: %d scenarios on the closingtime cluster in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
+	return results, nil
+}
+
+// writeComparisonFiles writes the comparison to resultsPath as JSON and,
+// to reportPath, the HTML report of both sides' runs, each scenario named
+// with its side; an empty path writes nothing.
+func writeComparisonFiles(resultsPath, reportPath string, sides []report.Side) error {
+	if resultsPath != "" {
+		if err := writeAtomically(resultsPath, func(w io.Writer) error { return report.WriteComparisonJSON(w, sides) }); err != nil {
+			return err
+		}
+	}
+	if reportPath == "" {
+		return nil
+	}
+	both := &scenario.Results{}
+	for _, side := range sides {
+		for _, s := range side.Results.Scenarios {
+			s.Name += " (" + side.Cluster + ")"
+			both.Scenarios = append(both.Scenarios, s)
+		}
+	}
+	return writeAtomically(reportPath, func(w io.Writer) error { return report.WriteHTML(w, both) })
+}
