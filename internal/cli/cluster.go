@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -573,6 +574,21 @@ type clusterStatus struct {
 	Kubeconfig        string              `json:"kubeconfig,omitempty"`
 	KubernetesVersion string              `json:"kubernetesVersion,omitempty"`
 	Nodes             []clusterNodeStatus `json:"nodes,omitempty"`
+	NodePorts         []clusterNodePort   `json:"nodePorts,omitempty"`
+}
+
+// clusterNodePort is a port of a Service that the cluster serves on a
+// node port (nodeagent.ServedNodePorts), in clusterStatus.
+type clusterNodePort struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Port is the Service's port.
+	Port int32 `json:"port"`
+	// NodePort is its node port, served at Address.
+	NodePort int32 `json:"nodePort"`
+	// Address is where clients on this machine reach it,
+	// 127.0.0.1:NodePort.
+	Address string `json:"address"`
 }
 
 // clusterNodeStatus is a node of clusterStatus.
@@ -604,7 +620,10 @@ func runClusterStatus(ctx context.Context, streams Streams, flags clusterFlags) 
 			Server: st.Server, Kubeconfig: st.Kubeconfig, KubernetesVersion: st.KubernetesVersion}
 	}
 	if st != nil && st.Phase == phaseReady {
-		if status.Nodes, err = clusterNodes(ctx, st.Kubeconfig); err != nil {
+		if status.Nodes, err = clusterNodes(ctx, st.Kubeconfig); err == nil {
+			status.NodePorts, err = clusterNodePorts(ctx, st.Kubeconfig)
+		}
+		if err != nil {
 			return fmt.Errorf("cluster status: the daemon (pid %d) runs, but its API server %s: %w", st.PID, st.Server, err)
 		}
 	}
@@ -635,7 +654,42 @@ func runClusterStatus(ctx context.Context, streams Streams, flags clusterFlags) 
 	for _, n := range status.Nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%d\n", n.Name, n.Ready, n.Pods)
 	}
+	if err := tw.Flush(); err != nil || len(status.NodePorts) == 0 {
+		return err
+	}
+	fmt.Fprintln(streams.Out)
+	tw = tabwriter.NewWriter(streams.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tPORT\t\tNODE PORT")
+	for _, p := range status.NodePorts {
+		fmt.Fprintf(tw, "%s/%s\t%d\t→\t%s\n", p.Namespace, p.Name, p.Port, p.Address)
+	}
 	return tw.Flush()
+}
+
+// clusterNodePorts returns the ports of the Services of the cluster of
+// kubeconfig that its nodes serve on node ports, by namespace, name and
+// port.
+func clusterNodePorts(ctx context.Context, kubeconfig string) ([]clusterNodePort, error) {
+	client, err := kubeClient(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	services, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []clusterNodePort
+	for _, svc := range services.Items {
+		for _, p := range nodeagent.ServedNodePorts(&svc) {
+			out = append(out, clusterNodePort{Namespace: svc.Namespace, Name: svc.Name, Port: p.Port, NodePort: p.NodePort,
+				Address: net.JoinHostPort(nodeagent.NodeInternalIP, strconv.Itoa(int(p.NodePort)))})
+		}
+	}
+	// A Service's ports stay in its order.
+	slices.SortStableFunc(out, func(a, b clusterNodePort) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	return out, nil
 }
 
 // clusterNodes returns the nodes of the cluster of kubeconfig, with their
@@ -741,7 +795,7 @@ func runClusterDaemon(ctx context.Context, streams Streams, flags clusterFlags) 
 		return fmt.Errorf("cluster run: find the closingtime binary for the pods: %w", err)
 	}
 	nodes, err := nodeagent.StartNodes(ctx, nodeagent.NodesConfig{Kubeconfig: st.Kubeconfig, KubeletTLS: kubeletTLS, Nodes: flags.nodes,
-		Kubelet: local.KubeletConfig{ImageCommands: clusterImageCommands(exe, images)}})
+		Kubelet: local.KubeletConfig{ImageCommands: clusterImageCommands(exe, images)}, NodePorts: true, Logf: logf})
 	if err != nil {
 		return fmt.Errorf("cluster run: %w", err)
 	}

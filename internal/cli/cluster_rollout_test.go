@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -177,5 +178,43 @@ func TestClusterRollout(t *testing.T) {
 	}
 	if status, stdout, stderr := runCLI(ctx, "cluster", "down", "--state-dir", dir); status != ExitOK {
 		t.Errorf("down: exit %d, stdout %q, stderr %q", status, stdout, stderr)
+	}
+}
+
+// TestLabCompare runs a catalog scenario with `lab --compare`: on the
+// embedded cluster, then on a closingtime cluster that the lab starts for
+// the run and stops after it. Both sides report the scenario, the
+// eviction refused by its budget on each (429 from the real API server on
+// the cluster), and no process of the cluster is left.
+func TestLabCompare(t *testing.T) {
+	dir := clusterTestDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	status, stdout, stderr := runCLI(ctx, "lab", "--compare", "--quick", "pdb-1-evict", "--state-dir", dir,
+		"-o", "json", "--results", "", "--report", "")
+	if status != ExitOK {
+		t.Fatalf("lab --compare: exit %d\n%s", status, stderr)
+	}
+	var c report.Comparison
+	if err := json.Unmarshal([]byte(stdout), &c); err != nil {
+		t.Fatalf("lab --compare -o json: %v\n%s", err, stdout)
+	}
+	if len(c.Sides) != 2 || c.Sides[0].Cluster != sideEmbedded || c.Sides[1].Cluster != sideCluster {
+		t.Fatalf("sides %+v, want embedded and cluster", c.Sides)
+	}
+	for _, side := range c.Sides {
+		if len(side.Results.Scenarios) != 1 || len(side.Results.Scenarios[0].Runs) != 1 {
+			t.Fatalf("%s: %+v, want one run of pdb-1-evict", side.Cluster, side.Results)
+		}
+		run := side.Results.Scenarios[0].Runs[0]
+		if run.Evictions == nil || run.Evictions.Accepted != 0 || run.Evictions.Refused == 0 || run.Totals.Requests == 0 || run.Totals.Failed() != 0 {
+			t.Errorf("%s: evictions %+v, totals %+v; want the eviction refused by the budget and no failed request", side.Cluster, run.Evictions, run.Totals)
+		}
+	}
+	if left := clusterProcesses(t, dir, -1); len(left) > 0 {
+		t.Errorf("processes of the cluster left after lab --compare: %v", left)
+	}
+	if st, _ := readClusterState(dir); st != nil {
+		t.Errorf("a cluster state left after lab --compare: %+v", st)
 	}
 }

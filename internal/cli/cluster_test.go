@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,8 +60,10 @@ func TestClusterUsage(t *testing.T) {
 // TestClusterUpDown brings a cluster of two nodes up, checks that a second
 // up is idempotent and that one asking for another cluster fails, that
 // status shows both nodes Ready, and that a Deployment of closingtime
-// serve pods applied through the API server gets Running and Ready pods;
-// then that down stops it and leaves no process and no state behind.
+// serve pods applied through the API server gets Running and Ready pods,
+// which a NodePort Service serves to clients of this machine on
+// 127.0.0.1:nodePort, as status lists it; then that down stops it and
+// leaves no process, no listener and no state behind.
 func TestClusterUpDown(t *testing.T) {
 	dir := clusterTestDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -169,6 +174,42 @@ func TestClusterUpDown(t *testing.T) {
 	if pods != 2 {
 		t.Errorf("status counts %d pods on the nodes, want 2: %+v", pods, cs.Nodes)
 	}
+
+	// A NodePort Service: GET / through 127.0.0.1:nodePort reaches a pod.
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+		Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}}}
+	if svc, err = client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nodePort := svc.Spec.Ports[0].NodePort
+	url := "http://127.0.0.1:" + strconv.Itoa(int(nodePort)) + "/"
+	httpClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	// One request per round, until one is answered; bounded by ctx.
+	for {
+		resp, err := httpClient.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+			err = errors.New(resp.Status)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("GET %s through the node port of Service default/web: %v", url, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	cs = clusterTestStatus(t, ctx, dir)
+	want := clusterNodePort{Namespace: "default", Name: "web", Port: 80, NodePort: nodePort, Address: "127.0.0.1:" + strconv.Itoa(int(nodePort))}
+	if len(cs.NodePorts) != 1 || cs.NodePorts[0] != want {
+		t.Errorf("status lists node ports %+v, want %+v", cs.NodePorts, want)
+	}
+	if status, stdout, _ := runCLI(ctx, "cluster", "status", "--state-dir", dir); status != ExitOK ||
+		!regexp.MustCompile(`default/web\s+80\s+→\s+127\.0\.0\.1:`+strconv.Itoa(int(nodePort))).MatchString(stdout) {
+		t.Errorf("status: exit %d, output:\n%s\nwant default/web 80 → 127.0.0.1:%d", status, stdout, nodePort)
+	}
+
 	if left := clusterProcesses(t, dir, st.PID); len(left) < 3+2 {
 		t.Errorf("%d processes of the cluster found while it runs (%v); want the daemon, the control plane and the pods", len(left), left)
 	}
@@ -182,6 +223,12 @@ func TestClusterUpDown(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("state directory after down: %v; want it removed", err)
+	}
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(int(nodePort)), 5*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		if conn != nil {
+			conn.Close()
+		}
+		t.Errorf("node port %d after down: %v, want connection refused", nodePort, err)
 	}
 	status, stdout, _ = runCLI(ctx, "cluster", "down", "--state-dir", dir)
 	if status != ExitOK || !strings.Contains(stdout, "no cluster is up") {

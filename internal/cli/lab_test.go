@@ -41,6 +41,8 @@ func TestLabUsage(t *testing.T) {
 		{name: "names and files", args: []string{"lab", "1-plain", "-f", "x.yaml"}, wantErr: "not both"},
 		{name: "invalid file", args: []string{"lab", "-f", "../scenario/testdata/invalid-scale.yaml"},
 			wantErr: "invalid-scale.yaml:4: action.replicas: scale needs replicas"},
+		{name: "compare and kube", args: []string{"lab", "--compare", "--kube"}, wantErr: "--compare runs on a closingtime cluster of its own"},
+		{name: "state dir without compare", args: []string{"lab", "--state-dir", "x"}, wantErr: "--state-dir needs --compare"},
 	})
 }
 

@@ -588,7 +588,7 @@ func (a *Agent) node() *corev1.Node {
 				cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
 				cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"),
 			},
-			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: a.cfg.NodeName}},
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: NodeInternalIP}, {Type: corev1.NodeHostName, Address: a.cfg.NodeName}},
 			NodeInfo:  nodeInfo(),
 		},
 	}

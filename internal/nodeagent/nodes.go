@@ -51,6 +51,14 @@ type NodesConfig struct {
 	// cluster.DefaultMaxPropagationDelay, so that the two clusters route
 	// alike.
 	MinPropagationDelay, MaxPropagationDelay time.Duration
+	// NodePorts, if true, serves every Service's node ports on
+	// NodeInternalIP, routed through node-1's view with the propagation
+	// delays above ([NodePorts]), as kube-proxy serves them on every node:
+	// how clients outside the cluster reach its Services.
+	NodePorts bool
+	// Logf, if not nil, receives what the nodes report outside the API:
+	// the node ports served and those that cannot be.
+	Logf func(format string, args ...any)
 }
 
 // Nodes is a scheduler and the node agents of a cluster, as the embedded
@@ -59,6 +67,7 @@ type NodesConfig struct {
 // (local.ClaimFreeRange), a /24 per node (local.NodePodCIDR).
 type Nodes struct {
 	scheduler *Scheduler
+	nodePorts *NodePorts // nil unless NodesConfig.NodePorts
 	agents    []*Agent
 	servers   []*http.Server // the kubelet APIs, one per agent
 	claim     io.Closer
@@ -101,6 +110,12 @@ func StartNodes(ctx context.Context, cfg NodesConfig) (*Nodes, error) {
 	client, err := newClient()
 	if err == nil {
 		n.scheduler, err = StartScheduler(ctx, client)
+	}
+	if err == nil && cfg.NodePorts {
+		if client, err = newClient(); err == nil {
+			n.nodePorts, err = StartNodePorts(ctx, NodePortsConfig{Client: client, NodeName: "node-1",
+				MinDelay: cfg.MinPropagationDelay, MaxDelay: cfg.MaxPropagationDelay, Logf: cfg.Logf})
+		}
 	}
 	if err != nil {
 		n.Close(context.Background())
@@ -146,7 +161,8 @@ func (n *Nodes) start(ctx context.Context, cfg NodesConfig, name string, cidr ne
 // Agents returns the node agents, node-1 first.
 func (n *Nodes) Agents() []*Agent { return n.agents }
 
-// Close stops the scheduler, the kubelet APIs and every agent, which kills
+// Close stops the scheduler, the node ports (closing every connection
+// they forward), the kubelet APIs and every agent, which kills
 // every pod's processes at once, and releases the pod range. It returns
 // when everything is gone, or with ctx's error when ctx ends first. The
 // Node objects stay in the API. Later calls return the first one's result.
@@ -154,6 +170,9 @@ func (n *Nodes) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
 		if n.scheduler != nil {
 			n.scheduler.Close()
+		}
+		if n.nodePorts != nil {
+			n.nodePorts.Close()
 		}
 		var errs []error
 		for _, srv := range n.servers {

@@ -131,16 +131,7 @@ func TestNodesCloseLeavesNothing(t *testing.T) {
 			t.Errorf("%s still accepts connections after Close", addr)
 		}
 	}
-	// Goroutines that were returning get a moment to return.
-	var left []string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if left = agentGoroutines(); len(left) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if len(left) > 0 {
-		t.Errorf("%d goroutines of the agents after Close:\n%s", len(left), strings.Join(left, "\n\n"))
-	}
+	checkNoAgentGoroutines(t)
 	if _, err := client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{}); err != nil {
 		t.Errorf("node-1 after Close: %v, want the Node left in the API", err)
 	}

@@ -195,7 +195,7 @@ func (p *Proxy) delayLocked() time.Duration {
 // of the view never move it, as conntrack keeps a flow on its backend. An
 // unknown Service fails as a DNS lookup would.
 func (p *Proxy) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	return p.dial(ctx, network, address, nodeClient)
+	return p.dial(ctx, network, address, nodeClient, false)
 }
 
 // nodeClient is the client address of connections made on the node.
@@ -207,8 +207,10 @@ const nodeClient = "127.0.0.1"
 // tcp_syn_retries).
 const dropTimeout = 127 * time.Second
 
-// dial is DialContext for a connection from client's address.
-func (p *Proxy) dial(ctx context.Context, network, address, client string) (net.Conn, error) {
+// dial is DialContext for a connection from client's address; nodePort
+// routes it as a connection to one of the Service's node ports (see
+// ServeNodePort).
+func (p *Proxy) dial(ctx context.Context, network, address, client string, nodePort bool) (net.Conn, error) {
 	if network != "tcp" {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: net.UnknownNetworkError(network)}
 	}
@@ -224,7 +226,7 @@ func (p *Proxy) dial(ctx context.Context, network, address, client string) (net.
 	if !ok {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}}
 	}
-	target, err := p.pick(namespace, name, int32(port), client)
+	target, err := p.pick(namespace, name, int32(port), client, nodePort)
 	if errors.Is(err, errDropped) {
 		t := p.clock.NewTimer(dropTimeout)
 		defer t.Stop()
@@ -252,8 +254,10 @@ var errDropped = errors.New("dropped: no local endpoints")
 // port of Service namespace/name (spec E6, E8, E9; k8s.io/kubernetes
 // pkg/proxy/topology.go, CategorizeEndpoints, and
 // pkg/proxy/iptables/proxier.go, syncProxyRules and
-// writeServiceToEndpointRules).
-func (p *Proxy) pick(namespace, name string, port int32, client string) (string, error) {
+// writeServiceToEndpointRules). nodePort picks as for a connection from
+// the node to a node port: among the endpoints of every node, whatever
+// the Service's internalTrafficPolicy (ServeNodePort).
+func (p *Proxy) pick(namespace, name string, port int32, client string, nodePort bool) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.view[namespace+"/"+name]
@@ -272,7 +276,7 @@ func (p *Proxy) pick(namespace, name string, port int32, client string) (string,
 		// No rule matches the port: nothing answers there.
 		return "", errNoEndpoints
 	}
-	local := r.svc.Spec.InternalTrafficPolicy != nil && *r.svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	local := !nodePort && r.svc.Spec.InternalTrafficPolicy != nil && *r.svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 	var ready, terminating []endpointPort
 	anywhere := false // a usable endpoint on any node
 	for _, s := range r.slices {
@@ -367,6 +371,28 @@ func SplitServiceHost(host string) (name, namespace string, ok bool) {
 // its source for sessionAffinity ClientIP. The forwarded connection ends
 // when either side closes; a half-close is passed on.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener, address string) error {
+	return p.serve(ctx, ln, address, false)
+}
+
+// ServeNodePort is Serve for a listener on one of the Service's node
+// ports, on the node, where address names the Service port whose node
+// port it is: each connection comes from a client on the node to a node
+// port, and kube-proxy sends those to the Service's endpoints on every
+// node, whatever its internalTrafficPolicy (which is for its cluster IP
+// only) and its externalTrafficPolicy (whose Local, for a client on the
+// node, is short-circuited to the endpoints of every node). So it picks
+// as DialContext does without internalTrafficPolicy Local, and a Service
+// without a usable endpoint refuses (k8s.io/kubernetes
+// pkg/proxy/iptables/proxier.go and pkg/proxy/nftables/proxier.go,
+// syncProxyRules: a node port jumps to the external traffic chain, whose
+// rules for a source of type LOCAL go to the Cluster policy chain;
+// pkg/proxy/serviceport.go, UsesClusterEndpoints).
+func (p *Proxy) ServeNodePort(ctx context.Context, ln net.Listener, address string) error {
+	return p.serve(ctx, ln, address, true)
+}
+
+// serve is Serve, or ServeNodePort if nodePort.
+func (p *Proxy) serve(ctx context.Context, ln net.Listener, address string, nodePort bool) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -383,17 +409,17 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, address string) erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.forward(ctx, client, address)
+			p.forward(ctx, client, address, nodePort)
 		}()
 	}
 }
 
 // forward carries one client connection to a backend of the Service; the
 // client's address is its source for session affinity.
-func (p *Proxy) forward(ctx context.Context, client net.Conn, address string) {
+func (p *Proxy) forward(ctx context.Context, client net.Conn, address string, nodePort bool) {
 	defer client.Close()
 	source, _, _ := net.SplitHostPort(client.RemoteAddr().String())
-	backend, err := p.dial(ctx, "tcp", address, source)
+	backend, err := p.dial(ctx, "tcp", address, source, nodePort)
 	if err != nil {
 		// Reset the accepted connection, the nearest a userspace proxy
 		// comes to a refused connect.

@@ -235,7 +235,7 @@ func targets(t *testing.T, p *Proxy, client string, n int) map[int32]int {
 	t.Helper()
 	seen := map[int32]int{}
 	for range n {
-		conn, err := p.dial(context.Background(), "tcp", "web.default:80", client)
+		conn, err := p.dial(context.Background(), "tcp", "web.default:80", client, false)
 		if err != nil {
 			t.Fatalf("dial from %s: %v", client, err)
 		}
