@@ -1,19 +1,14 @@
 package cli
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"maps"
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -30,37 +25,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/controlplane"
 	"github.com/closingtime-dev/closingtime/internal/nodeagent"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
-)
-
-// The files of a cluster's state directory. Down removes these and
-// nothing else, so that a --state-dir given by mistake loses nothing but
-// what closingtime put there.
-const (
-	// clusterStateFile is the daemon's state, as JSON (clusterState).
-	clusterStateFile = "state.json"
-	// clusterLogFile is the daemon's standard output and error.
-	clusterLogFile = "daemon.log"
-	// clusterKubeconfig is the administrator's kubeconfig, certificates
-	// embedded, that up tells the user to export.
-	clusterKubeconfig = "kubeconfig"
-	// clusterControlPlaneDir is the control plane's directory:
-	// certificates, etcd's data, the programs' logs.
-	clusterControlPlaneDir = "controlplane"
-)
-
-// The phases of a cluster's daemon, in order, as its state file records
-// them.
-const (
-	phaseControlPlane = "control-plane" // starting the control plane
-	phaseNodes        = "nodes"         // starting the nodes
-	phaseReady        = "ready"         // the nodes run; they may not be Ready yet
 )
 
 // Bounds of the cluster command's waits.
@@ -77,34 +47,6 @@ const (
 	// clusterPoll is the period of every wait's checks.
 	clusterPoll = 200 * time.Millisecond
 )
-
-// clusterState is what the daemon of `closingtime cluster` records in its
-// state directory, and what up, down and status read. The daemon writes it
-// atomically at each phase.
-type clusterState struct {
-	// PID is the daemon's process ID, also the ID of the session that
-	// every process of the cluster belongs to.
-	PID int `json:"pid"`
-	// ProcessStart is the daemon's start time in clock ticks after boot
-	// (field 22 of /proc/PID/stat): a process with the same PID and
-	// another start time is a later program that reused the PID.
-	ProcessStart uint64 `json:"processStart"`
-	// Phase is how far the daemon has come: one of the phase constants.
-	Phase string `json:"phase"`
-	// Started is when the daemon started.
-	Started time.Time `json:"started"`
-	// Nodes is the number of nodes, node-1 to node-N.
-	Nodes int `json:"nodes"`
-	// KubernetesVersion is the control plane's version.
-	KubernetesVersion string `json:"kubernetesVersion"`
-	// ImageCommands are the values of --image-command, as given.
-	ImageCommands []string `json:"imageCommands,omitempty"`
-	// Kubeconfig is the path of the administrator's kubeconfig; it exists
-	// from phaseNodes on.
-	Kubeconfig string `json:"kubeconfig"`
-	// Server is the API server's URL, from phaseNodes on.
-	Server string `json:"server,omitempty"`
-}
 
 type clusterFlags struct {
 	stateDir string
@@ -221,19 +163,6 @@ func newClusterRunCommand(streams Streams, flags *clusterFlags) *cobra.Command {
 	return cmd
 }
 
-// clusterStateDir returns the absolute path of the state directory: dir,
-// or closingtime/cluster in the user's cache directory.
-func clusterStateDir(dir string) (string, error) {
-	if dir == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			return "", fmt.Errorf("cluster: state directory: %w (give --state-dir)", err)
-		}
-		dir = filepath.Join(cache, "closingtime", "cluster")
-	}
-	return filepath.Abs(dir)
-}
-
 // nodeFlags returns the commands of the --image-command values, or a
 // usage error for invalid --nodes or --image-command values.
 func nodeFlags(command string, flags clusterFlags) (images map[string][]string, err error) {
@@ -254,27 +183,45 @@ func runClusterUp(ctx context.Context, streams Streams, flags clusterFlags, chan
 	if err != nil {
 		return err
 	}
+	st, started, err := upCluster(ctx, streams, dir, flags, changed)
+	if err != nil {
+		return err
+	}
+	headline := fmt.Sprintf("cluster up: %d nodes ready", st.Nodes)
+	if !started {
+		headline = fmt.Sprintf("cluster up: already up since %s", st.Started.Local().Format(time.DateTime))
+	}
+	printClusterUsage(streams.Out, st, headline)
+	return nil
+}
+
+// upCluster returns the cluster up in state directory dir, once it is
+// ready, or starts one of flags there; started reports whether it did. It
+// holds the directory's lock meanwhile (lockStateDir), so that two at once
+// start one cluster. changed reports which flags the user gave: a cluster
+// up already must match the --nodes and --image-command given, or
+// upCluster fails.
+func upCluster(ctx context.Context, streams Streams, dir string, flags clusterFlags, changed func(string) bool) (st *clusterState, started bool, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("cluster up: %w", err)
+		return nil, false, fmt.Errorf("cluster up: %w", err)
 	}
 	unlock, err := lockStateDir(dir)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	defer unlock()
-	st, err := liveState(streams.Err, dir, true)
-	if err != nil {
-		return err
+	if st, err = liveState(streams.Err, dir, true); err != nil {
+		return nil, false, err
 	}
 	if st != nil {
-		return clusterAlreadyUp(ctx, streams, dir, st, flags, changed)
+		st, err = clusterAlreadyUp(ctx, streams, dir, st, flags, changed)
+		return st, false, err
 	}
 	if st, err = startCluster(ctx, streams, dir, flags); err != nil {
 		removeStateDir(dir)
-		return fmt.Errorf("cluster up: %w", err)
+		return nil, false, fmt.Errorf("cluster up: %w", err)
 	}
-	printClusterUsage(streams.Out, st, fmt.Sprintf("cluster up: %d nodes ready", st.Nodes))
-	return nil
+	return st, true, nil
 }
 
 // startCluster builds the control plane if needed, starts the daemon of a
@@ -339,42 +286,26 @@ func startCluster(ctx context.Context, streams Streams, dir string, flags cluste
 	return st, nil
 }
 
-// lockStateDir takes an exclusive lock on the state directory dir, which
-// must exist, waiting while another up or down holds it; unlock releases
-// it. Only up and down take it: they start and stop clusters.
-func lockStateDir(dir string) (unlock func(), err error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cluster: lock %s: %w", dir, err)
-	}
-	return func() { f.Close() }, nil
-}
-
-// clusterAlreadyUp handles up when the daemon of st runs: it waits for a
-// daemon that starts still, then says how to use it, or fails if the
-// flags given ask for another cluster.
-func clusterAlreadyUp(ctx context.Context, streams Streams, dir string, st *clusterState, flags clusterFlags, changed func(string) bool) error {
+// clusterAlreadyUp returns the state of the cluster of st, up already in
+// dir, once it is ready (waiting for a daemon that starts still), or fails
+// if the flags given ask for another cluster.
+func clusterAlreadyUp(ctx context.Context, streams Streams, dir string, st *clusterState, flags clusterFlags, changed func(string) bool) (*clusterState, error) {
 	if changed("nodes") && flags.nodes != st.Nodes {
-		return fmt.Errorf("cluster up: a cluster of %d nodes is up (pid %d); run closingtime cluster down first to start one of %d", st.Nodes, st.PID, flags.nodes)
+		return nil, fmt.Errorf("cluster up: a cluster of %d nodes is up (pid %d); run closingtime cluster down first to start one of %d", st.Nodes, st.PID, flags.nodes)
 	}
 	if changed("image-command") && !slices.Equal(sortedCopy(flags.images), sortedCopy(st.ImageCommands)) {
-		return fmt.Errorf("cluster up: a cluster is up (pid %d) with --image-command %q; run closingtime cluster down first to change them", st.PID, st.ImageCommands)
+		return nil, fmt.Errorf("cluster up: a cluster is up (pid %d) with --image-command %q; run closingtime cluster down first to change them", st.PID, st.ImageCommands)
 	}
-	if st.Phase != phaseReady {
-		steps := newClusterSteps(streams.Err)
-		var err error
-		st, err = waitClusterReady(ctx, steps, dir, nil)
-		steps.finish(err == nil)
-		if err != nil {
-			return fmt.Errorf("cluster up: the cluster that was starting (state in %s) did not get ready: %w", dir, err)
-		}
+	if st.Phase == phaseReady {
+		return st, nil
 	}
-	printClusterUsage(streams.Out, st, fmt.Sprintf("cluster up: already up since %s", st.Started.Local().Format(time.DateTime)))
-	return nil
+	steps := newClusterSteps(streams.Err)
+	st, err := waitClusterReady(ctx, steps, dir, nil)
+	steps.finish(err == nil)
+	if err != nil {
+		return nil, fmt.Errorf("cluster up: the cluster that was starting (state in %s) did not get ready: %w", dir, err)
+	}
+	return st, nil
 }
 
 // sortedCopy returns a sorted copy of s.
@@ -461,21 +392,22 @@ func clusterReady(ctx context.Context, client kubernetes.Interface, nodes int) b
 	}
 	ready := 0
 	for _, n := range list.Items {
-		if nodeReady(&n) {
+		if nodeReady(&n) == corev1.ConditionTrue {
 			ready++
 		}
 	}
 	return ready >= nodes
 }
 
-// nodeReady reports whether node's Ready condition is True.
-func nodeReady(node *corev1.Node) bool {
+// nodeReady returns the status of node's Ready condition: True, False, or
+// Unknown if the node has none.
+func nodeReady(node *corev1.Node) corev1.ConditionStatus {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+			return c.Status
 		}
 	}
-	return false
+	return corev1.ConditionUnknown
 }
 
 // kubeClient returns a client of the kubeconfig at path.
@@ -516,51 +448,6 @@ func runClusterDown(streams Streams, flags clusterFlags) error {
 	}
 	fmt.Fprintf(streams.Out, "cluster down: stopped in %s; no process of the cluster is left\n", time.Since(started).Round(100*time.Millisecond))
 	return nil
-}
-
-// stopCluster stops the daemon of st and every process of its session:
-// SIGTERM, and SIGKILL after clusterStopTimeout; then any process left in
-// its session (none, unless the daemon was killed before it stopped the
-// pods) is killed. It returns when they are gone, or an error naming those
-// that did not go.
-func stopCluster(st *clusterState) error {
-	if st.alive() {
-		syscall.Kill(st.PID, syscall.SIGTERM)
-		if !waitGone(st.alive, clusterStopTimeout) {
-			syscall.Kill(st.PID, syscall.SIGKILL)
-			if !waitGone(st.alive, clusterKillTimeout) {
-				return fmt.Errorf("the daemon (pid %d) did not exit after SIGKILL", st.PID)
-			}
-		}
-	}
-	return killSession(st.PID)
-}
-
-// killSession kills every process left in session sid, whose leader has
-// exited, and waits until they are gone. The session's ID stays taken
-// while any of them lives, so the processes found are the cluster's.
-func killSession(sid int) error {
-	for _, pid := range sessionProcesses(sid) {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-	left := func() bool { return len(sessionProcesses(sid)) > 0 }
-	if !waitGone(left, clusterKillTimeout) {
-		return fmt.Errorf("processes of the cluster left after SIGKILL: %v", sessionProcesses(sid))
-	}
-	return nil
-}
-
-// waitGone polls running until it reports false or timeout passes, and
-// reports whether it did.
-func waitGone(running func() bool, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for running() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(clusterPoll / 2)
-	}
-	return true
 }
 
 // clusterStatus is the output of `closingtime cluster status -o json`.
@@ -620,8 +507,12 @@ func runClusterStatus(ctx context.Context, streams Streams, flags clusterFlags) 
 			Server: st.Server, Kubeconfig: st.Kubeconfig, KubernetesVersion: st.KubernetesVersion}
 	}
 	if st != nil && st.Phase == phaseReady {
-		if status.Nodes, err = clusterNodes(ctx, st.Kubeconfig); err == nil {
-			status.NodePorts, err = clusterNodePorts(ctx, st.Kubeconfig)
+		client, err := kubeClient(st.Kubeconfig)
+		if err == nil {
+			status.Nodes, err = clusterNodes(ctx, client)
+		}
+		if err == nil {
+			status.NodePorts, err = clusterNodePorts(ctx, client)
 		}
 		if err != nil {
 			return fmt.Errorf("cluster status: the daemon (pid %d) runs, but its API server %s: %w", st.PID, st.Server, err)
@@ -636,8 +527,12 @@ func runClusterStatus(ctx context.Context, streams Streams, flags clusterFlags) 
 		fmt.Fprintf(streams.Out, "cluster: down (state directory %s)\n", dir)
 		return nil
 	}
+	state := "up"
+	if status.Phase != phaseReady {
+		state = "starting: " + status.Phase
+	}
 	tw := tabwriter.NewWriter(streams.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "cluster:\t%s\n", map[bool]string{true: "up", false: "starting: " + status.Phase}[status.Phase == phaseReady])
+	fmt.Fprintf(tw, "cluster:\t%s\n", state)
 	fmt.Fprintf(tw, "daemon:\tpid %d, since %s\n", status.PID, status.Started.Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "API server:\t%s (Kubernetes %s)\n", cmp.Or(status.Server, "-"), status.KubernetesVersion)
 	fmt.Fprintf(tw, "kubeconfig:\t%s\n", status.Kubeconfig)
@@ -666,14 +561,9 @@ func runClusterStatus(ctx context.Context, streams Streams, flags clusterFlags) 
 	return tw.Flush()
 }
 
-// clusterNodePorts returns the ports of the Services of the cluster of
-// kubeconfig that its nodes serve on node ports, by namespace, name and
-// port.
-func clusterNodePorts(ctx context.Context, kubeconfig string) ([]clusterNodePort, error) {
-	client, err := kubeClient(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
+// clusterNodePorts returns the ports of the Services of client's cluster
+// that its nodes serve on node ports, by namespace, name and port.
+func clusterNodePorts(ctx context.Context, client kubernetes.Interface) ([]clusterNodePort, error) {
 	services, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -692,13 +582,9 @@ func clusterNodePorts(ctx context.Context, kubeconfig string) ([]clusterNodePort
 	return out, nil
 }
 
-// clusterNodes returns the nodes of the cluster of kubeconfig, with their
-// Ready condition and the pods bound to them that have not ended.
-func clusterNodes(ctx context.Context, kubeconfig string) ([]clusterNodeStatus, error) {
-	client, err := kubeClient(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
+// clusterNodes returns the nodes of client's cluster, with their Ready
+// condition and the pods bound to them that have not ended.
+func clusterNodes(ctx context.Context, client kubernetes.Interface) ([]clusterNodeStatus, error) {
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -715,314 +601,9 @@ func clusterNodes(ctx context.Context, kubeconfig string) ([]clusterNodeStatus, 
 	}
 	var out []clusterNodeStatus
 	for _, n := range nodes.Items {
-		ready := corev1.ConditionUnknown
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				ready = c.Status
-			}
-		}
-		out = append(out, clusterNodeStatus{Name: n.Name, Ready: ready, Pods: counts[n.Name]})
+		out = append(out, clusterNodeStatus{Name: n.Name, Ready: nodeReady(&n), Pods: counts[n.Name]})
 	}
 	return out, nil
-}
-
-// runClusterDaemon runs the cluster until SIGTERM or SIGINT: it starts
-// the control plane and the nodes, writes the kubeconfig, records each
-// phase in the state file, and on the signal stops the nodes (killing
-// every pod), then the control plane. Its output is the daemon's log.
-func runClusterDaemon(ctx context.Context, streams Streams, flags clusterFlags) error {
-	images, err := nodeFlags("cluster run", flags)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	dir, err := clusterStateDir(flags.stateDir)
-	if err != nil {
-		return err
-	}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(streams.Err, "%s cluster: %s\n", time.Now().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
-	}
-	start, _, err := procStat(os.Getpid())
-	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
-	}
-	st := &clusterState{PID: os.Getpid(), ProcessStart: start, Phase: phaseControlPlane, Started: time.Now(),
-		Nodes: flags.nodes, KubernetesVersion: controlplane.KubernetesVersion, ImageCommands: flags.images,
-		Kubeconfig: filepath.Join(dir, clusterKubeconfig)}
-	if err := writeClusterState(dir, st); err != nil {
-		return err
-	}
-
-	logf("starting the control plane")
-	cache, err := controlplane.DefaultCacheDir()
-	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
-	}
-	bins, err := controlplane.Build(ctx, cache)
-	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
-	}
-	cpDir := filepath.Join(dir, clusterControlPlaneDir)
-	if err := os.MkdirAll(cpDir, 0o755); err != nil {
-		return fmt.Errorf("cluster run: %w", err)
-	}
-	cp, err := controlplane.Start(ctx, controlplane.Config{Binaries: bins, Dir: cpDir})
-	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
-	}
-	defer func() {
-		logf("stopping the control plane")
-		cp.Stop()
-		logf("stopped")
-	}()
-	if err := writeAdminKubeconfig(cp.Kubeconfig, st.Kubeconfig); err != nil {
-		return fmt.Errorf("cluster run: %w", err)
-	}
-	st.Server, st.Phase = cp.Server, phaseNodes
-	if err := writeClusterState(dir, st); err != nil {
-		return err
-	}
-	logf("control plane up at %s; starting %d nodes", cp.Server, flags.nodes)
-
-	kubeletTLS, err := cp.KubeletTLS()
-	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("cluster run: find the closingtime binary for the pods: %w", err)
-	}
-	nodes, err := nodeagent.StartNodes(ctx, nodeagent.NodesConfig{Kubeconfig: st.Kubeconfig, KubeletTLS: kubeletTLS, Nodes: flags.nodes,
-		Kubelet: local.KubeletConfig{ImageCommands: clusterImageCommands(exe, images)}, NodePorts: true, Logf: logf})
-	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
-	}
-	defer func() {
-		logf("stopping the nodes: every pod is killed")
-		ctx, cancel := context.WithTimeout(context.Background(), clusterStopTimeout/2)
-		defer cancel()
-		if err := nodes.Close(ctx); err != nil {
-			logf("stopping the nodes: %v", err)
-		}
-	}()
-	st.Phase = phaseReady
-	if err := writeClusterState(dir, st); err != nil {
-		return err
-	}
-	logf("ready")
-	<-ctx.Done()
-	return nil
-}
-
-// clusterImageCommands returns the images' commands of the cluster's
-// kubelets: closingtime and kube.DefaultImage run exe, and images adds to
-// them or overrides them.
-func clusterImageCommands(exe string, images map[string][]string) map[string][]string {
-	commands := map[string][]string{scenario.Image: {exe}, kube.DefaultImage: {exe}}
-	maps.Copy(commands, images)
-	return commands
-}
-
-// writeAdminKubeconfig writes the kubeconfig at src to dst with its
-// certificates embedded, its cluster, user and context named closingtime,
-// so that it can be copied and merged into others.
-func writeAdminKubeconfig(src, dst string) error {
-	cfg, err := clientcmd.LoadFromFile(src)
-	if err != nil {
-		return err
-	}
-	if err := clientcmdapi.FlattenConfig(cfg); err != nil {
-		return fmt.Errorf("kubeconfig %s: %w", src, err)
-	}
-	current := cfg.Contexts[cfg.CurrentContext]
-	if current == nil {
-		return fmt.Errorf("kubeconfig %s: no current context", src)
-	}
-	out := clientcmdapi.NewConfig()
-	out.Clusters["closingtime"] = cfg.Clusters[current.Cluster]
-	out.AuthInfos["closingtime-admin"] = cfg.AuthInfos[current.AuthInfo]
-	out.Contexts["closingtime"] = &clientcmdapi.Context{Cluster: "closingtime", AuthInfo: "closingtime-admin"}
-	out.CurrentContext = "closingtime"
-	return clientcmd.WriteToFile(*out, dst)
-}
-
-// readClusterState returns the state recorded in dir, or nil if there is
-// none.
-func readClusterState(dir string) (*clusterState, error) {
-	path := filepath.Join(dir, clusterStateFile)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
-	var st clusterState
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("cluster: state file %s: %w", path, err)
-	}
-	return &st, nil
-}
-
-// writeClusterState records st in dir, atomically.
-func writeClusterState(dir string, st *clusterState) error {
-	data, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	err = writeAtomically(filepath.Join(dir, clusterStateFile), func(w io.Writer) error {
-		_, err := w.Write(append(data, '\n'))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("cluster: state: %w", err)
-	}
-	return nil
-}
-
-// liveState returns the state of dir's cluster if its daemon runs, or nil.
-// A state whose daemon is gone — a crash, a kill -9, a reboot — is
-// reported on errw in one line, what is left of its processes killed,
-// and the state cleared, so that it never blocks the next up. If locked,
-// the caller holds the state directory's lock (lockStateDir), and the
-// files of a daemon that died before it wrote its state are cleared too;
-// without the lock, they may be those of a daemon that up starts now.
-func liveState(errw io.Writer, dir string, locked bool) (*clusterState, error) {
-	st, err := readClusterState(dir)
-	if err != nil {
-		return nil, err
-	}
-	if st == nil {
-		if locked && clusterFilesPresent(dir) {
-			fmt.Fprintf(errw, "cluster: clearing the files of a cluster that did not start in %s\n", dir)
-			return nil, clearClusterState(dir)
-		}
-		return nil, nil
-	}
-	if st.alive() {
-		return st, nil
-	}
-	fmt.Fprintf(errw, "cluster: the daemon of the cluster started %s (pid %d) is gone; clearing its state in %s\n",
-		st.Started.Local().Format(time.DateTime), st.PID, dir)
-	// The session's members are the cluster's only if no process has the
-	// daemon's PID now: a PID is not reused while its session has members.
-	if _, _, err := procStat(st.PID); err != nil {
-		if err := killSession(st.PID); err != nil {
-			return nil, fmt.Errorf("cluster: %w", err)
-		}
-	}
-	return nil, clearClusterState(dir)
-}
-
-// clusterFiles are the files that a cluster puts in its state directory.
-var clusterFiles = []string{clusterStateFile, clusterLogFile, clusterKubeconfig, clusterControlPlaneDir}
-
-// clusterFilesPresent reports whether any file of a cluster is in dir.
-func clusterFilesPresent(dir string) bool {
-	for _, name := range clusterFiles {
-		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
-			return true
-		}
-	}
-	return false
-}
-
-// clearClusterState removes the files of a cluster from dir.
-func clearClusterState(dir string) error {
-	for _, name := range clusterFiles {
-		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("cluster: clear the state: %w", err)
-		}
-	}
-	return nil
-}
-
-// removeStateDir removes the files of a cluster from dir, and dir if that
-// leaves it empty.
-func removeStateDir(dir string) error {
-	if err := clearClusterState(dir); err != nil {
-		return err
-	}
-	os.Remove(dir) // fails, as it should, if something else is in it
-	return nil
-}
-
-// alive reports whether the daemon of st runs: its PID is a process that
-// has not exited and started when the daemon did.
-func (st *clusterState) alive() bool {
-	start, zombie, err := procStat(st.PID)
-	return err == nil && !zombie && start == st.ProcessStart
-}
-
-// procStat returns the start time of process pid, in clock ticks after
-// boot, and whether it has exited (a zombie), from /proc/PID/stat.
-func procStat(pid int) (start uint64, zombie bool, err error) {
-	fields, err := statFields(pid)
-	if err != nil {
-		return 0, false, err
-	}
-	start, err = strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return 0, false, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
-	}
-	return start, fields[0] == "Z", nil
-}
-
-// statFields returns the fields of /proc/PID/stat after the command's
-// name: the process's state (field 3 of proc(5)) first.
-func statFields(pid int) ([]string, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	// The name, in parentheses, may itself hold spaces and parentheses.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 20 {
-		return nil, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
-	}
-	return fields, nil
-}
-
-// sessionProcesses returns the processes of session sid that have not
-// exited.
-func sessionProcesses(sid int) []int {
-	var pids []int
-	for _, pid := range runningProcesses() {
-		fields, err := statFields(pid)
-		if err != nil {
-			continue
-		}
-		if s, err := strconv.Atoi(fields[3]); err == nil && s == sid {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// runningProcesses returns the IDs of the processes in /proc that have
-// not exited (zombies left out).
-func runningProcesses() []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if fields, err := statFields(pid); err == nil && fields[0] != "Z" {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // lastLines returns the last n lines of the file at path.
@@ -1093,28 +674,17 @@ func (s *clusterSteps) finish(ok bool) {
 }
 
 // ensureCluster returns the state of the cluster that is up in state
-// directory dir (the default one if empty), or starts one of flags' nodes
-// and image commands there. stop stops the cluster if ensureCluster
-// started it, and does nothing if it was up already: a cluster the user
-// brought up stays up, with its own flags.
+// directory dir (the default one if empty), once it is ready, or starts
+// one of flags' nodes and image commands there. stop stops the cluster if
+// ensureCluster started it, and does nothing if it was up already: a
+// cluster the user brought up stays up, with its own flags.
 func ensureCluster(ctx context.Context, streams Streams, dir string, flags clusterFlags) (st *clusterState, stop func() error, err error) {
 	if dir, err = clusterStateDir(dir); err != nil {
 		return nil, nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, err
-	}
-	unlock, err := lockStateDir(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer unlock()
-	if st, err = liveState(streams.Err, dir, true); err != nil || st != nil {
+	st, started, err := upCluster(ctx, streams, dir, flags, func(string) bool { return false })
+	if err != nil || !started {
 		return st, func() error { return nil }, err
-	}
-	if st, err = startCluster(ctx, streams, dir, flags); err != nil {
-		removeStateDir(dir)
-		return nil, nil, err
 	}
 	stop = func() error {
 		unlock, err := lockStateDir(dir)

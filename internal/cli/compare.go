@@ -24,14 +24,7 @@ const (
 // after it, unless one is up already), and writes their figures side by
 // side: the real controllers are the judge of the embedded ones.
 func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scenario, images map[string][]string, flags labFlags) error {
-	var runnable []*scenario.Scenario
-	for _, s := range scenarios {
-		if why := scenarioRunnable(s); why != "" {
-			fmt.Fprintf(streams.Err, "lab: %s runs on the embedded cluster only: %s\n", s.Name, why)
-			continue
-		}
-		runnable = append(runnable, s)
-	}
+	runnable := realClusterScenarios(streams.Err, scenarios, "runs on the embedded cluster only")
 	cfg := scenario.RunnerConfig{Quick: flags.quick, Repetitions: flags.repeat}
 	embeddedCfg, err := flags.kubeFlags.runnerConfig("lab", cfg, images)
 	if err != nil {
@@ -65,7 +58,9 @@ func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scen
 func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Scenario, cfg scenario.RunnerConfig, flags labFlags) (_ *scenario.Results, err error) {
 	st, stop, err := ensureCluster(ctx, streams, flags.stateDir, clusterFlags{nodes: local.DefaultNodes, images: flags.images})
 	if err != nil {
-		return nil, fmt.Errorf("lab: closingtime cluster: %w", err)
+		// Its errors begin with the command they stand for: "cluster"
+		// or "cluster up".
+		return nil, fmt.Errorf("lab: closingtime %w", err)
 	}
 	defer func() {
 		if serr := stop(); serr != nil {

@@ -97,7 +97,7 @@ shows the runs of both.`,
 	f.BoolVar(&flags.list, "list", false, "list the built-in scenarios, with their group, seed and description, and exit")
 	f.IntVar(&flags.parallel, "parallel", 0, "scenarios run at once, each on a cluster of its own (default: all)")
 	f.BoolVar(&flags.compare, "compare", false, "run on the embedded cluster and on a closingtime cluster, and compare their figures")
-	f.StringVar(&flags.stateDir, "state-dir", "", "with --compare, the closingtime cluster's state directory (default: as `cluster up`)")
+	f.StringVar(&flags.stateDir, "state-dir", "", "with --compare, the closingtime cluster's state directory (default: that of cluster up)")
 	flags.kubeFlags.bind(f)
 	return cmd
 }
@@ -166,18 +166,26 @@ func kubeScenarios(w io.Writer, scenarios []*scenario.Scenario, flags labFlags) 
 	case flags.namespace != "" && flags.parallel > 1:
 		return nil, usagef("lab: --parallel with -n: the scenarios share the namespace and their objects' names, so they run one at a time")
 	}
-	var runnable []*scenario.Scenario
-	for _, s := range scenarios {
-		if why := scenarioRunnable(s); why != "" {
-			fmt.Fprintf(w, "lab: %s left out on a real cluster: %s\n", s.Name, why)
-			continue
-		}
-		runnable = append(runnable, s)
-	}
+	runnable := realClusterScenarios(w, scenarios, "left out on a real cluster")
 	if len(runnable) == 0 {
 		return nil, usagef("lab: none of the scenarios can run on a real cluster")
 	}
 	return runnable, nil
+}
+
+// realClusterScenarios returns those of scenarios that can run on a real
+// cluster (scenarioRunnable), and writes a line on w for each of the
+// others: its name, note and why.
+func realClusterScenarios(w io.Writer, scenarios []*scenario.Scenario, note string) []*scenario.Scenario {
+	var runnable []*scenario.Scenario
+	for _, s := range scenarios {
+		if why := scenarioRunnable(s); why != "" {
+			fmt.Fprintf(w, "lab: %s %s: %s\n", s.Name, note, why)
+			continue
+		}
+		runnable = append(runnable, s)
+	}
+	return runnable
 }
 
 // listScenarios writes the name, group, seed and description of each of

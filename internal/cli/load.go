@@ -57,7 +57,7 @@ connection for each request; keep-alive sends over a pool of --connections
 persistent connections. Neither resends a failed request unless --retry is
 given, and then only what is safe to resend (see the retry package).
 
-With --wait-serving, the run begins once URL answers: 10 requests in a row,
+With --wait-serving, the run begins once URL answers: ` + strconv.Itoa(load.ServingInARow) + ` requests in a row,
 each on a new connection, with a status below 500 (failed tries 100 ms
 apart). If it does not within that time, the command fails (exit status 1)
 and sends nothing. The runner's load pods use it, so that their traffic
@@ -75,10 +75,11 @@ the load pods of a real cluster say that their traffic flows, and hand
 their results back, that way, through their logs (docs/load.md).
 
 In a pod of closingtime cluster, the environment names the API server and
-the node (CLOSINGTIME_KUBECONFIG, CLOSINGTIME_NODE_NAME): a URL whose host is
-a Service, NAME.NAMESPACE[.svc[.cluster.local]], is then dialed through that
-node's routing view of the Service's EndpointSlices, as kube-proxy routes a
-pod's connections.`,
+the node (CLOSINGTIME_KUBECONFIG, CLOSINGTIME_NODE_NAME), and kube-proxy's
+delay in applying an endpoint change (CLOSINGTIME_PROPAGATION_DELAY): a URL
+whose host is a Service, NAME.NAMESPACE[.svc[.cluster.local]], is then
+dialed through that node's routing view of the Service's EndpointSlices, as
+kube-proxy routes a pod's connections (docs/load.md).`,
 		Example: `  closingtime load http://127.0.0.1:8080/work --rate 50 --duration 30s
   closingtime load http://127.0.0.1:8080/work --client new-conn=50 --client keep-alive=200 -o json
   closingtime load http://app/work --duration 10m --stop-file /tmp/stop --events events.jsonl
@@ -109,7 +110,7 @@ pod's connections.`,
 	f.BoolVar(&flags.retry, "retry", false, "resend the requests that are safe to resend, on a new connection, and report them as absorbed")
 	f.IntVar(&flags.retryAttempts, "retry-attempts", retry.DefaultAttempts, "with --retry, the most attempts per request, the first included")
 	f.DurationVar(&flags.retryBaseDelay, "retry-base-delay", retry.DefaultBaseDelay, "with --retry, the backoff ceiling before the first retry")
-	f.DurationVar(&flags.waitServing, "wait-serving", 0, "before the run, wait up to this long for URL to answer 10 requests in a row, and fail if it does not (0: start at once)")
+	f.DurationVar(&flags.waitServing, "wait-serving", 0, "before the run, wait up to this long for URL to answer "+strconv.Itoa(load.ServingInARow)+" requests in a row, and fail if it does not (0: start at once)")
 	f.StringVar(&flags.stopFile, "stop-file", "", "stop sending when this file exists")
 	f.StringVar(&flags.events, "events", "", "write one JSON line per request to this file")
 	f.StringVarP(&flags.output, "output", "o", "text", "output format: text, json, or jsonl (a line per request, then the report)")

@@ -208,18 +208,18 @@ func (cp *ControlPlane) Stop() {
 // It reads the certificates from Dir, so that it works in any process
 // while Dir exists.
 func (cp *ControlPlane) KubeletTLS() (*tls.Config, error) {
-	path := func(name string) string { return filepath.Join(cp.Dir, name) }
-	cert, err := tls.LoadX509KeyPair(path("kubelet.crt"), path("kubelet.key"))
+	p := &pki{dir: cp.Dir}
+	cert, err := tls.LoadX509KeyPair(p.path("kubelet.crt"), p.path("kubelet.key"))
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: kubelet certificate: %w", err)
 	}
-	ca, err := os.ReadFile(path("ca.crt"))
+	ca, err := os.ReadFile(p.path("ca.crt"))
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("controlplane: %s: no certificate", path("ca.crt"))
+		return nil, fmt.Errorf("controlplane: %s: no certificate", p.path("ca.crt"))
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
 		MinVersion: tls.VersionTLS12}, nil

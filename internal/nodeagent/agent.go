@@ -83,10 +83,11 @@ type Agent struct {
 	factory informers.SharedInformerFactory
 	events  record.EventBroadcaster
 	api     record.EventRecorder // the kubelet's Events
-	ctx     context.Context      // the agent's requests; ends after Close
-	cancel  context.CancelFunc
-	stop    chan struct{} // closed by Close: the informers and the heartbeat stop
-	wg      sync.WaitGroup
+	// ctx bounds the agent's requests, its informers and its heartbeat;
+	// Close ends it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu       sync.Mutex
 	closing  bool
@@ -102,7 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.NodeName == "" || cfg.Client == nil {
 		return nil, errors.New("node agent: Config.NodeName and Config.Client are required")
 	}
-	a := &Agent{cfg: cfg, client: cfg.Client, stop: make(chan struct{}), admitted: map[types.UID]bool{}}
+	a := &Agent{cfg: cfg, client: cfg.Client, admitted: map[types.UID]bool{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	kc := cfg.Kubelet
 	kc.NodeName, kc.Clock, kc.Recorder, kc.StatusUpdated = cfg.NodeName, clock.RealClock{}, eventRecorder{a}, a.statusUpdated
@@ -134,15 +135,17 @@ func (a *Agent) start(ctx context.Context) error {
 	}))
 	inf := a.factory.Core().V1().Pods()
 	a.pods = inf.Lister()
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { a.podChanged(obj.(*corev1.Pod)) },
 		UpdateFunc: func(_, obj any) { a.podChanged(obj.(*corev1.Pod)) },
 		DeleteFunc: a.podDeleted,
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
-	a.factory.Start(a.stop)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+	a.factory.Start(a.ctx.Done())
+	// The handler has seen every pod of the first list, not only the cache.
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		return fmt.Errorf("pods bound to the node: %w", context.Cause(ctx))
 	}
 	a.wg.Add(1)
@@ -168,8 +171,8 @@ func (a *Agent) Close(ctx context.Context) error {
 	if already {
 		return nil
 	}
-	close(a.stop)
-	// Requests under way end: nothing waits for the API server.
+	// The informers and the heartbeat stop, and requests under way end:
+	// nothing waits for the API server.
 	a.cancel()
 	if a.factory != nil {
 		a.factory.Shutdown()
@@ -407,8 +410,10 @@ func (r eventRecorder) Record(e cluster.Event) {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: e.Namespace, Name: e.Pod}
+	var pod *corev1.Pod
 	if a.pods != nil {
-		if pod, err := a.pods.Pods(e.Namespace).Get(e.Pod); err == nil {
+		if p, err := a.pods.Pods(e.Namespace).Get(e.Pod); err == nil {
+			pod = p
 			ref.UID, ref.ResourceVersion = pod.UID, pod.ResourceVersion
 		}
 	}
@@ -424,10 +429,7 @@ func (r eventRecorder) Record(e cluster.Event) {
 		return
 	}
 	// The kubelet reports each container it stops.
-	if a.pods == nil {
-		return
-	}
-	if pod, err := a.pods.Pods(e.Namespace).Get(e.Pod); err == nil {
+	if pod != nil {
 		for _, c := range pod.Spec.Containers {
 			ref := *ref
 			ref.FieldPath = "spec.containers{" + c.Name + "}"
@@ -482,7 +484,7 @@ func (a *Agent) heartbeat() {
 	for {
 		var err error
 		select {
-		case <-a.stop:
+		case <-a.ctx.Done():
 			return
 		case <-lease.C:
 			err = a.renewLease(a.ctx)

@@ -264,8 +264,8 @@ func TestAgentRestart(t *testing.T) {
 }
 
 // TestAgentForceDelete: a pod deleted with grace 0, gone from the API at
-// once, is still killed: its preStop hook gets no time, SIGTERM goes with
-// the 2 s minimum before SIGKILL, and its process ends (spec T13).
+// once, is still killed: the kubelet floors its grace to 1 s (T5), SIGTERM
+// is sent and its process ends (spec T13).
 func TestAgentForceDelete(t *testing.T) {
 	client := controlplanetest.Client(t)
 	ns := newNamespace(t, client)

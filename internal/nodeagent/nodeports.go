@@ -105,9 +105,10 @@ type nodePortListener struct {
 	ln      net.Listener
 }
 
-// StartNodePorts starts the routing view of cfg.NodeName and listens on
-// the node ports of every Service it holds. ctx bounds the start only;
-// Close stops it.
+// StartNodePorts starts the routing view of cfg.NodeName and returns once
+// it has listened on the node ports of every Service the view holds (or
+// logged those it cannot listen on), or an error if ctx ends first. ctx
+// bounds the start only; Close stops it.
 func StartNodePorts(ctx context.Context, cfg NodePortsConfig) (*NodePorts, error) {
 	if cfg.Client == nil || cfg.NodeName == "" {
 		return nil, errors.New("node ports: NodePortsConfig.Client and NodePortsConfig.NodeName are required")
@@ -128,9 +129,14 @@ func StartNodePorts(ctx context.Context, cfg NodePortsConfig) (*NodePorts, error
 		UpdateFunc: func(_, obj any) { n.serviceChanged(obj) },
 		DeleteFunc: func(obj any) { n.serviceChanged(obj) },
 	}
-	if _, err := routes.factory.Core().V1().Services().Informer().AddEventHandler(handler); err != nil {
+	reg, err := routes.factory.Core().V1().Services().Informer().AddEventHandler(handler)
+	if err != nil {
 		n.Close()
 		return nil, fmt.Errorf("node ports: %w", err)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		n.Close()
+		return nil, fmt.Errorf("node ports: listen on the Services' node ports: %w", ctx.Err())
 	}
 	return n, nil
 }

@@ -86,6 +86,13 @@ func TestNodePorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
+	// The node ports of the Services already there are listened on by the
+	// time StartNodePorts returns.
+	if conn, err := net.Dial("tcp", net.JoinHostPort(NodeInternalIP, strconv.Itoa(int(web.Spec.Ports[0].NodePort)))); err != nil {
+		t.Errorf("node port of web as StartNodePorts returned: %v, want it listened on", err)
+	} else {
+		conn.Close()
+	}
 	webURL := "http://" + net.JoinHostPort(NodeInternalIP, strconv.Itoa(int(web.Spec.Ports[0].NodePort))) + "/"
 	waitAnswers(t, webURL, "a")
 	if seen := reached(t, (&net.Dialer{}).DialContext, webURL, 10); seen["a"] != 10 {

@@ -81,8 +81,8 @@ func StartNodes(ctx context.Context, cfg NodesConfig) (*Nodes, error) {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = local.DefaultNodes
 	}
-	if cfg.Nodes < 1 || cfg.Nodes > 250 {
-		return nil, fmt.Errorf("%d nodes: want 1 to 250", cfg.Nodes)
+	if cfg.Nodes < 1 || cfg.Nodes > local.MaxNodes {
+		return nil, fmt.Errorf("%d nodes: want 1 to %d", cfg.Nodes, local.MaxNodes)
 	}
 	if cfg.MinPropagationDelay == 0 && cfg.MaxPropagationDelay == 0 {
 		cfg.MinPropagationDelay, cfg.MaxPropagationDelay = cluster.DefaultMinPropagationDelay, cluster.DefaultMaxPropagationDelay
@@ -157,9 +157,6 @@ func (n *Nodes) start(ctx context.Context, cfg NodesConfig, name string, cidr ne
 	}
 	return nil
 }
-
-// Agents returns the node agents, node-1 first.
-func (n *Nodes) Agents() []*Agent { return n.agents }
 
 // Close stops the scheduler, the node ports (closing every connection
 // they forward), the kubelet APIs and every agent, which kills

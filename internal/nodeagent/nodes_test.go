@@ -50,7 +50,7 @@ func TestNodesCloseLeavesNothing(t *testing.T) {
 			client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(context.Background(), name, metav1.DeleteOptions{})
 		}
 	})
-	if got := len(nodes.Agents()); got != 2 {
+	if got := len(nodes.agents); got != 2 {
 		t.Fatalf("%d agents, want 2", got)
 	}
 

@@ -183,22 +183,19 @@ func StartRoutes(ctx context.Context, cfg RoutesConfig) (*Routes, error) {
 		DeleteFunc: func(obj any) { r.sliceChanged(obj) },
 	}
 	if _, err := factory.Core().V1().Services().Informer().AddEventHandler(svcHandler); err != nil {
+		r.Close()
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	if _, err := factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(sliceHandler); err != nil {
+		r.Close()
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	factory.Start(r.stop)
-	synced := make(chan struct{})
-	go func() {
-		defer close(synced)
-		factory.WaitForCacheSync(r.stop)
-	}()
-	select {
-	case <-synced:
-	case <-ctx.Done():
-		r.Close()
-		return nil, fmt.Errorf("routes: list Services and EndpointSlices: %w", ctx.Err())
+	for _, synced := range factory.WaitForCacheSync(ctx.Done()) {
+		if !synced {
+			r.Close()
+			return nil, fmt.Errorf("routes: list Services and EndpointSlices: %w", ctx.Err())
+		}
 	}
 	if err := r.load(); err != nil {
 		r.Close()
@@ -319,16 +316,6 @@ func (r *Routes) slicesOf(namespace, name string) ([]*discoveryv1.EndpointSlice,
 // failure (*net.DNSError) for a Service the view does not hold.
 func (r *Routes) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	return r.proxy.DialContext(ctx, network, address)
-}
-
-// Serve accepts connections on ln and forwards each to the Service at
-// address ("name.namespace:port") through the view, for clients outside
-// the cluster: the TCP listener of one Service. It returns when ctx ends,
-// after closing ln and every forwarded connection, or when ln fails. See
-// [local.Proxy.Serve] for where a userspace proxy differs from kube-proxy's
-// rules.
-func (r *Routes) Serve(ctx context.Context, ln net.Listener, address string) error {
-	return r.proxy.Serve(ctx, ln, address)
 }
 
 // Close stops the informers and the changes still on their way; the view

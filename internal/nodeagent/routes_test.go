@@ -91,22 +91,6 @@ func TestRoutes(t *testing.T) {
 	if seen := reached(t, r.DialContext, "http://web."+ns+"/", 20); seen["a"] != 20 {
 		t.Errorf("with only a serving terminating endpoint: connections reached %v, want a only", seen)
 	}
-	// A Serve listener forwards to the same endpoints.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveCtx, stopServe := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- r.Serve(serveCtx, ln, "web."+ns+":80") }()
-	if seen := reached(t, (&net.Dialer{}).DialContext, "http://"+ln.Addr().String()+"/", 5); seen["a"] != 5 {
-		t.Errorf("through Serve: requests reached %v, want a only", seen)
-	}
-	stopServe()
-	if err := <-served; err != nil {
-		t.Errorf("Serve() = %v after its context ended, want nil", err)
-	}
-
 	// No endpoint serves: the connect is refused.
 	from = len(log.Events())
 	updateSlice(t, client, endpointSlice(ns, "web-a", a, discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}))

@@ -19,7 +19,8 @@ type Side struct {
 }
 
 // Comparison is what `closingtime lab --compare -o json` writes: the
-// results of each side, in the order given (docs/lab.md § --compare).
+// results of each side, in the order given (docs/cluster.md § closingtime
+// lab --compare).
 type Comparison struct {
 	Sides []Side `json:"sides"`
 }

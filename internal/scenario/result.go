@@ -423,10 +423,11 @@ func logEvent(pod string, l cluster.LogLine, at func(time.Time) float64) (Entry,
 // SIGTERM (a "sigterm" event of `closingtime serve`) at or after start;
 // zero if it does not.
 func loggedSigterm(lines []cluster.LogLine, start time.Time) time.Time {
-	at := func(t time.Time) float64 { return ms(t.Sub(start)) }
 	for _, l := range lines {
-		if e, ok := logEvent("", l, at); ok && e.Kind == "sigterm" && e.AtMS >= 0 {
-			return start.Add(time.Duration(e.AtMS * float64(time.Millisecond)))
+		var logged time.Time // the time the line says
+		at := func(t time.Time) float64 { logged = t; return 0 }
+		if e, ok := logEvent("", l, at); ok && e.Kind == "sigterm" && !logged.Before(start) {
+			return logged
 		}
 	}
 	return time.Time{}

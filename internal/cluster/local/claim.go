@@ -64,8 +64,12 @@ func ClaimFreeRange() (netip.Prefix, io.Closer, error) {
 	return netip.Prefix{}, nil, fmt.Errorf("no free pod range: every /16 from 127.100.0.0 to 127.254.0.0 is %v", errRangeClaimed)
 }
 
-// NodePodCIDR returns the pod range of node n (from 1) of a cluster whose
-// pod range is cidr, a /16 or larger: its n-th /24.
+// MaxNodes is the most nodes a cluster has: each takes a /24 of its /16
+// pod range (NodePodCIDR), whose third byte numbers the nodes from 1.
+const MaxNodes = 250
+
+// NodePodCIDR returns the pod range of node n (from 1 to MaxNodes) of a
+// cluster whose pod range is cidr, a /16 or larger: its n-th /24.
 func NodePodCIDR(cidr netip.Prefix, n int) netip.Prefix {
 	base := cidr.Masked().Addr().As4()
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{base[0], base[1], byte(n), 0}), 24)

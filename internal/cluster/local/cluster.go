@@ -117,8 +117,8 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = DefaultNodes
 	}
-	if cfg.Nodes < 1 || cfg.Nodes > 250 || (cfg.PodCIDR.IsValid() && cfg.PodCIDR.Bits() > 16) {
-		return nil, fmt.Errorf("%d nodes in %s: want 1 to 250 nodes in a /16 or larger", cfg.Nodes, cfg.PodCIDR)
+	if cfg.Nodes < 1 || cfg.Nodes > MaxNodes || (cfg.PodCIDR.IsValid() && cfg.PodCIDR.Bits() > 16) {
+		return nil, fmt.Errorf("%d nodes in %s: want 1 to %d nodes in a /16 or larger", cfg.Nodes, cfg.PodCIDR, MaxNodes)
 	}
 	if cfg.KubeletObserveDelay == 0 {
 		cfg.KubeletObserveDelay = cluster.DefaultKubeletObserveDelay
