@@ -121,7 +121,7 @@ func TestClusterRollout(t *testing.T) {
         lifecycle:
           preStop:
             sleep:
-              seconds: 2
+              seconds: 3
 `
 	status, safe, stderr := rollout("graceful", clusterApp("graceful", graceful), 3)
 	if status != ExitOK || safe.Failed() != 0 || safe.Requests < 3*40*4 {
