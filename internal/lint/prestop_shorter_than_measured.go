@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -89,7 +90,6 @@ func Measure(results *scenario.Results) ([]Measurement, error) {
 // add adds a run's old pods to m.
 func (m *Measurement) add(run scenario.Run) error {
 	m.Runs++
-	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 	terminating := make(map[string]float64)
 	var failures []float64
 	for _, e := range run.Timeline {
@@ -111,9 +111,9 @@ func (m *Measurement) add(run scenario.Run) error {
 			return fmt.Errorf("old pod %s: no %s event in the timeline", p.Name, cluster.PodTerminating)
 		}
 		m.OldPods++
-		preStop := ms(*p.SigtermMS - start)
+		preStop := load.DurationMS(*p.SigtermMS - start)
 		if p.LastRequestMS != nil && p.GapMS != nil {
-			tail, gap := ms(*p.LastRequestMS-start), ms(*p.GapMS)
+			tail, gap := load.DurationMS(*p.LastRequestMS-start), load.DurationMS(*p.GapMS)
 			if m.Served == 0 || tail > m.Tail {
 				m.Tail = tail
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -197,12 +198,19 @@ func (p *Percentiles) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
-	fromMS := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
-	*p = Percentiles{P50: fromMS(v.P50), P90: fromMS(v.P90), P99: fromMS(v.P99), Max: fromMS(v.Max)}
+	*p = Percentiles{P50: DurationMS(v.P50), P90: DurationMS(v.P90), P99: DurationMS(v.P99), Max: DurationMS(v.Max)}
 	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// DurationMS is the duration of v milliseconds, rounded to the nanosecond: the
+// inverse of the millisecond fields of reports and streams. Rounding matters: a
+// float such as 4.023 times 1e6 is 4022999.9999…, which truncation would turn
+// into 4.022999 ms.
+func DurationMS(v float64) time.Duration {
+	return time.Duration(math.Round(v * float64(time.Millisecond)))
+}
 
 // histogram records durations in microseconds, from 1 µs to one hour, with
 // three significant digits.

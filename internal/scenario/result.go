@@ -276,7 +276,7 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 			continue
 		}
 		if r.Pod != "" {
-			answered = append(answered, served{t.Add(time.Duration(r.ConnectMS * float64(time.Millisecond))), r.Pod})
+			answered = append(answered, served{t.Add(load.DurationMS(r.ConnectMS)), r.Pod})
 		}
 		sec := int(math.Floor(t.Sub(start).Seconds()))
 		if seconds[sec] == nil {
