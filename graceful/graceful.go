@@ -422,10 +422,22 @@ func unwrap(nc net.Conn) *conn {
 	}
 }
 
-// listener tracks the connections it accepts.
+// listener tracks the connections it accepts. It closes once: the drain
+// closes it before http.Server.Shutdown, which closes again every listener
+// that Serve has not yet given up, and a second close of a TCP listener fails
+// with "use of closed network connection", which Shutdown would return.
 type listener struct {
 	net.Listener
-	srv *Server
+	srv       *Server
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Close closes the listener the first time; later calls return the first
+// call's result.
+func (l *listener) Close() error {
+	l.closeOnce.Do(func() { l.closeErr = l.Listener.Close() })
+	return l.closeErr
 }
 
 func (l *listener) Accept() (net.Conn, error) {

@@ -54,6 +54,12 @@ func start(t *testing.T, ctx context.Context, s *graceful.Server) *serving {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startOn(t, ctx, s, ln)
+}
+
+// startOn runs s.Serve on ln and waits until it is ready.
+func startOn(t *testing.T, ctx context.Context, s *graceful.Server, ln net.Listener) *serving {
+	t.Helper()
 	sv := &serving{addr: ln.Addr().String(), done: make(chan struct{})}
 	go func() {
 		sv.err = s.Serve(ctx, ln)
@@ -553,7 +559,11 @@ func TestHTTP2StreamCompletes(t *testing.T) {
 	h2c.SetUnencryptedHTTP2(true)
 	s := &graceful.Server{HTTP: &http.Server{Protocols: &protocols}, DrainTimeout: 10 * time.Second}
 	s.HTTP.Handler = newMux(s)
-	sv := start(t, context.Background(), s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv := startOn(t, context.Background(), s, &slowToNotice{Listener: ln})
 
 	tr := &http.Transport{Protocols: &h2c}
 	defer tr.CloseIdleConnections()
@@ -585,6 +595,19 @@ func TestHTTP2StreamCompletes(t *testing.T) {
 	if took, err := sv.wait(t, 5*time.Second); err != nil || took > 3*time.Second {
 		t.Errorf("Serve: %v after %v", err, took)
 	}
+}
+
+// slowToNotice is a listener whose Accept notices its closing 200 ms late,
+// as a loaded machine's scheduler can make it: http.Server.Serve then still
+// holds the listener when the drain calls Shutdown, which closes it again.
+type slowToNotice struct{ net.Listener }
+
+func (l *slowToNotice) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		time.Sleep(200 * time.Millisecond)
+	}
+	return c, err
 }
 
 func TestConfigErrors(t *testing.T) {
