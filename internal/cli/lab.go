@@ -253,7 +253,7 @@ func runScenarios(ctx context.Context, streams Streams, command string, cfg scen
 		shown.finish()
 		return nil, err
 	}
-	ctx, interrupted, stop := interruptible(ctx, streams.Err, command)
+	ctx, interrupted, stop := interruptible(ctx, shown, command)
 	defer stop()
 	results, err := runAll(ctx, runner, scenarios, parallel)
 	shown.finish()

@@ -22,8 +22,12 @@ type progress interface {
 	update(scenario.Progress)
 	// finish stops the display; bars of unfinished scenarios stop where they
 	// are. It must be called once, before anything else is written to the
-	// display's writer.
+	// display's writer except through Write.
 	finish()
+	// Write writes whole lines above the display, so that a message such as
+	// an interrupt's is not drawn over; after finish, it writes them after
+	// it. It is safe for concurrent use.
+	io.Writer
 }
 
 // newProgress returns the progress display for scenarios on w, which shows
@@ -53,6 +57,12 @@ func (l *progressLines) update(p scenario.Progress) {
 
 func (l *progressLines) finish() {}
 
+func (l *progressLines) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
 // repetitionOf formats p's repetition as " 2/3", or "" before the first.
 func repetitionOf(p scenario.Progress) string {
 	if p.Repetition == 0 {
@@ -80,6 +90,7 @@ const stepsPerRepetition = 4
 // by the repetition, the phase and the scenario's elapsed time.
 type progressBars struct {
 	p    *mpb.Progress
+	w    io.Writer
 	mu   sync.Mutex
 	bars map[string]*scenarioBar
 }
@@ -92,7 +103,7 @@ type scenarioBar struct {
 // newProgressBars returns bars for scenarios drawn on w, which must be a
 // terminal unless always is true: then they are drawn on any writer.
 func newProgressBars(w io.Writer, scenarios []*scenario.Scenario, always bool) *progressBars {
-	pb := &progressBars{bars: map[string]*scenarioBar{}}
+	pb := &progressBars{w: w, bars: map[string]*scenarioBar{}}
 	pb.p = mpb.New(mpb.WithOutput(w), mpb.WithWidth(30), mpb.WithRefreshRate(200*time.Millisecond),
 		mpb.ContainerOptional(mpb.WithAutoRefresh(), always))
 	nameWidth := 0
@@ -135,6 +146,15 @@ func (pb *progressBars) update(p scenario.Progress) {
 	default:
 		sb.bar.SetCurrent(1 + int64(p.Repetition-1)*stepsPerRepetition + phaseSteps[p.Phase])
 	}
+}
+
+// Write hands b to the bars' container, which prints it above them at its
+// next refresh, or writes it out directly once the bars have finished.
+func (pb *progressBars) Write(b []byte) (int, error) {
+	if n, err := pb.p.Write(b); err == nil {
+		return n, nil
+	}
+	return pb.w.Write(b)
 }
 
 func (pb *progressBars) finish() {

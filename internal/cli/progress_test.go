@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -32,11 +33,16 @@ func TestProgressBars(t *testing.T) {
 	p.update(scenario.Progress{Scenario: "3-graceful", Repetitions: 3, Phase: scenario.PhaseDeploy})
 	p.update(scenario.Progress{Scenario: "3-graceful", Repetition: 2, Repetitions: 3, Phase: scenario.PhaseAct})
 	p.update(scenario.Progress{Scenario: "no-such-scenario", Phase: scenario.PhaseAct})
+	fmt.Fprintln(p, "lab: interrupted")
 	if got, want := p.bars["3-graceful"].bar.Current(), int64(1+4+2); got != want {
 		t.Errorf("3-graceful's bar at %d, want %d", got, want)
 	}
 	p.finish()
+	fmt.Fprintln(p, "lab: interrupted again")
 	out := buf.String()
+	if !strings.HasPrefix(out, "lab: interrupted\n") || !strings.HasSuffix(out, "\nlab: interrupted again\n") {
+		t.Errorf("the first message is not above the bars, or the second not below them:\n%q", out)
+	}
 	for _, want := range []string{"1-plain", "done 1/1", "3-graceful", "act 2/3"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bars lack %q:\n%s", want, out)
