@@ -78,26 +78,32 @@ func ExampleServer_ReadyHandler() {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	srv := &graceful.Server{HTTP: &http.Server{Handler: mux}, PreStopDelay: time.Second}
+	srv := &graceful.Server{HTTP: &http.Server{Handler: mux}, PreStopDelay: 2 * time.Second}
 	mux.Handle("/ready", srv.ReadyHandler())
 	mux.Handle("/live", srv.LiveHandler())
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
 
-	probe := func(path string) {
+	probe := func(path string) int {
 		resp, err := http.Get("http://" + ln.Addr().String() + path)
 		if err != nil {
 			log.Fatal(err)
 		}
 		resp.Body.Close()
-		fmt.Println(path, resp.StatusCode)
+		return resp.StatusCode
 	}
-	probe("/ready")
+	fmt.Println("/ready", probe("/ready"))
 	stop()
-	time.Sleep(100 * time.Millisecond) // termination has begun
-	probe("/ready")
-	probe("/live")
+	// Readiness fails once Serve has noticed the context, as a kubelet
+	// probing every second would see.
+	code := probe("/ready")
+	for deadline := time.Now().Add(time.Second); code == http.StatusOK && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		code = probe("/ready")
+	}
+	fmt.Println("/ready", code)
+	fmt.Println("/live", probe("/live"))
 	<-done
 	// Output:
 	// /ready 200

@@ -181,28 +181,32 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.conns = make(map[*conn]struct{})
 	s.hook()
 	tl := &listener{Listener: ln, srv: s}
-	served := make(chan error, 1)
+	// served is closed when HTTP's accept loop has returned, with its
+	// result in serveErr: every connection it accepted is tracked by then.
+	served := make(chan struct{})
+	var serveErr error
 	// Serving before the first Accept: a request that arrives at once must
 	// find the server ready.
 	s.phase.Store(phaseServing)
 	go func() {
+		defer close(served)
 		if s.HTTP.TLSConfig != nil {
-			served <- s.HTTP.ServeTLS(tl, "", "")
+			serveErr = s.HTTP.ServeTLS(tl, "", "")
 		} else {
-			served <- s.HTTP.Serve(tl)
+			serveErr = s.HTTP.Serve(tl)
 		}
 	}()
 
 	var sig os.Signal
 	select {
-	case err := <-served:
+	case <-served:
 		s.phase.Store(phaseStopped)
 		s.closeAll()
-		return err
+		return serveErr
 	case sig = <-signals:
 	case <-ctx.Done():
 	}
-	err = s.terminate(sig, signals, tl, drain)
+	err = s.terminate(sig, signals, tl, served, drain)
 	s.phase.Store(phaseStopped)
 	<-served // returns once the listener is closed
 	return err
@@ -226,8 +230,9 @@ func (s *Server) drainTimeout() (time.Duration, error) {
 		s.PreStopDelay, slack, budget)
 }
 
-// terminate runs the termination sequence after its first trigger.
-func (s *Server) terminate(sig os.Signal, signals <-chan os.Signal, tl *listener, drain time.Duration) error {
+// terminate runs the termination sequence after its first trigger; served
+// is closed when HTTP's accept loop has returned.
+func (s *Server) terminate(sig os.Signal, signals <-chan os.Signal, tl *listener, served <-chan struct{}, drain time.Duration) error {
 	s.phase.Store(phaseStopping)
 	if s.OnTerminate != nil {
 		s.OnTerminate(sig)
@@ -256,6 +261,13 @@ func (s *Server) terminate(sig os.Signal, signals <-chan os.Signal, tl *listener
 	// "Connection: close", so the client's next request on it is lost.
 	s.phase.Store(phaseDraining)
 	tl.Close()
+	// A connection that the kernel accepted just before the close may not
+	// be tracked yet: listener.Accept has it but has not returned it. Once
+	// the accept loop has returned, every accepted connection is tracked and
+	// the count of open ones can be trusted.
+	if err := s.await(served, signals, deadline.C); err != nil {
+		return err
+	}
 	s.drainHijacked()
 	tick := time.NewTicker(quietGrace / 10)
 	defer tick.Stop()
@@ -277,19 +289,36 @@ func (s *Server) terminate(sig os.Signal, signals <-chan os.Signal, tl *listener
 
 	// Drain HTTP/2: no HTTP/1 connection is left for Shutdown to drop a
 	// request from, so its GOAWAY to the HTTP/2 connections is safe now.
+	// HTTP's accept loop has returned and given up the listener, so Shutdown
+	// does not close it a second time, which would fail with "use of closed
+	// network connection".
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	shut := make(chan error, 1)
-	go func() { shut <- s.HTTP.Shutdown(ctx) }()
+	shut := make(chan struct{})
+	var shutErr error
+	go func() {
+		defer close(shut)
+		shutErr = s.HTTP.Shutdown(ctx)
+	}()
+	if err := s.await(shut, signals, deadline.C); err != nil {
+		return err
+	}
+	return shutErr
+}
+
+// await waits until done is closed and returns nil, unless a signal or the
+// drain deadline comes first: then it closes every connection and returns
+// [ErrInterrupted] or [ErrDrainTimeout].
+func (s *Server) await(done <-chan struct{}, signals <-chan os.Signal, deadline <-chan time.Time) error {
 	select {
+	case <-done:
+		return nil
 	case <-signals:
 		s.closeAll()
 		return ErrInterrupted
-	case <-deadline.C:
+	case <-deadline:
 		s.closeAll()
 		return ErrDrainTimeout
-	case err := <-shut:
-		return err
 	}
 }
 
@@ -422,22 +451,10 @@ func unwrap(nc net.Conn) *conn {
 	}
 }
 
-// listener tracks the connections it accepts. It closes once: the drain
-// closes it before http.Server.Shutdown, which closes again every listener
-// that Serve has not yet given up, and a second close of a TCP listener fails
-// with "use of closed network connection", which Shutdown would return.
+// listener tracks the connections it accepts.
 type listener struct {
 	net.Listener
-	srv       *Server
-	closeOnce sync.Once
-	closeErr  error
-}
-
-// Close closes the listener the first time; later calls return the first
-// call's result.
-func (l *listener) Close() error {
-	l.closeOnce.Do(func() { l.closeErr = l.Listener.Close() })
-	return l.closeErr
+	srv *Server
 }
 
 func (l *listener) Accept() (net.Conn, error) {

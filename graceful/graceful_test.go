@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,12 +24,18 @@ import (
 // parallel with each other: a signal reaches every running Server.
 
 // newMux serves the probes and /work?ms=N, which sleeps N ms and answers
-// "done".
-func newMux(s *graceful.Server) *http.ServeMux {
-	mux := http.NewServeMux()
+// "done". As each /work request enters the handler, its URI is sent on
+// entered if the channel has room; see waitEntered.
+func newMux(s *graceful.Server) (mux *http.ServeMux, entered <-chan string) {
+	mux = http.NewServeMux()
 	mux.Handle("/ready", s.ReadyHandler())
 	mux.Handle("/live", s.LiveHandler())
+	in := make(chan string, 64)
 	mux.HandleFunc("/work", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case in <- r.URL.RequestURI():
+		default:
+		}
 		ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
 		select {
 		case <-time.After(time.Duration(ms) * time.Millisecond):
@@ -37,7 +44,66 @@ func newMux(s *graceful.Server) *http.ServeMux {
 		}
 		io.WriteString(w, "done")
 	})
-	return mux
+	return mux, in
+}
+
+// waitEntered waits until a request for uri has entered newMux's /work
+// handler.
+func waitEntered(t *testing.T, entered <-chan string, uri string) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case got := <-entered:
+			if got == uri {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("%s never entered its handler", uri)
+		}
+	}
+}
+
+// accepts records, through an http.Server's ConnState hook, the client
+// address of every connection that the server has accepted.
+type accepts struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// watchAccepts chains a recorder to hs's ConnState hook; hs must not be
+// serving yet.
+func watchAccepts(hs *http.Server) *accepts {
+	a := &accepts{seen: make(map[string]bool)}
+	next := hs.ConnState
+	hs.ConnState = func(c net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			a.mu.Lock()
+			a.seen[c.RemoteAddr().String()] = true
+			a.mu.Unlock()
+		}
+		if next != nil {
+			next(c, state)
+		}
+	}
+	return a
+}
+
+// wait waits until the server has accepted c.
+func (a *accepts) wait(t *testing.T, c *rawConn) {
+	t.Helper()
+	addr := c.LocalAddr().String()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		a.mu.Lock()
+		ok := a.seen[addr]
+		a.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connection from %s never accepted", addr)
+		}
+	}
 }
 
 // serving is a Server running in the background.
@@ -57,9 +123,12 @@ func start(t *testing.T, ctx context.Context, s *graceful.Server) *serving {
 	return startOn(t, ctx, s, ln)
 }
 
-// startOn runs s.Serve on ln and waits until it is ready.
+// startOn runs s.Serve on ln and waits until it is ready. If the test ends
+// with Serve still running, ctx is cancelled, so that the Server does not
+// catch the signals of the tests that follow.
 func startOn(t *testing.T, ctx context.Context, s *graceful.Server, ln net.Listener) *serving {
 	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
 	sv := &serving{addr: ln.Addr().String(), done: make(chan struct{})}
 	go func() {
 		sv.err = s.Serve(ctx, ln)
@@ -74,6 +143,7 @@ func startOn(t *testing.T, ctx context.Context, s *graceful.Server, ln net.Liste
 		}
 	}
 	t.Cleanup(func() {
+		cancel()
 		select {
 		case <-sv.done:
 		case <-time.After(10 * time.Second):
@@ -107,10 +177,46 @@ func statusOf(url string) (int, error) {
 	return resp.StatusCode, nil
 }
 
+// listenerClosed reports whether dials to addr are refused within the given
+// time.
+func listenerClosed(addr string, within time.Duration) bool {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return true
+		}
+		if err == nil {
+			c.Close()
+		}
+	}
+	return false
+}
+
 func terminate(t *testing.T) {
 	t.Helper()
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// termination records when a Server's termination began, through its
+// OnTerminate hook: the signal reaches the Server some time after the test
+// sends it, longer on a loaded machine.
+type termination chan time.Time
+
+func newTermination() termination { return make(termination, 1) }
+
+func (tc termination) hook(os.Signal) { tc <- time.Now() }
+
+// wait waits until termination has begun and says when it did.
+func (tc termination) wait(t *testing.T) time.Time {
+	t.Helper()
+	select {
+	case at := <-tc:
+		return at
+	case <-time.After(5 * time.Second):
+		t.Fatal("termination never began")
+		return time.Time{}
 	}
 }
 
@@ -156,9 +262,9 @@ func (c *rawConn) get(path string) (*http.Response, string, error) {
 }
 
 // closedByPeer reports whether the server closes the connection within a
-// couple of seconds.
+// few seconds.
 func (c *rawConn) closedByPeer() bool {
-	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err := c.r.ReadByte()
 	var ne net.Error
 	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
@@ -166,14 +272,15 @@ func (c *rawConn) closedByPeer() bool {
 
 func TestInFlightRequestCompletes(t *testing.T) {
 	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 10 * time.Second}
-	s.HTTP.Handler = newMux(s)
+	mux, entered := newMux(s)
+	s.HTTP.Handler = mux
 	sv := start(t, context.Background(), s)
 
 	c := dial(t, sv.addr)
 	if err := c.send("/work?ms=400"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the request is in the handler
+	waitEntered(t, entered, "/work?ms=400")
 	terminate(t)
 	resp, body, err := c.receive()
 	if err != nil {
@@ -193,17 +300,19 @@ func TestInFlightRequestCompletes(t *testing.T) {
 func TestBusyKeepAliveClosesAfterResponse(t *testing.T) {
 	const work = 500 * time.Millisecond
 	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 20 * time.Second}
-	s.HTTP.Handler = newMux(s)
+	mux, entered := newMux(s)
+	s.HTTP.Handler = mux
 	sv := start(t, context.Background(), s)
 
 	c := dial(t, sv.addr)
 	if _, _, err := c.get("/work?ms=0"); err != nil { // the connection is now a reused keep-alive one
 		t.Fatal(err)
 	}
-	if err := c.send(fmt.Sprintf("/work?ms=%d", work.Milliseconds())); err != nil {
+	uri := fmt.Sprintf("/work?ms=%d", work.Milliseconds())
+	if err := c.send(uri); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitEntered(t, entered, uri)
 	terminate(t)
 	signalled := time.Now()
 	resp, _, err := c.receive()
@@ -228,40 +337,44 @@ func TestBusyKeepAliveClosesAfterResponse(t *testing.T) {
 
 func TestIdleKeepAliveClosesWhenQuiet(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes 3.5 s")
+		t.Skip("takes 6 s")
 	}
-	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 20 * time.Second}
-	s.HTTP.Handler = newMux(s)
+	began := newTermination()
+	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 20 * time.Second, OnTerminate: began.hook}
+	mux, entered := newMux(s)
+	s.HTTP.Handler = mux
 	sv := start(t, context.Background(), s)
 
 	quiet := dial(t, sv.addr) // idle for well over a second at the signal
 	if _, _, err := quiet.get("/work?ms=0"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1700 * time.Millisecond)
 	recent := dial(t, sv.addr) // idle for a moment only
 	if _, _, err := recent.get("/work?ms=0"); err != nil {
 		t.Fatal(err)
 	}
-	busy := dial(t, sv.addr)
-	if err := busy.send("/work?ms=2000"); err != nil {
+	busy := dial(t, sv.addr) // keeps the drain going past the quiet rule
+	if err := busy.send("/work?ms=4000"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitEntered(t, entered, "/work?ms=4000")
 	terminate(t)
-	signalled := time.Now()
+	beganAt := began.wait(t)
 	if !quiet.closedByPeer() {
 		t.Fatal("long-idle connection still open")
 	}
-	if took := time.Since(signalled); took > 500*time.Millisecond {
-		t.Errorf("long-idle connection closed %v after the signal, want at once", took)
+	// At once: well before the second that a recently idle one is given.
+	if took := time.Since(beganAt); took > 800*time.Millisecond {
+		t.Errorf("long-idle connection closed %v after termination began, want at once", took)
 	}
 	if !recent.closedByPeer() {
 		t.Fatal("recently idle connection still open")
 	}
-	// Closed once quiet, before the busy request ends.
-	if took := time.Since(signalled); took > 1900*time.Millisecond {
-		t.Errorf("recently idle connection closed %v after the signal, want about a second", took)
+	// Closed once quiet, about a second after termination began, well
+	// before the busy request ends.
+	if took := time.Since(beganAt); took > 3*time.Second {
+		t.Errorf("recently idle connection closed %v after termination began, want about a second", took)
 	}
 	if _, _, err := busy.receive(); err != nil {
 		t.Errorf("busy request: %v", err)
@@ -285,8 +398,13 @@ func TestBackToBackKeepAliveNotDropped(t *testing.T) {
 		served := make(chan error, 1)
 		go func() { served <- s.Serve(ctx, ln) }()
 		c := dial(t, ln.Addr().String())
+		// The drain begins 20 ms after the connection is known to be
+		// accepted, during the requests that follow.
+		if resp, _, err := c.get("/"); err != nil || resp.Close {
+			t.Fatalf("trial %d: first request: %v, %v", trial, resp, err)
+		}
 		time.AfterFunc(20*time.Millisecond, cancel)
-		for n := 0; ; n++ {
+		for n := 1; ; n++ {
 			resp, _, err := c.get("/")
 			if err != nil {
 				t.Fatalf("trial %d: request %d dropped without a response: %v", trial, n, err)
@@ -305,21 +423,27 @@ func TestBackToBackKeepAliveNotDropped(t *testing.T) {
 }
 
 func TestReadinessFailsBeforeListenerCloses(t *testing.T) {
-	const preStop = 600 * time.Millisecond
-	s := &graceful.Server{HTTP: &http.Server{}, PreStopDelay: preStop, DrainTimeout: 5 * time.Second}
-	s.HTTP.Handler = newMux(s)
+	const preStop = 1500 * time.Millisecond
+	began := newTermination()
+	s := &graceful.Server{
+		HTTP:         &http.Server{},
+		PreStopDelay: preStop,
+		DrainTimeout: 5 * time.Second,
+		OnTerminate:  began.hook,
+	}
+	s.HTTP.Handler, _ = newMux(s)
 	sv := start(t, context.Background(), s)
 
 	keep := dial(t, sv.addr)
 	if _, _, err := keep.get("/work?ms=0"); err != nil {
 		t.Fatal(err)
 	}
-	terminate(t)
 	signalled := time.Now()
+	terminate(t)
 
 	// During the pre-stop delay: readiness 503 and live 200 on new
 	// connections (the listener is open), work served with Connection: close.
-	time.Sleep(100 * time.Millisecond)
+	beganAt := began.wait(t)
 	if code, err := statusOf("http://" + sv.addr + "/ready"); err != nil || code != http.StatusServiceUnavailable {
 		t.Errorf("/ready during pre-stop: %d, %v; want 503", code, err)
 	}
@@ -333,7 +457,7 @@ func TestReadinessFailsBeforeListenerCloses(t *testing.T) {
 	if !resp.Close {
 		t.Error("response during pre-stop lacks Connection: close")
 	}
-	if time.Since(signalled) >= preStop {
+	if time.Since(beganAt) >= preStop {
 		t.Fatal("checks ran past the pre-stop delay; the machine is too slow for this test")
 	}
 
@@ -353,20 +477,43 @@ func TestReadinessFailsBeforeListenerCloses(t *testing.T) {
 // http.Server.Shutdown gets wrong (golang/go#75591): a connection accepted
 // before the listener closed sends its first request after.
 func TestRequestOnAcceptedConnectionIsAnswered(t *testing.T) {
-	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 5 * time.Second}
-	s.HTTP.Handler = newMux(s)
+	// Termination waits in OnTerminate, before the listener closes, for the
+	// quiet connection to be accepted: from then on the drain gives it a
+	// second to send its request, a margin that the signal's delivery,
+	// however late, does not eat into.
+	began, proceed := make(chan struct{}), make(chan struct{})
+	s := &graceful.Server{
+		HTTP:         &http.Server{},
+		DrainTimeout: 5 * time.Second,
+		OnTerminate: func(os.Signal) {
+			close(began)
+			select {
+			case <-proceed:
+			case <-time.After(5 * time.Second):
+			}
+		},
+	}
+	mux, entered := newMux(s)
+	s.HTTP.Handler = mux
+	accepted := watchAccepts(s.HTTP)
 	sv := start(t, context.Background(), s)
 
-	quiet := dial(t, sv.addr)
 	busy := dial(t, sv.addr) // keeps the drain going while quiet speaks
-	if err := busy.send("/work?ms=800"); err != nil {
+	if err := busy.send("/work?ms=1500"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitEntered(t, entered, "/work?ms=1500")
 	terminate(t)
-	time.Sleep(200 * time.Millisecond) // the listener is closed now
-	if _, err := net.DialTimeout("tcp", sv.addr, time.Second); err == nil {
-		t.Error("listener still accepting after the signal")
+	select {
+	case <-began:
+	case <-time.After(5 * time.Second):
+		t.Fatal("termination never began")
+	}
+	quiet := dial(t, sv.addr)
+	accepted.wait(t, quiet)
+	close(proceed)
+	if !listenerClosed(sv.addr, 3*time.Second) {
+		t.Fatal("listener still accepting 3 s after the signal")
 	}
 	resp, body, err := quiet.get("/work?ms=0")
 	if err != nil {
@@ -388,11 +535,12 @@ func TestSilentConnectionDoesNotHoldDrain(t *testing.T) {
 		t.Skip("waits out the one-second quiet rule")
 	}
 	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 20 * time.Second}
-	s.HTTP.Handler = newMux(s)
+	s.HTTP.Handler, _ = newMux(s)
+	accepted := watchAccepts(s.HTTP)
 	sv := start(t, context.Background(), s)
 
 	silent := dial(t, sv.addr)
-	time.Sleep(50 * time.Millisecond)
+	accepted.wait(t, silent)
 	terminate(t)
 	if took, err := sv.wait(t, 10*time.Second); err != nil || took > 5*time.Second {
 		t.Errorf("Serve: %v after %v; want nil within a few seconds", err, took)
@@ -405,13 +553,16 @@ func TestSilentConnectionDoesNotHoldDrain(t *testing.T) {
 func TestStuckClientCannotHoldPastDeadline(t *testing.T) {
 	const drain = 400 * time.Millisecond
 	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: drain}
-	mux := newMux(s)
+	mux, _ := newMux(s)
+	stuckIn := make(chan struct{})
 	block := make(chan struct{})
 	defer close(block)
 	mux.HandleFunc("/stuck", func(w http.ResponseWriter, r *http.Request) {
+		close(stuckIn)
 		<-block // ignores its context, as careless handlers do
 	})
 	s.HTTP.Handler = mux
+	accepted := watchAccepts(s.HTTP)
 	sv := start(t, context.Background(), s)
 
 	stuck := dial(t, sv.addr)
@@ -422,9 +573,16 @@ func TestStuckClientCannotHoldPastDeadline(t *testing.T) {
 	if _, err := io.WriteString(half, "GET /work HTTP/1.1\r\nHost: te"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-stuckIn:
+	case <-time.After(5 * time.Second):
+		t.Fatal("/stuck never entered its handler")
+	}
+	accepted.wait(t, half)
+	signalled := time.Now()
 	terminate(t)
-	took, err := sv.wait(t, 10*time.Second)
+	_, err := sv.wait(t, 10*time.Second)
+	took := time.Since(signalled)
 	if !errors.Is(err, graceful.ErrDrainTimeout) {
 		t.Errorf("Serve: %v, want ErrDrainTimeout", err)
 	}
@@ -439,17 +597,23 @@ func TestStuckClientCannotHoldPastDeadline(t *testing.T) {
 }
 
 func TestSecondSignalStopsAtOnce(t *testing.T) {
-	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 20 * time.Second}
-	s.HTTP.Handler = newMux(s)
+	began := newTermination()
+	s := &graceful.Server{
+		HTTP:         &http.Server{},
+		DrainTimeout: 20 * time.Second,
+		OnTerminate:  began.hook,
+	}
+	mux, entered := newMux(s)
+	s.HTTP.Handler = mux
 	sv := start(t, context.Background(), s)
 
 	c := dial(t, sv.addr)
 	if err := c.send("/work?ms=10000"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitEntered(t, entered, "/work?ms=10000")
 	terminate(t)
-	time.Sleep(200 * time.Millisecond)
+	began.wait(t) // a signal sent before the first is received merges with it
 	terminate(t)
 	took, err := sv.wait(t, 5*time.Second)
 	if !errors.Is(err, graceful.ErrInterrupted) {
@@ -470,7 +634,7 @@ func TestContextBeginsTermination(t *testing.T) {
 		DrainTimeout: 5 * time.Second,
 		OnTerminate:  func(sig os.Signal) { terminated <- sig },
 	}
-	s.HTTP.Handler = newMux(s)
+	s.HTTP.Handler, _ = newMux(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	sv := start(t, ctx, s)
 	cancel()
@@ -499,7 +663,7 @@ func TestHijackedConnectionIsDrained(t *testing.T) {
 		DrainTimeout:  5 * time.Second,
 		DrainHijacked: func(c net.Conn) { drained <- c },
 	}
-	mux := newMux(s)
+	mux, _ := newMux(s)
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		c, rw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
@@ -558,7 +722,8 @@ func TestHTTP2StreamCompletes(t *testing.T) {
 	protocols.SetUnencryptedHTTP2(true)
 	h2c.SetUnencryptedHTTP2(true)
 	s := &graceful.Server{HTTP: &http.Server{Protocols: &protocols}, DrainTimeout: 10 * time.Second}
-	s.HTTP.Handler = newMux(s)
+	mux, entered := newMux(s)
+	s.HTTP.Handler = mux
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -587,7 +752,7 @@ func TestHTTP2StreamCompletes(t *testing.T) {
 		}
 		result <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitEntered(t, entered, "/work?ms=600")
 	terminate(t)
 	if err := <-result; err != nil {
 		t.Errorf("in-flight HTTP/2 stream: %v", err)
@@ -595,6 +760,75 @@ func TestHTTP2StreamCompletes(t *testing.T) {
 	if took, err := sv.wait(t, 5*time.Second); err != nil || took > 3*time.Second {
 		t.Errorf("Serve: %v after %v", err, took)
 	}
+}
+
+// TestConnectionAcceptedAsListenerClosesIsServed covers a connection that
+// the kernel has accepted but the Server's listener has not yet handed to
+// http.Server when the drain closes the listener: Serve must wait for the
+// accept loop to hand it over and answer its request, not count no open
+// connection and return while the request is still to be served.
+func TestConnectionAcceptedAsListenerClosesIsServed(t *testing.T) {
+	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 10 * time.Second}
+	mux, entered := newMux(s)
+	s.HTTP.Handler = mux
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowToHand{Listener: ln, accepted: make(chan string, 64)}
+	sv := startOn(t, context.Background(), s, slow)
+
+	c := dial(t, sv.addr)
+	if err := c.send("/work?ms=1000"); err != nil {
+		t.Fatal(err)
+	}
+	for timeout := time.After(5 * time.Second); ; {
+		select {
+		case addr := <-slow.accepted:
+			if addr != c.LocalAddr().String() {
+				continue
+			}
+		case <-timeout:
+			t.Fatal("connection never accepted")
+		}
+		break
+	}
+	terminate(t) // while the connection is in slowToHand's hands
+	if _, err := sv.wait(t, 5*time.Second); err != nil {
+		t.Errorf("Serve: %v, want nil", err)
+	}
+	waitEntered(t, entered, "/work?ms=1000")
+	// The response was written before Serve returned: it is already here.
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		t.Fatalf("no response when Serve returned: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !resp.Close {
+		t.Errorf("got %d close=%v, want 200 with Connection: close", resp.StatusCode, resp.Close)
+	}
+}
+
+// slowToHand is a listener whose Accept hands a connection over 300 ms after
+// the kernel accepted it, as a loaded machine's scheduler can make it; it
+// sends the client's address on accepted, if the channel has room, as soon
+// as the kernel has accepted a connection.
+type slowToHand struct {
+	net.Listener
+	accepted chan string
+}
+
+func (l *slowToHand) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		select {
+		case l.accepted <- c.RemoteAddr().String():
+		default:
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	return c, err
 }
 
 // slowToNotice is a listener whose Accept notices its closing 200 ms late,
@@ -653,7 +887,7 @@ func TestReadyFromFirstRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: time.Second}
-		s.HTTP.Handler = newMux(s)
+		s.HTTP.Handler, _ = newMux(s)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- s.Serve(ctx, ln) }()

@@ -383,7 +383,11 @@ func TestMaxConnLifetime(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 
-	tr := &Transport{MaxConnLifetime: 250 * time.Millisecond}
+	// The lifetime, less its jitter of up to a tenth, leaves the first two
+	// requests ample time on a loaded machine; the waits below are each a
+	// little longer than the whole lifetime.
+	const lifetime = time.Second
+	tr := &Transport{MaxConnLifetime: lifetime}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 
@@ -392,14 +396,14 @@ func TestMaxConnLifetime(t *testing.T) {
 	if got := counter.count(); got != 1 {
 		t.Fatalf("two quick requests used %d connections, want 1", got)
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(lifetime + 100*time.Millisecond)
 	get(t, client, srv.URL)
 	if got := counter.count(); got != 2 {
 		t.Fatalf("request after the lifetime used %d connections in all, want 2", got)
 	}
 	// This request outlives its connection's lifetime and still completes.
 	// It is a POST, which would not be retried if the lifetime cut it.
-	resp, err := client.Post(srv.URL+"?work=400ms", "text/plain", strings.NewReader("x"))
+	resp, err := client.Post(srv.URL+"?work="+(lifetime+100*time.Millisecond).String(), "text/plain", strings.NewReader("x"))
 	if err != nil {
 		t.Fatalf("POST across the end of the lifetime: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -210,8 +211,24 @@ func TestClusterUpDown(t *testing.T) {
 		t.Errorf("status: exit %d, output:\n%s\nwant default/web 80 → 127.0.0.1:%d", status, stdout, nodePort)
 	}
 
-	if left := clusterProcesses(t, dir, st.PID); len(left) < 3+2 {
-		t.Errorf("%d processes of the cluster found while it runs (%v); want the daemon, the control plane and the pods", len(left), left)
+	// The scan must see the pods' processes, or finding none after down
+	// would prove nothing. A container may be between two runs (a restart
+	// after an exit): one scan per round, bounded by ctx; a slow round says
+	// why in the log.
+	for scans := 1; ; scans++ {
+		left := clusterProcesses(t, dir, st.PID)
+		if len(left) >= 3+2 {
+			break
+		}
+		pods, _ := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if scans == 1 || ctx.Err() != nil {
+			t.Logf("scan %d: %d processes of the cluster (%v); the pods' statuses: %+v", scans, len(left), left, podStatuses(pods))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d processes of the cluster found while it runs; want the daemon, the control plane and the pods", len(left))
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 
 	status, stdout, stderr = runCLI(ctx, "cluster", "down", "--state-dir", dir)
@@ -380,6 +397,19 @@ func clusterProcesses(t *testing.T, dir string, sid int) []string {
 		}
 	}
 	return found
+}
+
+// podStatuses returns the phase and container statuses of each pod of
+// list, for a test's log.
+func podStatuses(list *corev1.PodList) []string {
+	if list == nil {
+		return nil
+	}
+	var out []string
+	for _, p := range list.Items {
+		out = append(out, fmt.Sprintf("%s %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses))
+	}
+	return out
 }
 
 // podReady reports whether pod's Ready condition is True.

@@ -343,8 +343,13 @@ func TestNewConnAsksServerToClose(t *testing.T) {
 // TestPoolWaitTimesOut: a request that finds every pooled connection busy
 // waits at most the connect timeout, and is then a connect-timeout.
 func TestPoolWaitTimesOut(t *testing.T) {
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	// entered has room for a second request, so that a client that wrongly
+	// let one through fails the test instead of blocking the handler.
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+	}))
 	defer srv.Close()
 	address := srv.Listener.Addr().String()
 	c := newClient((&net.Dialer{}).DialContext, address, 100*time.Millisecond, 5*time.Second, 1)
@@ -356,7 +361,7 @@ func TestPoolWaitTimesOut(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+address+"/", nil)
 		c.RoundTrip(req)
 	})
-	time.Sleep(50 * time.Millisecond) // the busy request holds the connection
+	<-entered // the busy request holds the only connection
 	a := roundTrip(t, c, address, "waiting")[0]
 	if a.class != ConnectTimeout || !errors.Is(a.err, os.ErrDeadlineExceeded) {
 		t.Errorf("request waiting for the only connection: %s (%v), want connect-timeout", a.class, a.err)

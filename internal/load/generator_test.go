@@ -172,7 +172,11 @@ func TestOpenLoop(t *testing.T) {
 		if c.Latency.P50 < 300*time.Millisecond {
 			t.Errorf("latency p50 %v, want at least the server's 300ms", c.Latency.P50)
 		}
-		if c.ScheduleLag.P99 > 100*time.Millisecond {
+		// A client that waited for earlier responses would start a later
+		// request at least the server's 300ms late; p99 of 50 requests is
+		// about their slowest start, so the bound leaves room for one
+		// request delayed by a loaded machine.
+		if c.ScheduleLag.P99 > 250*time.Millisecond {
 			t.Errorf("schedule lag p99 %v: requests waited for earlier ones", c.ScheduleLag.P99)
 		}
 	})

@@ -18,9 +18,15 @@ func TestDependency(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.close()
-	client := &http.Client{Timeout: 300 * time.Millisecond}
-	defer client.CloseIdleConnections()
-	get := func() error {
+	// One pool of connections, so that the black hole meets a kept-alive
+	// one: the up checks have a generous deadline, which a slow loopback
+	// request on a loaded machine does not reach; the black hole's client
+	// gives up after 300ms.
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	short := &http.Client{Transport: tr, Timeout: 300 * time.Millisecond}
+	get := func(client *http.Client) error {
 		resp, err := client.Get(d.URL())
 		if err != nil {
 			return err
@@ -31,7 +37,7 @@ func TestDependency(t *testing.T) {
 		}
 		return nil
 	}
-	if err := get(); err != nil {
+	if err := get(client); err != nil {
 		t.Fatalf("up: %v", err)
 	}
 
@@ -40,7 +46,7 @@ func TestDependency(t *testing.T) {
 	}
 	for range 2 { // the kept-alive connection, then a new one
 		start := time.Now()
-		err := get()
+		err := get(short)
 		var timeout interface{ Timeout() bool }
 		if !errors.As(err, &timeout) || !timeout.Timeout() {
 			t.Errorf("black hole: %v, want a timeout", err)
@@ -52,20 +58,20 @@ func TestDependency(t *testing.T) {
 	if err := d.up(); err != nil {
 		t.Fatal(err)
 	}
-	if err := get(); err != nil {
+	if err := get(client); err != nil {
 		t.Fatalf("up after the black hole: %v", err)
 	}
 
 	if err := d.down(OutageRefuse); err != nil {
 		t.Fatal(err)
 	}
-	if err := get(); !errors.Is(err, syscall.ECONNREFUSED) {
+	if err := get(client); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("refuse: %v, want connection refused", err)
 	}
 	if err := d.up(); err != nil {
 		t.Fatal(err)
 	}
-	if err := get(); err != nil {
+	if err := get(client); err != nil {
 		t.Errorf("up after refusing: %v", err)
 	}
 }

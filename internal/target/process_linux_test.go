@@ -87,7 +87,10 @@ func TestIgnore(t *testing.T) {
 // grandchild, the server, which never receives the signal.
 func TestWrappers(t *testing.T) {
 	t.Parallel()
-	const work = 3 * time.Second
+	// work is far longer than the test takes to cut the request (a settle
+	// and, in the namespace, a second of survival and a SIGKILL), so that
+	// only a request that was not cut at the signal reaches it.
+	const work = 10 * time.Second
 	tests := []struct {
 		wrapper string
 		where   where

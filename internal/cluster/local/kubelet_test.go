@@ -236,10 +236,7 @@ func TestKubeletPreStopThenSignal(t *testing.T) {
 	if d := preEnd.Time.Sub(preStart.Time); d < time.Second-50*time.Millisecond {
 		t.Errorf("preStop sleep of 1 s took %v", d)
 	}
-	// 5 s of grace less the 1 s the hook took.
-	if got := signal.Fields["grace"]; got != "4s" {
-		t.Errorf("grace after preStop = %s, want 4s", got)
-	}
+	checkGraceAfterPreStop(t, pod, time.Second, preStart, signal)
 	if unready.Time.Before(signal.Time) {
 		t.Errorf("pod unready at %v, before SIGTERM at %v", unready.Time, signal.Time)
 	}
@@ -818,7 +815,7 @@ func TestKubeletPreStopHandlers(t *testing.T) {
 		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: "HOOK_DIR", Value: dir})
 		ctr.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
 			Command: []string{"sh", "-c", `echo "$POD_NAME" > "$HOOK_DIR/ran"; sleep 1.5`}}}}
-		checkPreStop(t, k, log, pod, "4s")
+		checkPreStop(t, k, log, pod)
 		if got, err := os.ReadFile(filepath.Join(dir, "ran")); err != nil || strings.TrimSpace(string(got)) != "exec" {
 			t.Errorf("hook output %q, %v; want the pod's name from its environment", got, err)
 		}
@@ -837,7 +834,7 @@ func TestKubeletPreStopHandlers(t *testing.T) {
 		pod := shellPod("http", 5, trapScript("TERM"))
 		pod.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
 			Host: host, Port: intstr.FromInt(portNum), Path: "/drain"}}}
-		checkPreStop(t, k, log, pod, "4s")
+		checkPreStop(t, k, log, pod)
 		if got, _ := agent.Load().(string); !strings.HasPrefix(got, "kube-lifecycle/") || !strings.HasSuffix(got, " /drain") {
 			t.Errorf("hook request %q, want a kube-lifecycle GET of /drain", got)
 		}
@@ -845,8 +842,8 @@ func TestKubeletPreStopHandlers(t *testing.T) {
 }
 
 // checkPreStop deletes pod, whose hook takes 1.5 s, and checks that the
-// stop signal waited for it and got wantGrace.
-func checkPreStop(t *testing.T, k *Kubelet, log *cluster.EventLog, pod *corev1.Pod, wantGrace string) {
+// stop signal waited for it and got what the hook left of the grace.
+func checkPreStop(t *testing.T, k *Kubelet, log *cluster.EventLog, pod *corev1.Pod) {
 	t.Helper()
 	if err := k.SyncPod(pod); err != nil {
 		t.Fatal(err)
@@ -866,12 +863,33 @@ func checkPreStop(t *testing.T, k *Kubelet, log *cluster.EventLog, pod *corev1.P
 	if d := end.Time.Sub(start.Time); d < 1500*time.Millisecond-50*time.Millisecond {
 		t.Errorf("hook of 1.5 s over after %v", d)
 	}
-	// 5 s less the hook's 1.5 s, counted as 1 (T7 b).
-	if got := signal.Fields["grace"]; got != wantGrace {
-		t.Errorf("grace after the hook %s, want %s", got, wantGrace)
-	}
+	checkGraceAfterPreStop(t, pod, 1500*time.Millisecond, start, signal)
 	if exited.Fields["code"] != "0" {
 		t.Errorf("exit %s, want the handler's 0", exited.Fields["code"])
+	}
+}
+
+// checkGraceAfterPreStop checks the grace of the stop signal sent after
+// pod's preStop hook, which lasts at least hook: the pod's grace period
+// less the whole seconds the hook took, at least
+// cluster.MinimumGracePeriodSeconds (spec T7 b, T8). The kubelet measures
+// the hook from its start event to a moment before the signal's event; on a
+// loaded machine a hook of 1.5 s can take 2, so the check accepts the grace
+// left by any time from hook to that span. A grace the hook did not shorten,
+// or shortened by a fraction, fails. The slack covers the log raising an
+// event's time to the one before it.
+func checkGraceAfterPreStop(t *testing.T, pod *corev1.Pod, hook time.Duration, start, signal cluster.Event) {
+	t.Helper()
+	const slack = 100 * time.Millisecond
+	grace := *pod.Spec.TerminationGracePeriodSeconds
+	left := func(took time.Duration) time.Duration {
+		return time.Duration(max(grace-int64(took/time.Second), cluster.MinimumGracePeriodSeconds)) * time.Second
+	}
+	most, least := left(hook), left(signal.Time.Sub(start.Time)+slack)
+	got, err := time.ParseDuration(signal.Fields["grace"])
+	if err != nil || got < least || got > most {
+		t.Errorf("grace after a preStop hook of %v, %v to the signal: %q, want the %ds grace period less the hook's whole seconds, %v to %v",
+			hook, signal.Time.Sub(start.Time), signal.Fields["grace"], grace, least, most)
 	}
 }
 

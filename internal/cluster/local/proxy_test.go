@@ -321,9 +321,9 @@ func TestProxyInternalTrafficPolicyLocal(t *testing.T) {
 		}
 		return true, true, false
 	})
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	_, err := proxies["node-a"].DialContext(ctx, "tcp", "web.default:80")
 	var opErr *net.OpError
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &opErr) || !opErr.Timeout() {
