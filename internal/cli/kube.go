@@ -45,8 +45,8 @@ func (k *kubeFlags) check(command string, f *pflag.FlagSet) error {
 		}
 		return nil
 	}
-	if k.loadPods <= 0 {
-		return usagef("%s: --load-pods must be positive", command)
+	if err := positive(command, "--load-pods", k.loadPods); err != nil {
+		return err
 	}
 	if k.image == "" {
 		return usagef("%s: --image must not be empty", command)

@@ -44,7 +44,7 @@ func TestKubeUsage(t *testing.T) {
 		{"two deployments", []string{"rollout", "--kube", "deploy/a", "deploy/b"}, "want at most one deploy/NAME"},
 		{"kube flag without kube", []string{"rollout", "-f", manifest, "--local", "-n", "shop"}, "--namespace needs --kube"},
 		{"image without kube", []string{"lab", "--image", "x:1"}, "lab: --image needs --kube"},
-		{"no load pods", []string{"rollout", "--kube", "deploy/web", "--load-pods", "0"}, "--load-pods must be positive"},
+		{"no load pods", []string{"rollout", "--kube", "deploy/web", "--load-pods", "0"}, "invalid --load-pods 0: must be positive"},
 		{"image command on kube", []string{"rollout", "--kube", "-f", manifest, "--image-command", "a=b"}, "--image-command is for --local"},
 		{"lab parallel in one namespace", []string{"lab", "--kube", "-n", "shop", "--parallel", "2", "1-plain"}, "--parallel with -n"},
 		{"lab nothing runnable", []string{"lab", "--kube", "probe-liveness-deep"}, "none of the scenarios can run on a real cluster"},

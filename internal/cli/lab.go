@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/manifest"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
@@ -39,14 +41,17 @@ func newLabCommand(streams Streams) *cobra.Command {
 	var flags labFlags
 	cmd := &cobra.Command{
 		Use:   "lab [NAME|GROUP...] [-f SCENARIO.yaml...]",
-		Short: "Replay the seeds' experiments on the embedded cluster and compare them",
+		Short: "Replay published rollout experiments on the embedded cluster and compare them",
 		Long: `Run the built-in scenarios (all of them, or those named, by name or by
 group: --list shows them), or the scenario files given with -f
-(docs/scenario.md), on the embedded local cluster: each deploys its
-workload as real closingtime serve processes, sends traffic through its
-Service, acts on it (a rollout, a pod deleted or evicted, a node drained,
-a dependency outage…) and counts every failed request by kind and by
-second.
+(docs/scenario.md), on the embedded local cluster. The built-in scenarios
+replay five published experiments that measured the requests Kubernetes
+rollouts, drains and outages drop (numbered 000 to 004 in the SEED column
+of --list; docs/lab.md), with variants that show each cause and its fix.
+Each scenario deploys its workload as real closingtime serve processes,
+sends traffic through its Service, acts on it (a rollout, a pod deleted or
+evicted, a node drained, a dependency outage…) and counts every failed
+request by kind and by second.
 
 Progress goes to standard error. Then the comparison table, a row per
 scenario, and per run the seconds with failures and the old pods' figures
@@ -87,14 +92,14 @@ shows the runs of both.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVarP(&flags.files, "filename", "f", nil, "a scenario file to run, instead of the catalog; repeatable")
+	f.StringArrayVarP(&flags.files, "filename", "f", nil, "a scenario file to run, instead of the built-in scenarios; repeatable")
 	f.IntVar(&flags.repeat, "repeat", 0, "repetitions of each scenario (default: the scenario's own)")
 	f.BoolVar(&flags.quick, "quick", false, "shorter periods and one repetition, every phenomenon still shown")
 	f.StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&flags.results, "results", "results.json", "file to write the results to as JSON; empty for none")
 	f.StringVar(&flags.report, "report", "report.html", "file to write the HTML report to (docs/report.md); empty for none")
 	f.StringArrayVar(&flags.images, "image-command", nil, imageCommandUsage)
-	f.BoolVar(&flags.list, "list", false, "list the built-in scenarios, with their group, seed and description, and exit")
+	f.BoolVar(&flags.list, "list", false, "list the built-in scenarios, with their group, the published experiment they replay (seed) and description, and exit")
 	f.IntVar(&flags.parallel, "parallel", 0, "scenarios run at once, each on a cluster of its own (default: all)")
 	f.BoolVar(&flags.compare, "compare", false, "run on the embedded cluster and on a closingtime cluster, and compare their figures")
 	f.StringVar(&flags.stateDir, "state-dir", "", "with --compare, the closingtime cluster's state directory (default: that of cluster up)")
@@ -106,8 +111,8 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 	if flags.output != "text" && flags.output != "json" {
 		return usagef("lab: invalid --output %q: accepted values are text, json", flags.output)
 	}
-	if flags.repeat < 0 || flags.parallel < 0 {
-		return usagef("lab: --repeat and --parallel must not be negative")
+	if err := cmp.Or(nonNegative("lab", "--repeat", flags.repeat), nonNegative("lab", "--parallel", flags.parallel)); err != nil {
+		return err
 	}
 	scenarios, err := labScenarios(names, flags.files)
 	if err != nil {
@@ -125,7 +130,13 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		return usagef("lab: --compare runs on a closingtime cluster of its own: it does not take --kube")
 	case flags.stateDir != "" && !flags.compare:
 		return usagef("lab: --state-dir needs --compare")
-	case flags.compare:
+	}
+	if !flags.kube {
+		if err := checkEntrypoints("lab", scenarios, images); err != nil {
+			return err
+		}
+	}
+	if flags.compare {
 		return runCompare(ctx, streams, scenarios, images, flags)
 	}
 	cfg := scenario.RunnerConfig{Quick: flags.quick, Repetitions: flags.repeat}
@@ -304,8 +315,7 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 // embedded clusters whose image scenario.Image runs exe and whose other
 // images run the commands of images. Each claims a pod range of its own.
 func localClusters(exe string, images map[string][]string) func(scenario.ClusterSettings) (scenario.Cluster, error) {
-	commands := map[string][]string{scenario.Image: {exe}}
-	maps.Copy(commands, images)
+	commands := localCommands(exe, images)
 	return func(s scenario.ClusterSettings) (scenario.Cluster, error) {
 		return local.New(local.Config{
 			Nodes:               s.Nodes,
@@ -314,6 +324,40 @@ func localClusters(exe string, images map[string][]string) func(scenario.Cluster
 			Kubelet:             local.KubeletConfig{ImageCommands: commands},
 		})
 	}
+}
+
+// localCommands returns the commands that stand for images' entrypoints on
+// the embedded cluster: exe for image scenario.Image, and those of images.
+func localCommands(exe string, images map[string][]string) map[string][]string {
+	commands := map[string][]string{scenario.Image: {exe}}
+	maps.Copy(commands, images)
+	return commands
+}
+
+// checkEntrypoints returns a usage error, named by command, for the first
+// container of the scenarios' Deployments that the embedded cluster could
+// not start, with images as the commands of --image-command: one without a
+// command of its own, an annotation or a command for its image. It names
+// the container's file and line, so that a bad manifest is refused before
+// any cluster starts.
+func checkEntrypoints(command string, scenarios []*scenario.Scenario, images map[string][]string) error {
+	// Only whether an image has a command matters here, not which.
+	commands := localCommands(scenario.Image, images)
+	for _, s := range scenarios {
+		for _, o := range s.Objects {
+			d, ok := o.Obj.(*appsv1.Deployment)
+			if !ok {
+				continue
+			}
+			for i, c := range d.Spec.Template.Spec.Containers {
+				if _, err := local.Entrypoint(d.Spec.Template.Annotations, &c, commands); err != nil {
+					line := o.FieldLine(fmt.Sprintf("spec.template.spec.containers[%d]", i))
+					return &usageError{fmt.Errorf("%s: %w", command, &manifest.Error{File: o.File, Line: line, Err: fmt.Errorf("Deployment %s: %w", d.Name, err)})}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // imageCommands parses the values of --image-command, IMAGE=CMD ARGS…

@@ -37,7 +37,12 @@ func TestLabUsage(t *testing.T) {
 	testUsage(t, []usageCase{
 		{name: "unknown scenario", args: []string{"lab", "9-nope"}, wantErr: `no scenario "9-nope"; the catalog has 1-plain, 2-readiness`},
 		{name: "bad output", args: []string{"lab", "-o", "yaml"}, wantErr: `invalid --output "yaml"`},
-		{name: "negative repeat", args: []string{"lab", "--repeat", "-1"}, wantErr: "must not be negative"},
+		{name: "negative repeat", args: []string{"lab", "--repeat", "-1"}, wantErr: "lab: invalid --repeat -1: must not be negative"},
+		{name: "negative parallel", args: []string{"lab", "--parallel", "-2"}, wantErr: "lab: invalid --parallel -2: must not be negative"},
+		{name: "missing file", args: []string{"lab", "-f", "testdata/no-such.yaml"}, wantErr: "lab: testdata/no-such.yaml: no such file or directory"},
+		// Refused before any cluster starts, at the container's line.
+		{name: "container without command", args: []string{"lab", "-f", "testdata/lab-image.yaml"},
+			wantErr: "lab: testdata/rollout-image.yaml:29: Deployment app: container app has no command and its image \"registry.example/shop:1.4\" maps to no local command: map the image with --image-command"},
 		{name: "names and files", args: []string{"lab", "1-plain", "-f", "x.yaml"}, wantErr: "not both"},
 		{name: "invalid file", args: []string{"lab", "-f", "../scenario/testdata/invalid-scale.yaml"},
 			wantErr: "invalid-scale.yaml:4: action.replicas: scale needs replicas"},
@@ -121,5 +126,19 @@ func TestLabList(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(out.String(), "1-plain") {
 		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+// TestCatalogEntrypoints checks that the embedded cluster can start every
+// container of the built-in scenarios without --image-command, as `lab`
+// checks before it starts a cluster.
+func TestCatalogEntrypoints(t *testing.T) {
+	t.Parallel()
+	catalog, err := scenario.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkEntrypoints("lab", catalog, nil); err != nil {
+		t.Error(err)
 	}
 }

@@ -177,7 +177,7 @@ func readLintConfig(name string) (lint.ConfigFile, error) {
 	}
 	data, err := os.ReadFile(name)
 	if err != nil {
-		return lint.ConfigFile{}, usagef("lint: --config: %v", err)
+		return lint.ConfigFile{}, inputError("lint: --config "+name, err)
 	}
 	f, err := lint.ParseConfigFile(data)
 	if err != nil {
@@ -191,7 +191,7 @@ func readLintConfig(name string) (lint.ConfigFile, error) {
 func readMeasured(name string) ([]lint.Measurement, error) {
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, usagef("lint: --measured: %v", err)
+		return nil, inputError("lint: --measured "+name, err)
 	}
 	defer f.Close()
 	results, err := report.ReadJSON(f)

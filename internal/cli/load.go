@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,9 +61,9 @@ given, and then only what is safe to resend (see the retry package).
 With --wait-serving, the run begins once URL answers: ` + strconv.Itoa(load.ServingInARow) + ` requests in a row,
 each on a new connection, with a status below 500 (failed tries 100 ms
 apart). If it does not within that time, the command fails (exit status 1)
-and sends nothing. The runner's load pods use it, so that their traffic
-starts, as the embedded cluster's does, once the Service answers where the
-traffic comes from.
+and sends nothing. The load pods of rollout --kube and lab --kube use it,
+so that their traffic starts, as the embedded cluster's does, once the
+Service answers where the traffic comes from.
 
 The run ends after --duration, on SIGINT or SIGTERM, or when --stop-file
 exists; requests in flight then finish or time out and are counted.
@@ -127,22 +128,23 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		ConnectTimeout:  flags.connectTimeout,
 		ResponseTimeout: flags.responseTimeout,
 	}
-	if flags.rate <= 0 {
-		return usagef("load: invalid --rate %v: want a positive number of requests per second", flags.rate)
-	}
-	if flags.duration <= 0 || flags.connectTimeout <= 0 || flags.responseTimeout <= 0 || flags.connections <= 0 {
-		return usagef("load: --duration, --connect-timeout, --response-timeout and --connections must be positive")
-	}
-	if flags.waitServing < 0 {
-		return usagef("load: invalid --wait-serving %v: must not be negative", flags.waitServing)
+	if err := cmp.Or(
+		positive("load", "--rate", flags.rate),
+		positive("load", "--duration", flags.duration),
+		positive("load", "--connect-timeout", flags.connectTimeout),
+		positive("load", "--response-timeout", flags.responseTimeout),
+		positive("load", "--connections", flags.connections),
+		nonNegative("load", "--wait-serving", flags.waitServing),
+	); err != nil {
+		return err
 	}
 	clients, err := parseClients(flags.clients, flags.rate, flags.connections)
 	if err != nil {
 		return &usageError{fmt.Errorf("load: %w", err)}
 	}
 	cfg.Clients = clients
-	if flags.retryAttempts <= 0 || flags.retryBaseDelay <= 0 {
-		return usagef("load: --retry-attempts and --retry-base-delay must be positive")
+	if err := cmp.Or(positive("load", "--retry-attempts", flags.retryAttempts), positive("load", "--retry-base-delay", flags.retryBaseDelay)); err != nil {
+		return err
 	}
 	if flags.retry {
 		cfg.Retry = &retry.Policy{Attempts: flags.retryAttempts, BaseDelay: flags.retryBaseDelay}

@@ -72,8 +72,9 @@ func TestLoadUsageErrors(t *testing.T) {
 		{name: "unknown client kind", args: []string{"load", "http://127.0.0.1:1/", "--client", "http2"}, wantErr: `unknown client kind "http2"`},
 		{name: "client twice", args: []string{"load", "http://127.0.0.1:1/", "--client", "new-conn", "--client", "new-conn=5"}, wantErr: "given twice"},
 		{name: "bad output", args: []string{"load", "http://127.0.0.1:1/", "-o", "yaml"}, wantErr: "invalid --output"},
-		{name: "zero duration", args: []string{"load", "http://127.0.0.1:1/", "--duration", "0s"}, wantErr: "must be positive"},
-		{name: "zero retry attempts", args: []string{"load", "http://127.0.0.1:1/", "--retry", "--retry-attempts", "0"}, wantErr: "--retry-attempts and --retry-base-delay must be positive"},
+		{name: "zero duration", args: []string{"load", "http://127.0.0.1:1/", "--duration", "0s"}, wantErr: "load: invalid --duration 0s: must be positive"},
+		{name: "zero connections", args: []string{"load", "http://127.0.0.1:1/", "--connections", "0"}, wantErr: "load: invalid --connections 0: must be positive"},
+		{name: "zero retry attempts", args: []string{"load", "http://127.0.0.1:1/", "--retry", "--retry-attempts", "0"}, wantErr: "load: invalid --retry-attempts 0: must be positive"},
 		{name: "jsonl and events", args: []string{"load", "http://127.0.0.1:1/", "-o", "jsonl", "--events", "e.jsonl"}, wantErr: "give --events or -o jsonl, not both"},
 		{name: "negative wait", args: []string{"load", "http://127.0.0.1:1/", "--wait-serving=-1s"}, wantErr: "invalid --wait-serving -1s"},
 	})

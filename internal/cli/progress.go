@@ -16,9 +16,12 @@ import (
 
 // progress shows how far the scenarios of a lab or rollout have come, on
 // standard error: a bar per scenario on a terminal, a line per phase
-// otherwise, so that a log file or CI output stays readable.
+// otherwise, so that a log file or CI output stays readable. A notice (see
+// scenario.Progress.Notice) is a line of its own either way, above the
+// bars on a terminal.
 type progress interface {
-	// update reports a scenario's new phase. It is safe for concurrent use.
+	// update reports a scenario's new phase, or a notice. It is safe for
+	// concurrent use.
 	update(scenario.Progress)
 	// finish stops the display; bars of unfinished scenarios stop where they
 	// are. It must be called once, before anything else is written to the
@@ -41,8 +44,8 @@ func newProgress(w io.Writer, scenarios []*scenario.Scenario) progress {
 	return &progressLines{w: w, start: time.Now()}
 }
 
-// progressLines writes a line per phase of each scenario, with the time
-// since the start.
+// progressLines writes a line per phase of each scenario, and one per
+// notice after the phase, with the time since the start.
 type progressLines struct {
 	mu    sync.Mutex
 	w     io.Writer
@@ -52,7 +55,17 @@ type progressLines struct {
 func (l *progressLines) update(p scenario.Progress) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fmt.Fprintf(l.w, "%6.1fs  %-24s%s %s\n", time.Since(l.start).Seconds(), p.Scenario, repetitionOf(p), p.Phase)
+	fmt.Fprintf(l.w, "%6.1fs  %-24s%s\n", time.Since(l.start).Seconds(), p.Scenario, shownPhase(p))
+}
+
+// shownPhase formats p's repetition and phase as " 2/3 wait", followed by
+// its notice, if any, as " 2/3 wait: pod web-…".
+func shownPhase(p scenario.Progress) string {
+	s := repetitionOf(p) + " " + string(p.Phase)
+	if p.Notice != "" {
+		s += ": " + p.Notice
+	}
+	return s
 }
 
 func (l *progressLines) finish() {}
@@ -129,6 +142,10 @@ func newProgressBars(w io.Writer, scenarios []*scenario.Scenario, always bool) *
 }
 
 func (pb *progressBars) update(p scenario.Progress) {
+	if p.Notice != "" {
+		fmt.Fprintf(pb, "%s%s\n", p.Scenario, shownPhase(p))
+		return
+	}
 	pb.mu.Lock()
 	sb := pb.bars[p.Scenario]
 	if sb == nil {

@@ -10,16 +10,24 @@ import (
 )
 
 // TestProgressLines checks the display written where standard error is not
-// a terminal: a line per phase, with the repetition once there is one.
+// a terminal: a line per phase, with the repetition once there is one, and
+// a line per notice, after its phase.
 func TestProgressLines(t *testing.T) {
 	var buf bytes.Buffer
 	p := newProgress(&buf, []*scenario.Scenario{{Name: "1-plain"}})
 	p.update(scenario.Progress{Scenario: "1-plain", Repetitions: 2, Phase: scenario.PhaseDeploy})
+	p.update(scenario.Progress{Scenario: "1-plain", Repetitions: 2, Phase: scenario.PhaseDeploy, Notice: "pod app-1: container app exited with code 1"})
 	p.update(scenario.Progress{Scenario: "1-plain", Repetition: 2, Repetitions: 2, Phase: scenario.PhaseWait})
 	p.finish()
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], "1-plain                  deploy") || !strings.HasSuffix(lines[1], "1-plain                  2/2 wait") {
-		t.Errorf("progress lines:\n%s", buf.String())
+	want := []string{"1-plain                  deploy", "1-plain                  deploy: pod app-1: container app exited with code 1", "1-plain                  2/2 wait"}
+	if len(lines) != len(want) {
+		t.Fatalf("progress lines:\n%s\nwant %d", buf.String(), len(want))
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(lines[i], w) {
+			t.Errorf("line %d %q, want it to end with %q", i, lines[i], w)
+		}
 	}
 }
 
@@ -33,6 +41,7 @@ func TestProgressBars(t *testing.T) {
 	p.update(scenario.Progress{Scenario: "3-graceful", Repetitions: 3, Phase: scenario.PhaseDeploy})
 	p.update(scenario.Progress{Scenario: "3-graceful", Repetition: 2, Repetitions: 3, Phase: scenario.PhaseAct})
 	p.update(scenario.Progress{Scenario: "no-such-scenario", Phase: scenario.PhaseAct})
+	p.update(scenario.Progress{Scenario: "3-graceful", Repetition: 2, Repetitions: 3, Phase: scenario.PhaseAct, Notice: "pod app-1: readiness probe failed"})
 	fmt.Fprintln(p, "lab: interrupted")
 	if got, want := p.bars["3-graceful"].bar.Current(), int64(1+4+2); got != want {
 		t.Errorf("3-graceful's bar at %d, want %d", got, want)
@@ -40,8 +49,8 @@ func TestProgressBars(t *testing.T) {
 	p.finish()
 	fmt.Fprintln(p, "lab: interrupted again")
 	out := buf.String()
-	if !strings.HasPrefix(out, "lab: interrupted\n") || !strings.HasSuffix(out, "\nlab: interrupted again\n") {
-		t.Errorf("the first message is not above the bars, or the second not below them:\n%q", out)
+	if !strings.HasPrefix(out, "3-graceful 2/3 act: pod app-1: readiness probe failed\nlab: interrupted\n") || !strings.HasSuffix(out, "\nlab: interrupted again\n") {
+		t.Errorf("the notice and the first message are not above the bars, or the second not below them:\n%q", out)
 	}
 	for _, want := range []string{"1-plain", "done 1/1", "3-graceful", "act 2/3"} {
 		if !strings.Contains(out, want) {

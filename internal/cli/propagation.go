@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,11 +29,12 @@ func newPropagationCommand(streams Streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "propagation (--kube | --local)",
 		Short: "Measure how long the cluster takes to stop sending traffic to a deleted pod, and size the preStop delay",
-		Long: `Measure the cluster's endpoint propagation, as seed 001 advises before
-choosing a preStop delay: deploy pods of the lab server whose preStop sleeps
---window (so that a deleted pod keeps answering whatever still reaches it),
-send them new connections through their Service, delete --pods pods one by
-one, and time for each the span from its deletion to the last request that
+		Long: `Measure the cluster's endpoint propagation, as the published rollout
+experiment that closingtime lab replays (seed 001, docs/lab.md) advises
+before choosing a preStop delay: deploy pods of the lab server whose
+preStop sleeps --window (so that a deleted pod keeps answering whatever
+still reaches it), send them new connections through their Service,
+delete --pods pods one by one, and time for each the span from its deletion to the last request that
 reached it. The longest span plus --margin, in whole seconds, is the preStop
 delay to give your pods; preStop and your server's drain must then fit in
 terminationGracePeriodSeconds.
@@ -70,11 +72,16 @@ func runPropagation(ctx context.Context, streams Streams, flags propagationFlags
 		return usagef("propagation: give --kube (the cluster of your kubeconfig) or --local (the embedded cluster)")
 	case flags.output != "text" && flags.output != "json":
 		return usagef("propagation: invalid --output %q: accepted values are text, json", flags.output)
-	case flags.pods <= 0 || flags.rate <= 0 || flags.margin <= 0:
-		// A zero would be PropagationConfig's default, not a zero.
-		return usagef("propagation: --pods, --rate and --margin must be positive")
 	case flags.window < time.Second || flags.window%time.Second != 0:
 		return usagef("propagation: invalid --window %v: want whole seconds, at least 1s (a preStop sleep takes seconds)", flags.window)
+	}
+	// A zero would be PropagationConfig's default, not a zero.
+	if err := cmp.Or(
+		positive("propagation", "--pods", flags.pods),
+		positive("propagation", "--rate", flags.rate),
+		positive("propagation", "--margin", flags.margin),
+	); err != nil {
+		return err
 	}
 	cfg := scenario.PropagationConfig{Pods: flags.pods, Window: flags.window, Rate: flags.rate, Margin: flags.margin}
 	s, err := scenario.PropagationScenario(cfg)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"io"
 	"os"
 
@@ -56,12 +55,15 @@ func runReport(streams Streams, path string, flags reportFlags) error {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("report: %w", err)
+		return inputError("report: "+path, err)
 	}
 	defer f.Close()
 	results, err := report.ReadJSON(f)
 	if err != nil {
-		return fmt.Errorf("report: %s: %w", path, err)
+		return inputError("report: "+path, err)
+	}
+	if len(results.Scenarios) == 0 {
+		return usagef("report: %s: no scenarios: not the results of closingtime rollout or lab", path)
 	}
 	return write(streams.Out, results)
 }

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -52,8 +54,11 @@ traffic through the Service, restart the Deployment's rollout --repeat times,
 and count every failed request by kind and by second, with what each old pod
 did. The output and results file are those of closingtime lab.
 
-The command exits 1 when more than --max-failures requests failed over all
-repetitions, so that it can gate CI.
+Exit status: 0 when at most --max-failures requests failed over all
+repetitions, 1 when more did (so that it can gate CI) or when the tool
+failed, 2 for a bad flag or a manifest that cannot be read or run (with
+--local, a container without a command for its image), 130 when
+interrupted.
 
 With --kube, the same runs on the real cluster of your kubeconfig
 (--kubeconfig, --context), with the traffic sent from load pods inside the
@@ -125,12 +130,20 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		return usagef("rollout: no manifests: give -f FILE (or, with --kube, deploy/NAME)")
 	case flags.output != "text" && flags.output != "json":
 		return usagef("rollout: invalid --output %q: accepted values are text, json", flags.output)
-	case flags.repeat <= 0 || flags.rate <= 0 || flags.connections <= 0 || flags.connectTimeout <= 0 || flags.responseTimeout <= 0:
-		return usagef("rollout: --repeat, --rate, --connections, --connect-timeout and --response-timeout must be positive")
-	case flags.maxFailures < 0 || flags.warmUp < 0 || flags.after < 0:
-		return usagef("rollout: --max-failures, --warm-up and --after must not be negative")
 	case flags.kube && len(flags.images) > 0:
 		return usagef("rollout: --image-command is for --local: with --kube, the nodes run the images")
+	}
+	if err := cmp.Or(
+		positive("rollout", "--repeat", flags.repeat),
+		positive("rollout", "--rate", flags.rate),
+		positive("rollout", "--connections", flags.connections),
+		positive("rollout", "--connect-timeout", flags.connectTimeout),
+		positive("rollout", "--response-timeout", flags.responseTimeout),
+		nonNegative("rollout", "--max-failures", flags.maxFailures),
+		nonNegative("rollout", "--warm-up", flags.warmUp),
+		nonNegative("rollout", "--after", flags.after),
+	); err != nil {
+		return err
 	}
 	images, err := imageCommands("rollout", flags.images)
 	if err != nil {
@@ -164,7 +177,15 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		cfg.NewTraffic = flags.kubeFlags.traffic
 	default:
 		if s, err = scenario.FromManifests("rollout", flags.files, traffic, scenario.Action{Kind: scenario.ActionRolloutRestart}, flags.repeat); err != nil {
-			return &usageError{fmt.Errorf("rollout: %w", err)}
+			return &usageError{fmt.Errorf("rollout: %w", flagErrors(err, map[string]string{
+				"traffic.service": strings.TrimSpace("--service " + flags.service),
+				"traffic.path":    "--path " + flags.path,
+			}))}
+		}
+		if flags.local {
+			if err := checkEntrypoints("rollout", []*scenario.Scenario{s}, images); err != nil {
+				return err
+			}
 		}
 		if cfg, err = flags.kubeFlags.runnerConfig("rollout", cfg, images); err != nil {
 			return err
@@ -191,6 +212,30 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		return exitStatus(rolloutExitFailures)
 	}
 	return nil
+}
+
+// flagErrors returns err, an error of scenario.FromManifests, in the terms
+// of the command line: each *scenario.Error about a field that a flag sets
+// names the flag and its value instead, as flags maps them (field to
+// "--flag value"); the others name the files without a field, which a
+// scenario file has but the command line has not.
+func flagErrors(err error, flags map[string]string) error {
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
+	for i, e := range errs {
+		var se *scenario.Error
+		if !errors.As(e, &se) {
+			continue
+		}
+		if flag, ok := flags[se.Field]; ok {
+			errs[i] = fmt.Errorf("%s: %w", flag, se.Err)
+		} else {
+			errs[i] = &scenario.Error{File: se.File, Line: se.Line, Err: se.Err}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // existingRollout connects to the cluster of flags and returns the

@@ -13,8 +13,23 @@ func TestRolloutUsage(t *testing.T) {
 	const plain = "testdata/rollout-plain.yaml"
 	testUsage(t, []usageCase{
 		{name: "no files", args: []string{"rollout", "--local"}, wantErr: "no manifests"},
+		{name: "missing file", args: []string{"rollout", "--local", "-f", "testdata/no-such.yaml"}, wantErr: "closingtime: rollout: testdata/no-such.yaml: no such file or directory\n"},
 		{name: "no backend", args: []string{"rollout", "-f", plain}, wantErr: "give --local"},
-		{name: "no such service", args: []string{"rollout", "-f", plain, "--local", "--service", "web"}, wantErr: "traffic.service: the workload has no Service web"},
+		{name: "no such service", args: []string{"rollout", "-f", plain, "--local", "--service", "web"},
+			wantErr: "closingtime: rollout: --service web: no Service \"web\" in " + plain + "; Services: app\n"},
+		{name: "path without slash", args: []string{"rollout", "-f", plain, "--local", "--path", "work"},
+			wantErr: "closingtime: rollout: --path work: want a path that starts with /, such as \"/work\"\n"},
+		{name: "no service", args: []string{"rollout", "-f", "testdata/rollout-no-service.yaml", "--local"},
+			wantErr: "closingtime: rollout: testdata/rollout-no-service.yaml: no Service to send the traffic through: add one whose selector matches the pods of Deployment shop (app: shop, tier: web)\n"},
+		// Refused before any cluster starts, at the container's line,
+		// with the two ways to give it a command.
+		{name: "container without command", args: []string{"rollout", "-f", "testdata/rollout-image.yaml", "--local"},
+			wantErr: "closingtime: rollout: testdata/rollout-image.yaml:29: Deployment app: container app has no command and its image \"registry.example/shop:1.4\" maps to no local command: " +
+				"map the image with --image-command 'registry.example/shop:1.4=CMD ARGS…', or annotate the pod template with closingtime.dev/command.app: 'CMD ARGS…'\n"},
+		{name: "zero repeat", args: []string{"rollout", "-f", plain, "--local", "--repeat", "0"}, wantErr: "rollout: invalid --repeat 0: must be positive"},
+		{name: "zero connect timeout", args: []string{"rollout", "-f", plain, "--local", "--connect-timeout", "0s"}, wantErr: "rollout: invalid --connect-timeout 0s: must be positive"},
+		{name: "negative max failures", args: []string{"rollout", "-f", plain, "--local", "--max-failures", "-3"}, wantErr: "rollout: invalid --max-failures -3: must not be negative"},
+		{name: "negative warm-up", args: []string{"rollout", "-f", plain, "--local", "--warm-up", "-1s"}, wantErr: "rollout: invalid --warm-up -1s: must not be negative"},
 		{name: "bad client", args: []string{"rollout", "-f", plain, "--local", "--client", "udp"}, wantErr: `--client "udp"`},
 		{name: "bad image command", args: []string{"rollout", "-f", plain, "--local", "--image-command", "shop:1"}, wantErr: `--image-command "shop:1"`},
 	})
@@ -54,23 +69,17 @@ func TestRolloutGate(t *testing.T) {
 }
 
 // TestRolloutImageCommand runs a Deployment whose container has an image
-// and no command: without --image-command the error names the container
-// and the flag; with it, the mapped local command (this test binary as
-// closingtime serve) runs as the pods.
+// and no command, with --image-command mapping it to a local command (this
+// test binary as closingtime serve), which runs as the pods. Without the
+// flag it is refused (TestRolloutUsage).
 func TestRolloutImageCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a rollout under load")
 	}
 	t.Parallel()
-	args := []string{"rollout", "-f", "testdata/rollout-image.yaml", "--local", "--path", "/work", "--warm-up", "1s", "--after", "1s", "--max-failures", "1000000"}
+	args := []string{"rollout", "-f", "testdata/rollout-image.yaml", "--local", "--path", "/work", "--warm-up", "1s", "--after", "1s", "--max-failures", "1000000",
+		"--image-command", "registry.example/shop:1.4=" + os.Args[0] + " serve"}
 	var out, errOut bytes.Buffer
-	code := Run(context.Background(), args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
-	if code == ExitOK || !strings.Contains(errOut.String(), "registry.example/shop:1.4") || !strings.Contains(errOut.String(), "--image-command") {
-		t.Errorf("without --image-command: exit %d, stderr:\n%s", code, errOut.String())
-	}
-	out.Reset()
-	errOut.Reset()
-	args = append(args, "--image-command", "registry.example/shop:1.4="+os.Args[0]+" serve")
 	if code := Run(context.Background(), args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut}); code != ExitOK {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}

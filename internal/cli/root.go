@@ -8,9 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Streams are the standard streams a command reads and writes, so that tests
@@ -48,6 +52,36 @@ func usagef(format string, args ...any) error {
 	return &usageError{fmt.Errorf(format, args...)}
 }
 
+// inputError returns a usage error for an input that could not be read:
+// prefix (the command, then the file or flag and file) and the reason,
+// without the system call of an *fs.PathError, whose path prefix names
+// already: "report: results.json: no such file or directory".
+func inputError(prefix string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return usagef("%s: %w", prefix, err)
+}
+
+// positive returns a usage error, named by command, that names flag and
+// its value v unless v is above zero.
+func positive[T int | int64 | float64 | time.Duration](command, flag string, v T) error {
+	if v > 0 {
+		return nil
+	}
+	return usagef("%s: invalid %s %v: must be positive", command, flag, v)
+}
+
+// nonNegative returns a usage error, named by command, that names flag and
+// its value v if v is below zero.
+func nonNegative[T int | int64 | float64 | time.Duration](command, flag string, v T) error {
+	if v >= 0 {
+		return nil
+	}
+	return usagef("%s: invalid %s %v: must not be negative", command, flag, v)
+}
+
 // exitStatus is returned by a command whose outcome is a specific exit status
 // rather than an error, such as `serve`, which exits as its server did.
 type exitStatus int
@@ -82,6 +116,41 @@ func Run(ctx context.Context, args []string, streams Streams) int {
 	return ExitError
 }
 
+// closestFlag returns the name of the flag of flags nearest to name, a
+// flag that does not exist, as cobra suggests commands: at most two
+// letters added, removed or changed ("lcoal" is "local"); "" when none is.
+func closestFlag(flags *pflag.FlagSet, name string) string {
+	best, bestDist := "", 3
+	flags.VisitAll(func(f *pflag.Flag) {
+		if d := editDistance(name, f.Name); d < bestDist {
+			best, bestDist = f.Name, d
+		}
+	})
+	return best
+}
+
+// editDistance returns the Levenshtein distance between a and b: the
+// fewest letters to add, remove or change to turn one into the other.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			change := prev[j-1]
+			if a[i-1] != b[j-1] {
+				change++
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, change)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
 func newRootCommand(streams Streams) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "closingtime",
@@ -95,9 +164,21 @@ signals and TCP, and finds their causes before they ship.`,
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.Err)
-	// Flag errors are usage errors: exit 2, not 1.
+	// Flag errors are usage errors: exit 2, not 1. Run prints the
+	// "closingtime: " before the command's name.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return &usageError{fmt.Errorf("%s: %w (see %s --help)", cmd.CommandPath(), err, cmd.CommandPath())}
+		hint := ""
+		var unknown *pflag.NotExistError
+		if errors.As(err, &unknown) && len(unknown.GetSpecifiedName()) > 1 {
+			if name := closestFlag(cmd.Flags(), unknown.GetSpecifiedName()); name != "" {
+				hint = "; did you mean --" + name + "?"
+			}
+		}
+		err = fmt.Errorf("%w%s (see %s --help)", err, hint, cmd.CommandPath())
+		if cmd.HasParent() {
+			err = fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), err)
+		}
+		return &usageError{err}
 	})
 	root.AddCommand(
 		newVersionCommand(streams),

@@ -17,7 +17,11 @@ func TestRunExitStatus(t *testing.T) {
 	}{
 		{name: "version", args: []string{"version"}, want: ExitOK},
 		{name: "unknown command", args: []string{"bogus"}, want: ExitUsage, wantErr: `unknown command "bogus"`},
-		{name: "unknown flag", args: []string{"version", "--bogus"}, want: ExitUsage, wantErr: "unknown flag: --bogus"},
+		{name: "unknown flag", args: []string{"version", "--bogus"}, want: ExitUsage, wantErr: "closingtime: version: unknown flag: --bogus (see closingtime version --help)\n"},
+		{name: "unknown root flag", args: []string{"--bogus"}, want: ExitUsage, wantErr: "closingtime: unknown flag: --bogus (see closingtime --help)\n"},
+		{name: "misspelt flag", args: []string{"rollout", "--lcoal"}, want: ExitUsage, wantErr: "closingtime: rollout: unknown flag: --lcoal; did you mean --local? (see closingtime rollout --help)\n"},
+		{name: "misspelt subcommand flag", args: []string{"cluster", "up", "--nodse", "2"}, want: ExitUsage, wantErr: "closingtime: cluster up: unknown flag: --nodse; did you mean --nodes?"},
+		{name: "unknown shorthand", args: []string{"rollout", "-x"}, want: ExitUsage, wantErr: "closingtime: rollout: unknown shorthand flag: 'x' in -x (see closingtime rollout --help)\n"},
 		{name: "extra argument", args: []string{"version", "extra"}, want: ExitUsage, wantErr: `unknown command "extra"`},
 		{name: "invalid flag value", args: []string{"version", "-o", "yaml"}, want: ExitUsage, wantErr: "accepted values are text, json"},
 	}

@@ -7,13 +7,24 @@ import (
 	"strings"
 )
 
-// IsDockerfileName reports whether a file of this name, found in a
-// directory, is read as a Dockerfile: Dockerfile, Containerfile, or a name
-// ending in .Dockerfile or .Containerfile, in any case.
+// IsDockerfileName reports whether a file of this name, given or found in
+// a directory, is read as a Dockerfile, in any case: Dockerfile and
+// Containerfile; a variant with a suffix, as docker build -f and hadolint
+// take them (Dockerfile.prod, Containerfile.dev); or a name ending in
+// .Dockerfile or .Containerfile (api.Dockerfile). A Dockerfile's own
+// ignore file (Dockerfile.dockerignore, build.Dockerfile.dockerignore) is
+// not one.
 func IsDockerfileName(name string) bool {
 	base := strings.ToLower(filepath.Base(name))
-	return base == "dockerfile" || base == "containerfile" ||
-		strings.HasSuffix(base, ".dockerfile") || strings.HasSuffix(base, ".containerfile")
+	if strings.HasSuffix(base, ".dockerignore") {
+		return false
+	}
+	for _, n := range []string{"dockerfile", "containerfile"} {
+		if base == n || strings.HasPrefix(base, n+".") || strings.HasSuffix(base, "."+n) {
+			return true
+		}
+	}
+	return false
 }
 
 // dockerfile is what a Dockerfile says about the container's first

@@ -57,6 +57,19 @@ func docsIndex(rules []Rule) string {
 		"for one Dockerfile instruction with a comment `# closingtime ignore=RULE[,RULE]` on the line above, " +
 		"for one supervisord program with a comment `; closingtime ignore=RULE[,RULE]` in its section, " +
 		"and everywhere with `--disable RULE`.\n\n")
+	b.WriteString("## Inputs\n\nArguments are files, directories and `-` (standard input, read as manifests). " +
+		"A directory is read recursively for manifests (`*.yaml`, `*.yml`, `*.json`), Dockerfiles (`Dockerfile`, " +
+		"`Containerfile`, variants such as `Dockerfile.prod` and `Containerfile.dev`, and `*.Dockerfile`; not " +
+		"`Dockerfile.dockerignore`) and supervisord configurations (`*.conf`, `*.ini` with `[program:…]` sections); " +
+		"a directory with a kustomization is built, and one with a `Chart.yaml` rendered. A file named as an argument " +
+		"is a Dockerfile or supervisord configuration by the same names, and manifests otherwise.\n\n" +
+		"Manifests are decoded as strictly as kubectl's default field validation: a field the object's type does not " +
+		"have (a typo such as `readinesProbe`, or `replica` for `replicas`) or a field written twice rejects the object, " +
+		"and is reported with its file, line and path, as in " +
+		"`deploy.yaml:19: cannot read: unknown field \"spec.template.spec.containers[0].readinesProbe\"`. " +
+		"Custom resources, whose schemas closingtime does not have, are checked for fields written twice only. A document that is not a Kubernetes object (no `apiVersion` " +
+		"or `kind`) cannot be read either. Every input that cannot be read is reported, the others are still " +
+		"checked, and the exit status is 2.\n\n")
 	b.WriteString("## Configuration file\n\n`closingtime lint` reads `" + DefaultConfigFile + "` from the current directory when it exists, " +
 		"or the file `--config` names:\n\n```yaml\n" +
 		"enable: [readiness-probe-missing]   # optional: run only these rules (--enable replaces it)\n" +

@@ -1,6 +1,10 @@
 package lint
 
-import "fmt"
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 var preStopDelayMissing = Rule{
 	ID:       "prestop-delay-missing",
@@ -17,13 +21,9 @@ var preStopDelayMissing = Rule{
 func checkPreStopDelayMissing(ix *index) []finding {
 	var out []finding
 	for _, w := range ix.workloads {
-		if len(w.services) == 0 {
-			continue
-		}
 		for _, i := range w.servingContainers() {
 			c := w.template.Spec.Containers[i]
-			seconds, known := preStopSeconds(c)
-			if !known || seconds > 0 {
+			if !lacksPreStopDelay(w, c) {
 				continue
 			}
 			what := "has no preStop hook"
@@ -38,4 +38,12 @@ func checkPreStopDelayMissing(ix *index) []finding {
 		}
 	}
 	return out
+}
+
+// lacksPreStopDelay reports whether prestop-delay-missing reports
+// container c of w: a Service sends it traffic, and it has no preStop hook
+// or one that does not wait.
+func lacksPreStopDelay(w *workload, c corev1.Container) bool {
+	seconds, known := preStopSeconds(c)
+	return len(w.services) > 0 && known && seconds == 0
 }

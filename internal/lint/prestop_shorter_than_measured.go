@@ -171,7 +171,9 @@ func checkPreStopShorterThanMeasured(ix *index) []finding {
 			for _, i := range w.servingContainers() {
 				c := w.template.Spec.Containers[i]
 				seconds, known := preStopSeconds(c)
-				if !known {
+				if !known || lacksPreStopDelay(w, c) {
+					// Unknown, or no delay at all, which
+					// prestop-delay-missing reports.
 					continue
 				}
 				if f, ok := m.judge(seconds); ok {
@@ -192,10 +194,14 @@ func (m Measurement) judge(seconds int64) (finding, bool) {
 	margin := MeasuredMarginSeconds * time.Second
 	measured := fmt.Sprintf("in the measured rollouts of Deployment %s (%d %s, %d %s)",
 		m.Deployment, m.Runs, plural(m.Runs, "run"), m.OldPods, plural(m.OldPods, "old pod"))
+	has := fmt.Sprintf("preStop is %d s", seconds)
+	if seconds == 0 {
+		has = "the container has no preStop delay"
+	}
 	if need := m.Tail + margin; m.Served > 0 && preStop < need {
 		return finding{
-			message: fmt.Sprintf("%s, requests reached old pods until %s and %s; preStop is %d s, and that tail and the %d s margin need %.2f s",
-				measured, when(m.Tail, "their termination started"), when(-m.Gap, "SIGTERM"), seconds, MeasuredMarginSeconds, need.Seconds()),
+			message: fmt.Sprintf("%s, requests reached old pods until %s and %s; %s, and that tail and the %d s margin need %.2f s",
+				measured, when(m.Tail, "their termination started"), when(-m.Gap, "SIGTERM"), has, MeasuredMarginSeconds, need.Seconds()),
 			fix: fmt.Sprintf("Set lifecycle.preStop.sleep.seconds to at least %d, keep it within terminationGracePeriodSeconds, "+
 				"and measure again with closingtime rollout.", int64(math.Ceil(need.Seconds()))),
 		}, true
@@ -203,12 +209,21 @@ func (m Measurement) judge(seconds int64) (finding, bool) {
 	// A delay longer than the measured ones was not measured: the
 	// failures say nothing of it.
 	if m.Failed > 0 && preStop <= m.FailedPreStop.Round(time.Second) {
-		return finding{
-			message: fmt.Sprintf("%s, %d %s failed within %d s of an old pod's SIGTERM, with a preStop delay of %.2f s; preStop is %d s",
-				measured, m.Failed, plural(m.Failed, "request"), MeasuredMarginSeconds, m.FailedPreStop.Seconds(), seconds),
+		sigterm := "an old pod's SIGTERM"
+		if m.FailedPreStop.Round(10*time.Millisecond) > 0 {
+			sigterm += fmt.Sprintf(", which came %.2f s after its termination started", m.FailedPreStop.Seconds())
+		}
+		f := finding{
+			message: fmt.Sprintf("%s, %d %s failed within %d s of %s; %s",
+				measured, m.Failed, plural(m.Failed, "request"), MeasuredMarginSeconds, sigterm, has),
 			fix: fmt.Sprintf("Lengthen lifecycle.preStop.sleep.seconds beyond %d s and measure again with closingtime rollout; "+
 				"failures that stay at SIGTERM come from the server's shutdown, not from the delay.", seconds),
-		}, true
+		}
+		if seconds == 0 {
+			f.fix = "Add lifecycle.preStop.sleep.seconds of a few seconds, longer than the endpoint propagation the rollouts " +
+				"show, keep it within terminationGracePeriodSeconds, and measure again with closingtime rollout."
+		}
+		return f, true
 	}
 	return finding{}, false
 }

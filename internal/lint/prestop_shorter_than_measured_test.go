@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/golden"
 )
@@ -71,6 +72,70 @@ func TestUnmatched(t *testing.T) {
 			got := l.Unmatched(readInput(t, filepath.Join(dir, tt.input)))
 			if len(got) != tt.want {
 				t.Errorf("Unmatched(%s) = %+v, want %d measurements", tt.input, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPreStopShorterThanMeasuredLeavesNoDelay checks that a container with
+// no preStop delay, behind a Service, gets one finding, from
+// prestop-delay-missing, and not a second one from the measurement.
+func TestPreStopShorterThanMeasuredLeavesNoDelay(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join("testdata", "prestop-shorter-than-measured", "valid-no-prestop-behind-service.yaml")
+	measured, err := readMeasured(t, strings.TrimSuffix(file, ".yaml")+measuredSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(Config{Enable: []string{preStopDelayMissing.ID, preStopShorterThanMeasured.ID}, Measured: measured})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := l.Lint(readInput(t, file))
+	if len(got) != 1 || got[0].Rule != preStopDelayMissing.ID {
+		t.Errorf("Lint(%s) = %s; want one finding, of %s", file, render(got), preStopDelayMissing.ID)
+	}
+}
+
+func TestMeasurementJudge(t *testing.T) {
+	t.Parallel()
+	base := Measurement{Deployment: "default/app", Runs: 1, OldPods: 3}
+	tail := base
+	tail.Served, tail.Tail, tail.Gap = 3, 600*time.Millisecond, 4400*time.Millisecond
+	failedAt := func(preStop time.Duration) Measurement {
+		m := base
+		m.Served, m.Tail, m.Gap = 3, -1500*time.Millisecond, 1500*time.Millisecond+preStop
+		m.Failed, m.FailedPreStop = 2, preStop
+		return m
+	}
+	tests := []struct {
+		name      string
+		m         Measurement
+		seconds   int64
+		want      bool
+		message   string // a part of the message
+		fix       string // a part of the fix
+		notInText string // in neither
+	}{
+		{name: "tail longer than delay", m: tail, seconds: 1, want: true, message: "preStop is 1 s, and that tail and the 1 s margin need 1.60 s", fix: "at least 2"},
+		{name: "tail without delay", m: tail, seconds: 0, want: true, message: "the container has no preStop delay, and that tail", fix: "at least 2", notInText: "preStop is 0 s"},
+		{name: "tail covered", m: tail, seconds: 2, want: false},
+		{name: "failures at measured delay", m: failedAt(5 * time.Second), seconds: 5, want: true, message: "2 requests failed within 1 s of an old pod's SIGTERM, which came 5.00 s after its termination started; preStop is 5 s", fix: "beyond 5 s"},
+		{name: "failures without delay", m: failedAt(0), seconds: 0, want: true, message: "2 requests failed within 1 s of an old pod's SIGTERM; the container has no preStop delay", fix: "Add lifecycle.preStop.sleep.seconds", notInText: "0 s"},
+		{name: "failures at a shorter delay than now", m: failedAt(2 * time.Second), seconds: 5, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, ok := tt.m.judge(tt.seconds)
+			if ok != tt.want {
+				t.Fatalf("judge(%d) = %q, %v; want %v", tt.seconds, f.message, ok, tt.want)
+			}
+			if !strings.Contains(f.message, tt.message) || !strings.Contains(f.fix, tt.fix) {
+				t.Errorf("judge(%d) = %q, fix %q; want %q and %q in them", tt.seconds, f.message, f.fix, tt.message, tt.fix)
+			}
+			if tt.notInText != "" && (strings.Contains(f.message, tt.notInText) || strings.Contains(f.fix, tt.notInText)) {
+				t.Errorf("judge(%d) = %q, fix %q; want no %q", tt.seconds, f.message, f.fix, tt.notInText)
 			}
 		})
 	}

@@ -50,6 +50,9 @@ type conn struct {
 	net.Conn
 	br *bufio.Reader
 	bw *bufio.Writer
+	// addr is the remote address, "host:port", spelled once for all the
+	// requests the connection carries.
+	addr string
 }
 
 // Buffers are reused across connections: a new-conn client makes one
@@ -61,6 +64,9 @@ var (
 
 func newConn(nc net.Conn) *conn {
 	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer)}
+	if ra := nc.RemoteAddr(); ra != nil {
+		cn.addr = ra.String()
+	}
 	cn.br.Reset(nc)
 	cn.bw.Reset(nc)
 	return cn
@@ -94,7 +100,7 @@ func (c *client) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, a.fail(classifyConnect(err), err)
 	}
-	a.connect = time.Now()
+	a.connect, a.addr = time.Now(), cn.addr
 	cn.SetDeadline(a.connect.Add(c.responseTimeout))
 	resp, err := c.exchange(cn, req, a)
 	c.release(cn, err == nil && !resp.Close)
@@ -214,6 +220,9 @@ type attempt struct {
 	err    error
 	status int
 	pod    string
+	// addr is the remote address of the attempt's connection; empty if
+	// it had none.
+	addr string
 
 	// When the attempt started, its connection was ready, the first byte
 	// of the response arrived, and the response was complete or the

@@ -36,6 +36,13 @@ type Result struct {
 	Status int
 	// Pod is the response's X-Pod-Name header.
 	Pod string
+	// Addr is the remote address, "host:port", of the connection the last
+	// attempt was sent on, as the dialer connected it; empty if it made
+	// none. Through a dialer that picks a Service's endpoint, such as the
+	// embedded cluster's routing view, it is the address of the pod that
+	// got the request; through a real cluster's kube-proxy, it is the
+	// Service's.
+	Addr string
 	// Attempts is the number of attempts made; more than one only with
 	// retries.
 	Attempts int
@@ -58,7 +65,7 @@ func newResult(kind Kind, id string, at, began time.Time, attempts []attempt, er
 	}
 	last := attempts[len(attempts)-1]
 	r.Class, r.FirstClass = last.class, attempts[0].class
-	r.Status, r.Pod = last.status, last.pod
+	r.Status, r.Pod, r.Addr = last.status, last.pod, last.addr
 	r.Connect, r.FirstByte, r.Total = offset(at, last.connect), offset(at, last.firstByte), offset(at, last.end)
 	if err == nil {
 		r.Err = last.err
@@ -337,6 +344,7 @@ type Event struct {
 	Class       Class   `json:"class"`
 	Status      int     `json:"status,omitempty"`
 	Pod         string  `json:"pod,omitempty"`
+	Addr        string  `json:"addr,omitempty"`
 	Attempts    int     `json:"attempts"`
 	FirstClass  *Class  `json:"firstClass,omitempty"`
 	Error       string  `json:"error,omitempty"`
@@ -355,6 +363,7 @@ func EventOf(r *Result) Event {
 		Class:       r.Class,
 		Status:      r.Status,
 		Pod:         r.Pod,
+		Addr:        r.Addr,
 		Attempts:    r.Attempts,
 	}
 	if r.Attempts > 1 {

@@ -6,9 +6,13 @@
 // A manifest is a file of one or more YAML (or JSON) documents separated by
 // "---" lines. Each document is one object, or a list of objects (kind: List,
 // or any kind ending in "List" with an items field). Values are decoded as
-// kubectl decodes them (sigs.k8s.io/yaml into k8s.io/api structs); positions
-// come from a second, position-keeping parse of the same text
-// (go.yaml.in/yaml/v3), so the two always describe the same document.
+// the API server decodes them under kubectl's default, strict, field
+// validation (sigs.k8s.io/yaml to JSON, then sigs.k8s.io/json into k8s.io/api
+// structs): keys match field names case-sensitively, and a field that is
+// unknown or written twice is an error, not silently dropped. Positions come
+// from a second, position-keeping parse of the same text (go.yaml.in/yaml/v3),
+// so the two always describe the same document, and an error names the line
+// of its field.
 //
 // A [Reader] reads files and directories as kubectl's -f does, and builds
 // kustomizations and renders Helm charts it finds on the way, in process.

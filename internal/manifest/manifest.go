@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	kjson "sigs.k8s.io/json"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -221,9 +223,19 @@ func newScheme() *runtime.Scheme {
 
 // Parse decodes the documents of one manifest file. file names it in
 // positions and errors. It returns every object it could decode, in the
-// order they appear, and an [*Error] for each document it could not; it never
-// stops at the first problem. Empty documents (blank or comments only) are
-// skipped.
+// order they appear, and an [*Error] for each problem in a document it could
+// not; it never stops at the first problem. Empty documents (blank or
+// comments only) are skipped.
+//
+// Parse is as strict as kubectl's default field validation (the API
+// server's "Strict"): a field written twice in a mapping, or a field that an
+// object's k8s.io/api type does not have (readinesProbe for readinessProbe,
+// replica for replicas, Replicas in the wrong case), rejects its object:
+// Parse does not return it, and returns an error for each such field, at
+// the field's line and naming its path as the API server does: `unknown
+// field "spec.template.spec.containers[0].readinesProbe"`. The fields of an
+// object of a kind without a k8s.io/api type (a custom resource) are not
+// checked, as kubectl leaves them to the resource's schema on the server.
 func Parse(file string, data []byte) ([]Object, []error) {
 	var objs []Object
 	var errs []error
@@ -294,7 +306,7 @@ func parseDocument(file string, doc document) ([]Object, []error) {
 	}
 	shiftLines(&root, doc.offset)
 	n := root.Content[0]
-	if err := checkKeys(n); err != nil {
+	if err := checkKeys(n, ""); err != nil {
 		return nil, []error{&Error{File: file, Line: err.line, Err: err}}
 	}
 	if n.Kind != yaml.MappingNode {
@@ -308,12 +320,12 @@ func parseDocument(file string, doc document) ([]Object, []error) {
 		metav1.TypeMeta
 		Items []json.RawMessage `json:"items"`
 	}
-	if err := json.Unmarshal(data, &list); err == nil && strings.HasSuffix(list.Kind, "List") {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &list); err == nil && strings.HasSuffix(list.Kind, "List") {
 		return parseList(file, n, list.Items)
 	}
-	o, err := decode(file, n, data)
-	if err != nil {
-		return nil, []error{err}
+	o, errs := decode(file, n, data)
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	return []Object{o}, nil
 }
@@ -333,8 +345,8 @@ func parseList(file string, n *yaml.Node, raw []json.RawMessage) ([]Object, []er
 			in = resolveAlias(items.Content[i])
 		}
 		o, err := decode(file, in, data)
-		if err != nil {
-			errs = append(errs, err)
+		if len(err) > 0 {
+			errs = append(errs, err...)
 			continue
 		}
 		objs = append(objs, o)
@@ -342,35 +354,46 @@ func parseList(file string, n *yaml.Node, raw []json.RawMessage) ([]Object, []er
 	return objs, errs
 }
 
-// decode decodes one object's JSON into its k8s.io/api type; n is its YAML
-// mapping.
-func decode(file string, n *yaml.Node, data []byte) (Object, error) {
+// decode decodes one object's JSON into its k8s.io/api type, strictly;
+// n is its YAML mapping. It returns the object, or the errors that reject
+// it.
+func decode(file string, n *yaml.Node, data []byte) (Object, []error) {
 	o := Object{File: file, Line: n.Line, node: n}
+	fail := func(line int, err error) (Object, []error) {
+		return o, []error{&Error{File: file, Line: line, Err: err}}
+	}
 	var tm metav1.TypeMeta
-	if err := json.Unmarshal(data, &tm); err != nil {
-		return o, &Error{File: file, Line: n.Line, Err: fmt.Errorf("apiVersion, kind: %w", err)}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &tm); err != nil {
+		return fail(n.Line, fmt.Errorf("apiVersion, kind: %w", err))
 	}
 	if tm.APIVersion == "" || tm.Kind == "" {
-		return o, &Error{File: file, Line: n.Line, Err: ErrNoKind}
+		return fail(n.Line, ErrNoKind)
 	}
 	gv, err := schema.ParseGroupVersion(tm.APIVersion)
 	if err != nil {
-		return o, &Error{File: file, Line: o.FieldLine("apiVersion"), Err: err}
+		return fail(o.FieldLine("apiVersion"), err)
 	}
 	obj, err := scheme.New(gv.WithKind(tm.Kind))
 	if err != nil {
 		obj = &unstructured.Unstructured{}
 	}
-	if err := json.Unmarshal(data, obj); err != nil {
+	// The API server's decoding: keys match field names case-sensitively,
+	// and unknown fields are reported, not dropped. An Unstructured decodes
+	// itself and reports none.
+	strict, err := kjson.UnmarshalStrict(data, obj, kjson.DisallowUnknownFields)
+	if err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return o, &Error{File: file, Line: o.FieldLine(te.Field), Err: fmt.Errorf("%s: cannot decode %s into %s", te.Field, te.Value, te.Type)}
+			return fail(o.FieldLine(te.Field), fmt.Errorf("%s: cannot decode %s into %s", te.Field, te.Value, te.Type))
 		}
-		return o, &Error{File: file, Line: n.Line, Err: fmt.Errorf("%s %s: %w", tm.APIVersion, tm.Kind, err)}
+		return fail(n.Line, fmt.Errorf("%s %s: %w", tm.APIVersion, tm.Kind, err))
 	}
 	if _, err := meta.Accessor(obj); err != nil {
 		// The scheme also knows kinds that are not stored objects, such as Status.
-		return o, &Error{File: file, Line: o.FieldLine("kind"), Err: fmt.Errorf("%s %s is not an object with metadata", tm.APIVersion, tm.Kind)}
+		return fail(o.FieldLine("kind"), fmt.Errorf("%s %s is not an object with metadata", tm.APIVersion, tm.Kind))
+	}
+	if len(strict) > 0 {
+		return o, fieldErrors(o, strict)
 	}
 	// Decoding into a typed object drops nothing of TypeMeta, but
 	// set it explicitly so Kind works whatever the type's decoder does.
@@ -379,23 +402,42 @@ func decode(file string, n *yaml.Node, data []byte) (Object, error) {
 	return o, nil
 }
 
-// duplicateKeyError reports a mapping key written twice. sigs.k8s.io/yaml
+// fieldErrors returns sigs.k8s.io/json's strict errors about o as *Errors
+// at their fields' lines. Their text (`unknown field "spec.replica"`) is
+// the API server's. sigs.k8s.io/yaml sorts the keys of the JSON it makes,
+// so the errors are sorted back into the file's order of lines.
+func fieldErrors(o Object, strict []error) []error {
+	errs := make([]error, len(strict))
+	for i, err := range strict {
+		line := o.Line
+		if fe, ok := err.(kjson.FieldError); ok {
+			line = o.FieldLine(fe.FieldPath())
+		}
+		errs[i] = &Error{File: o.File, Line: line, Err: err}
+	}
+	slices.SortStableFunc(errs, func(a, b error) int { return a.(*Error).Line - b.(*Error).Line })
+	return errs
+}
+
+// duplicateFieldError reports a mapping key written twice. sigs.k8s.io/yaml
 // keeps the last value silently, which would leave FieldLine pointing at the
-// first; kubectl's field validation rejects such objects too.
-type duplicateKeyError struct {
-	key         string
+// first; kubectl's field validation rejects such objects too, with
+// "duplicate field" and the field's path.
+type duplicateFieldError struct {
+	path        string
 	line, first int
 }
 
-func (e *duplicateKeyError) Error() string {
-	return fmt.Sprintf("key %q already written at line %d", e.key, e.first)
+func (e *duplicateFieldError) Error() string {
+	return fmt.Sprintf("duplicate field %q, first written at line %d", e.path, e.first)
 }
 
-// checkKeys returns a *duplicateKeyError for the first mapping under n that
-// has a key twice. Aliases are not followed: their targets are checked where
-// they are defined.
-func checkKeys(n *yaml.Node) *duplicateKeyError {
-	if n.Kind == yaml.MappingNode {
+// checkKeys returns a *duplicateFieldError for the first mapping under n,
+// the value at path, that has a key twice. Aliases are not followed: their
+// targets are checked where they are defined.
+func checkKeys(n *yaml.Node, path string) *duplicateFieldError {
+	switch n.Kind {
+	case yaml.MappingNode:
 		seen := make(map[string]int, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
@@ -403,17 +445,40 @@ func checkKeys(n *yaml.Node) *duplicateKeyError {
 				continue
 			}
 			if first, ok := seen[k.Value]; ok {
-				return &duplicateKeyError{key: k.Value, line: k.Line, first: first}
+				return &duplicateFieldError{path: joinPath(path, k.Value), line: k.Line, first: first}
 			}
 			seen[k.Value] = k.Line
+			if err := checkKeys(n.Content[i+1], joinPath(path, k.Value)); err != nil {
+				return err
+			}
 		}
+		return nil
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := checkKeys(c, path+"["+strconv.Itoa(i)+"]"); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	for _, c := range n.Content {
-		if err := checkKeys(c); err != nil {
+		if err := checkKeys(c, path); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// joinPath appends the field name to path as [Object.FieldLine] reads it:
+// after a dot, or in brackets when it holds a dot or a bracket.
+func joinPath(path, name string) string {
+	if strings.ContainsAny(name, ".[") {
+		return path + "[" + name + "]"
+	}
+	if path == "" {
+		return name
+	}
+	return path + "." + name
 }
 
 // shiftLines adds offset to the line of every node under n, so that lines

@@ -171,7 +171,7 @@ func TestRead(t *testing.T) {
 	if e == nil || e.File != missing || !errors.Is(e, os.ErrNotExist) {
 		t.Fatalf("missing.yaml error = %v, want %s not found", e, missing)
 	}
-	if want := missing + ": lstat: no such file or directory"; e.Error() != want {
+	if want := missing + ": no such file or directory"; e.Error() != want {
 		t.Errorf("missing.yaml error text = %q, want %q", e.Error(), want)
 	}
 }

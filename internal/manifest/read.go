@@ -148,10 +148,14 @@ func IsManifestName(name string) bool {
 }
 
 // fileError names the file once: an *fs.PathError already carries the path,
-// so keep only its operation and reason.
+// so keep only its operation and reason, and only the reason for a file
+// that does not exist ("no such file or directory").
 func fileError(name string, err error) *Error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
+		if errors.Is(pe.Err, fs.ErrNotExist) {
+			return &Error{File: name, Err: pe.Err}
+		}
 		return &Error{File: name, Err: &opError{op: pe.Op, err: pe.Err}}
 	}
 	return &Error{File: name, Err: err}

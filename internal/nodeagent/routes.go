@@ -314,8 +314,31 @@ func (r *Routes) slicesOf(namespace, name string) ([]*discoveryv1.EndpointSlice,
 // endpoint and how it fails: refused (an error that wraps
 // syscall.ECONNREFUSED) when the Service has no usable endpoint, a lookup
 // failure (*net.DNSError) for a Service the view does not hold.
+//
+// The connection's RemoteAddr is the pod's address as the API knows it
+// (PodIPInAPI), the one in its status and its pod_started event, as a
+// client in a real cluster sees its pod's IP; it reaches the address on
+// the node.
 func (r *Routes) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	return r.proxy.DialContext(ctx, network, address)
+	c, err := r.proxy.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return apiAddrConn{c}, nil
+}
+
+// apiAddrConn is a connection to a pod whose RemoteAddr is the pod's
+// address in the API.
+type apiAddrConn struct{ net.Conn }
+
+func (c apiAddrConn) RemoteAddr() net.Addr {
+	ra := c.Conn.RemoteAddr()
+	a, ok := ra.(*net.TCPAddr)
+	if !ok {
+		return ra
+	}
+	ap := a.AddrPort()
+	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(PodIPInAPI(ap.Addr().Unmap()), ap.Port()))
 }
 
 // Close stops the informers and the changes still on their way; the view

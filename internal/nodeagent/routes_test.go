@@ -91,6 +91,15 @@ func TestRoutes(t *testing.T) {
 	if seen := reached(t, r.DialContext, "http://web."+ns+"/", 20); seen["a"] != 20 {
 		t.Errorf("with only a serving terminating endpoint: connections reached %v, want a only", seen)
 	}
+	// A connection names its pod by the address the API knows it by.
+	if c, err := r.DialContext(ctx, "tcp", "web."+ns+":80"); err != nil {
+		t.Errorf("dial with a serving terminating endpoint: %v", err)
+	} else {
+		if got, want := c.RemoteAddr().String(), PodIPInAPI(netip.MustParseAddr("127.76.0.1")).String()+":"; !strings.HasPrefix(got, want) {
+			t.Errorf("connection's remote address %s, want %s…", got, want)
+		}
+		c.Close()
+	}
 	// No endpoint serves: the connect is refused.
 	from = len(log.Events())
 	updateSlice(t, client, endpointSlice(ns, "web-a", a, discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}))

@@ -73,12 +73,17 @@ type htmlRun struct {
 	Figures []string
 	Chart   timelineChart
 	OldPods []oldPodRow
+	// Unattributed says why the old pods' request figures are unknown;
+	// empty when they are known.
+	Unattributed string
 }
 
 // oldPodRow is an old pod's row, spelled as WriteText spells it.
 type oldPodRow struct {
-	Name, Sigterm, LastRequest, Gap, Drain, Exit string
-	AfterSigterm                                 int
+	Name, Sigterm, LastRequest, Gap, AfterSigterm, Drain, Exit string
+	// ServedAfter is a pod that answered requests that reached it after
+	// SIGTERM.
+	ServedAfter bool
 	// BadExit is an exit other than 0 and 143 (SIGTERM), or none.
 	BadExit bool
 }
@@ -133,9 +138,12 @@ func newHTMLRun(run scenario.Run) htmlRun {
 	for _, p := range run.OldPods {
 		h.OldPods = append(h.OldPods, oldPodRow{
 			Name: p.Name, Sigterm: offset(p.SigtermMS), LastRequest: offset(p.LastRequestMS),
-			Gap: strings.Trim(gap(p.GapMS), " ()"), AfterSigterm: p.AfterSigterm,
+			Gap: strings.Trim(gap(p.GapMS), " ()"), AfterSigterm: count(p.AfterSigterm), ServedAfter: p.AfterSigterm != nil && *p.AfterSigterm > 0,
 			Drain: seconds(p.DrainMS), Exit: exitCodes([]int{p.ExitCode}), BadExit: p.ExitCode != 0 && p.ExitCode != 143,
 		})
+	}
+	if unattributed(run) {
+		h.Unattributed = unattributedNote
 	}
 	return h
 }

@@ -2,7 +2,10 @@ package report
 
 import (
 	"bytes"
+	"encoding/json"
+	"html"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 func results() *scenario.Results {
 	start := time.Date(2026, 11, 29, 13, 43, 30, 0, time.UTC)
 	f := func(v float64) *float64 { return &v }
+	n := func(v int) *int { return &v }
 	var plain, none load.Counts
 	plain[load.OK], plain[load.Refused], plain[load.Closed] = 140, 252, 9
 	none[load.OK] = 1350
@@ -34,8 +38,8 @@ func results() *scenario.Results {
 				P99MS:         203,
 				FailedSeconds: []scenario.FailedSecond{{Second: 0, Counts: second}, {Second: 1, Counts: second}},
 				OldPods: []scenario.OldPod{
-					{Name: "app-6c75f686b4-p9gcg", SigtermMS: f(4), LastRequestMS: f(-320), GapMS: f(324), DrainMS: 3.5, ExitCode: 143},
-					{Name: "app-6c75f686b4-7sgbx", SigtermMS: f(5000), LastRequestMS: f(14570), GapMS: f(-9570), AfterSigterm: 43, DrainMS: 10000, ExitCode: 137},
+					{Name: "app-6c75f686b4-p9gcg", SigtermMS: f(4), LastRequestMS: f(-320), GapMS: f(324), AfterSigterm: n(0), DrainMS: 3.5, ExitCode: 143},
+					{Name: "app-6c75f686b4-7sgbx", SigtermMS: f(5000), LastRequestMS: f(14570), GapMS: f(-9570), AfterSigterm: n(43), DrainMS: 10000, ExitCode: 137},
 				},
 				RolloutMS: 12.5,
 				Timeline: []scenario.Entry{
@@ -54,7 +58,7 @@ func results() *scenario.Results {
 				Totals:    scenario.Totals{Requests: 1350, OK: 1350},
 				Clients:   []load.ClientReport{{Kind: load.NewConn, Rate: 50, Totals: none}},
 				P99MS:     202,
-				OldPods:   []scenario.OldPod{{Name: "app-5bfbb5fb9f-f2rck", SigtermMS: f(11010), LastRequestMS: f(6280), GapMS: f(4730), DrainMS: 5002, ExitCode: 143}},
+				OldPods:   []scenario.OldPod{{Name: "app-5bfbb5fb9f-f2rck", SigtermMS: f(11010), LastRequestMS: f(6280), GapMS: f(4730), AfterSigterm: n(0), DrainMS: 5002, ExitCode: 143}},
 				RolloutMS: 23010,
 			}},
 		},
@@ -79,6 +83,7 @@ func disruptions() *scenario.Results {
 	}
 	var refused load.Counts
 	refused[load.OK], refused[load.Refused] = 10, 10
+	none := 0
 	return &scenario.Results{Scenarios: []scenario.Result{
 		{
 			Name: "probe-liveness-deep", Seed: "000", Deployment: "default/app", Action: "outage",
@@ -106,7 +111,7 @@ func disruptions() *scenario.Results {
 			Totals: scenario.Totals{Requests: 840, OK: 840},
 			Runs: []scenario.Run{{
 				Repetition: 1, Start: start.Add(time.Minute), Totals: scenario.Totals{Requests: 840, OK: 840},
-				OldPods:      []scenario.OldPod{{Name: "app-85fcd6b497-q68cp", ExitCode: -1}},
+				OldPods:      []scenario.OldPod{{Name: "app-85fcd6b497-q68cp", AfterSigterm: &none, ExitCode: -1}},
 				RolloutMS:    38050,
 				Restarts:     3,
 				Capacity:     &scenario.Capacity{MinReady: 2, Replicas: 2},
@@ -152,6 +157,32 @@ func disruptions() *scenario.Results {
 	}}
 }
 
+// userApp returns the results of a rollout of a server that sets no
+// X-Pod-Name header, through routing that hid the pods' addresses: no
+// request could be attributed to a pod, so the old pods' request figures
+// are unknown.
+func userApp() *scenario.Results {
+	start := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
+	f := func(v float64) *float64 { return &v }
+	var ok load.Counts
+	ok[load.OK] = 750
+	run := scenario.Run{
+		Repetition: 1, Start: start, Totals: scenario.Totals{Requests: 750, OK: 750},
+		Clients: []load.ClientReport{{Kind: load.NewConn, Rate: 50, Totals: ok, Latency: load.Percentiles{P50: 2 * time.Millisecond, P99: 9 * time.Millisecond}}},
+		P99MS:   9,
+		OldPods: []scenario.OldPod{
+			{Name: "myapp-5d8f7c9b6-k2x7q", SigtermMS: f(5012), DrainMS: 5040, ExitCode: 143},
+			{Name: "myapp-5d8f7c9b6-w9p4n", SigtermMS: f(11030), DrainMS: 5051, ExitCode: 143},
+		},
+		RolloutMS: 16090,
+		Capacity:  &scenario.Capacity{MinReady: 2, Replicas: 2},
+	}
+	return &scenario.Results{Scenarios: []scenario.Result{{
+		Name: "rollout", Deployment: "default/myapp", Action: "rollout-restart",
+		Totals: run.Totals, Runs: []scenario.Run{run},
+	}}}
+}
+
 func TestRender(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -163,6 +194,8 @@ func TestRender(t *testing.T) {
 		{name: "results.json", results: results, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteJSON(b, r) }},
 		{name: "disruptions.txt", results: disruptions, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteText(b, r) }},
 		{name: "disruptions.json", results: disruptions, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteJSON(b, r) }},
+		{name: "unattributed.txt", results: userApp, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteText(b, r) }},
+		{name: "unattributed.json", results: userApp, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteJSON(b, r) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,7 +210,7 @@ func TestRender(t *testing.T) {
 
 // TestReadJSON checks that results read back as they were written.
 func TestReadJSON(t *testing.T) {
-	for _, results := range []func() *scenario.Results{results, disruptions} {
+	for _, results := range []func() *scenario.Results{results, disruptions, userApp} {
 		var b bytes.Buffer
 		if err := WriteJSON(&b, results()); err != nil {
 			t.Fatal(err)
@@ -189,5 +222,84 @@ func TestReadJSON(t *testing.T) {
 		if diff := cmp.Diff(results(), got); diff != "" {
 			t.Errorf("read back differs (-wrote +read):\n%s", diff)
 		}
+	}
+}
+
+// TestUnattributed: when no request of a run could be attributed to a pod,
+// the old pods' request figures read as unknown, "-" in text and absent in
+// JSON, with one line that says why; a count of zero that was measured
+// stays 0 and present.
+func TestUnattributed(t *testing.T) {
+	var text bytes.Buffer
+	if err := WriteText(&text, userApp()); err != nil {
+		t.Fatal(err)
+	}
+	out := text.String()
+	for _, want := range []string{
+		"old pod myapp-5d8f7c9b6-k2x7q: SIGTERM +5.01s, last request -, - requests after SIGTERM,",
+		"old pod myapp-5d8f7c9b6-w9p4n: SIGTERM +11.03s, last request -, - requests after SIGTERM,",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, unattributedNote); n != 1 {
+		t.Errorf("the note that says why appears %d times, want once:\n%s", n, out)
+	}
+
+	page := html.UnescapeString(renderHTML(t, userApp()))
+	for _, want := range []string{
+		`<td class="mono">myapp-5d8f7c9b6-k2x7q</td><td>+5.01s</td><td>-</td><td></td><td class="zero">-</td>`,
+		`<p class="muted">` + unattributedNote + `</p>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+
+	var js bytes.Buffer
+	if err := WriteJSON(&js, userApp()); err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Scenarios []struct {
+			Runs []struct {
+				OldPods []map[string]any `json:"oldPods"`
+			} `json:"runs"`
+		} `json:"scenarios"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range raw.Scenarios[0].Runs[0].OldPods {
+		for _, key := range []string{"afterSigterm", "lastRequestMs", "gapMs"} {
+			if v, ok := p[key]; ok {
+				t.Errorf("old pod %v: %s = %v, want it absent (unknown)", p["name"], key, v)
+			}
+		}
+		if _, ok := p["sigtermMs"]; !ok {
+			t.Errorf("old pod %v: no sigtermMs; the signal's time is known", p["name"])
+		}
+	}
+
+	// The same run with its requests attributed, none after SIGTERM.
+	known := userApp()
+	zero := 0
+	for i := range known.Scenarios[0].Runs[0].OldPods {
+		known.Scenarios[0].Runs[0].OldPods[i].AfterSigterm = &zero
+	}
+	text.Reset()
+	js.Reset()
+	if err := WriteText(&text, known); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteJSON(&js, known); err != nil {
+		t.Fatal(err)
+	}
+	if out := text.String(); strings.Contains(out, unattributedNote) || !strings.Contains(out, ", 0 requests after SIGTERM,") {
+		t.Errorf("attributed run: want 0 requests after SIGTERM and no note:\n%s", out)
+	}
+	if n := strings.Count(js.String(), `"afterSigterm": 0`); n != 2 {
+		t.Errorf("attributed run: %d old pods with \"afterSigterm\": 0 in JSON, want 2:\n%s", n, js.String())
 	}
 }

@@ -238,8 +238,11 @@ func WriteText(w io.Writer, r *scenario.Results) error {
 					fmt.Fprintf(w, "  old pod %s: ended with no container running\n", p.Name)
 					continue
 				}
-				fmt.Fprintf(w, "  old pod %s: SIGTERM %s, last request %s%s, %d requests after SIGTERM, exit %s %s after termination began\n",
-					p.Name, offset(p.SigtermMS), offset(p.LastRequestMS), gap(p.GapMS), p.AfterSigterm, exitCodes([]int{p.ExitCode}), seconds(p.DrainMS))
+				fmt.Fprintf(w, "  old pod %s: SIGTERM %s, last request %s%s, %s requests after SIGTERM, exit %s %s after termination began\n",
+					p.Name, offset(p.SigtermMS), offset(p.LastRequestMS), gap(p.GapMS), count(p.AfterSigterm), exitCodes([]int{p.ExitCode}), seconds(p.DrainMS))
+			}
+			if unattributed(run) {
+				fmt.Fprintf(w, "  %s\n", unattributedNote)
 			}
 			writeDisruption(w, run)
 		}
@@ -266,6 +269,24 @@ func counts(c load.Counts) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// unattributedNote says why a run's old pods have no request figures.
+const unattributedNote = "requests per pod unknown: a request is attributed to a pod by the X-Pod-Name header or by the pod's address its connection reached, and none of this run's could be (through a real cluster's kube-proxy, connections reach the Service's address)"
+
+// unattributed reports whether a run has old pods whose request figures
+// are unknown because none of its requests could be attributed to a pod;
+// they are unknown for every old pod of the run, or for none.
+func unattributed(run scenario.Run) bool {
+	return slices.ContainsFunc(run.OldPods, func(p scenario.OldPod) bool { return p.AfterSigterm == nil })
+}
+
+// count spells a count, "-" when it is unknown.
+func count(n *int) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.Itoa(*n)
 }
 
 func millis(ms float64) string { return strconv.FormatFloat(ms, 'f', 0, 64) + "ms" }

@@ -2,8 +2,10 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"math"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -190,14 +192,18 @@ type OldPod struct {
 	// one), it is when the pod logged receiving it, if it did.
 	SigtermMS *float64 `json:"sigtermMs,omitempty"`
 	// LastRequestMS is when the last request the pod answered reached it
-	// (its connection was made); absent if it answered none in the run.
+	// (its connection was made); absent if it answered none in the run,
+	// or if the run's requests could not be attributed to pods.
 	LastRequestMS *float64 `json:"lastRequestMs,omitempty"`
 	// GapMS is SIGTERM's time minus the last request's: positive when the
 	// traffic left the pod before the signal.
 	GapMS *float64 `json:"gapMs,omitempty"`
 	// AfterSigterm counts the requests the pod answered that reached it
-	// after SIGTERM.
-	AfterSigterm int `json:"afterSigterm"`
+	// after SIGTERM; absent (unknown) if no request of the run could be
+	// attributed to a pod. A request is the pod's when the response's
+	// X-Pod-Name names it or, without the header, when its connection
+	// reached the pod's address (see [figures]).
+	AfterSigterm *int `json:"afterSigterm,omitempty"`
 	// DrainMS is from the pod's termination start to its last container's
 	// exit.
 	DrainMS float64 `json:"drainMs"`
@@ -253,8 +259,19 @@ func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Mic
 
 // figures computes a run's figures from the load report, the load's event
 // lines, the cluster events and the pods' log lines, all recorded between
-// the start of the run's traffic and its end.
-func figures(run *Run, report *load.Report, requests []load.Event, events []cluster.Event, logs map[string][]cluster.LogLine, goneAt time.Time) {
+// the start of the run's traffic and its end, except earlier: the cluster
+// events before those, from the first, which tell the addresses of the
+// pods that started before the run.
+//
+// A request a pod answered is attributed to it by the response's
+// X-Pod-Name header, which `closingtime serve` sets; without one, by the
+// address its connection reached (load.Event's Addr), which is a pod's when
+// the traffic went through a routing view that picks the endpoint (the
+// embedded cluster's, `closingtime cluster`'s) and the Service's through a
+// real cluster's kube-proxy. When no request of the run could be
+// attributed, the old pods' request figures are left unknown (nil), not
+// zero.
+func figures(run *Run, report *load.Report, requests []load.Event, earlier, events []cluster.Event, logs map[string][]cluster.LogLine, goneAt time.Time) {
 	start := run.Start
 	at := func(t time.Time) float64 { return ms(t.Sub(start)) }
 	for _, c := range report.Clients {
@@ -270,13 +287,17 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 		pod string
 	}
 	var answered []served
+	addrs := podAddressesOf(earlier, events)
 	for _, r := range requests {
 		t, err := time.Parse(time.RFC3339Nano, r.Time)
 		if err != nil {
 			continue
 		}
-		if r.Pod != "" {
-			answered = append(answered, served{t.Add(load.DurationMS(r.ConnectMS)), r.Pod})
+		reached := t.Add(load.DurationMS(r.ConnectMS))
+		if r.Class == load.OK || r.Class == load.HTTP5xx {
+			if pod := cmp.Or(r.Pod, addrs.pod(r.Addr, reached)); pod != "" {
+				answered = append(answered, served{reached, pod})
+			}
 		}
 		sec := int(math.Floor(t.Sub(start).Seconds()))
 		if seconds[sec] == nil {
@@ -344,6 +365,7 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 			old.DrainMS = ms(p.exited.Sub(p.terminating))
 		}
 		var last time.Time
+		after := 0
 		for _, a := range answered {
 			if a.pod != name {
 				continue
@@ -352,8 +374,11 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 				last = a.at
 			}
 			if !p.sigterm.IsZero() && a.at.After(p.sigterm) {
-				old.AfterSigterm++
+				after++
 			}
+		}
+		if len(answered) > 0 {
+			old.AfterSigterm = &after
 		}
 		if !p.sigterm.IsZero() {
 			old.SigtermMS = ptr(at(p.sigterm))
@@ -382,6 +407,51 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 		}
 	}
 	sort.SliceStable(run.Timeline, func(i, j int) bool { return run.Timeline[i].AtMS < run.Timeline[j].AtMS })
+}
+
+// podAddresses tells which pod had an address when: for each address, the
+// pods that started with it, in order. Kubernetes can give a deleted pod's
+// address to a new one.
+type podAddresses map[netip.Addr][]podAddress
+
+type podAddress struct {
+	since time.Time
+	pod   string
+}
+
+// podAddressesOf reads the pods' addresses from the "ip" field of the
+// pod_started events of the lists, in order.
+func podAddressesOf(lists ...[]cluster.Event) podAddresses {
+	m := podAddresses{}
+	for _, events := range lists {
+		for _, e := range events {
+			ip, err := netip.ParseAddr(e.Fields["ip"])
+			if e.Kind != cluster.PodStarted || err != nil {
+				continue
+			}
+			ip = ip.Unmap()
+			m[ip] = append(m[ip], podAddress{e.Time, e.Pod})
+		}
+	}
+	return m
+}
+
+// pod returns the pod that had the host of addr ("host:port") at t: the
+// last to start with it by then. It returns "" for an address no pod had,
+// such as a Service's ClusterIP.
+func (m podAddresses) pod(addr string, t time.Time) string {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return ""
+	}
+	pod := ""
+	for _, pa := range m[ap.Addr().Unmap()] {
+		if pa.since.After(t) {
+			break
+		}
+		pod = pa.pod
+	}
+	return pod
 }
 
 func withObject(e cluster.Event) map[string]string {

@@ -1,6 +1,9 @@
 package scenario
 
 import (
+	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,7 +110,7 @@ func TestFiguresSigtermFromLog(t *testing.T) {
 		{Time: stamp(1.5), Pod: "app-1", Class: load.OK},
 	}
 	run := &Run{Start: start}
-	figures(run, &load.Report{}, requests, events, logs, at(5))
+	figures(run, &load.Report{}, requests, nil, events, logs, at(5))
 	if len(run.OldPods) != 1 {
 		t.Fatalf("old pods %+v, want app-1", run.OldPods)
 	}
@@ -115,7 +118,183 @@ func TestFiguresSigtermFromLog(t *testing.T) {
 	if p.SigtermMS == nil || *p.SigtermMS != 1000 {
 		t.Errorf("SIGTERM at %v ms, want 1000 (the pod's own log)", p.SigtermMS)
 	}
-	if p.AfterSigterm != 1 || p.ExitCode != 143 {
-		t.Errorf("%d requests after SIGTERM, exit %d; want 1, 143", p.AfterSigterm, p.ExitCode)
+	if p.AfterSigterm == nil || *p.AfterSigterm != 1 || p.ExitCode != 143 {
+		t.Errorf("%v requests after SIGTERM, exit %d; want 1, 143", p.AfterSigterm, p.ExitCode)
 	}
+}
+
+// addressedRun returns the cluster events of a run whose old pods app-1 and
+// app-2 get SIGTERM at +1 s and exit at +3 s, and the events before it:
+// app-1 started with the address 127.77.0.2, which app-0, deleted, had
+// before it, and app-3 has after it; app-2 started with 10.77.0.3.
+func addressedRun(at func(float64) time.Time) (earlier, events []cluster.Event) {
+	ip := func(s float64, pod, addr string) cluster.Event {
+		return cluster.Event{Time: at(s), Kind: cluster.PodStarted, Pod: pod, Fields: map[string]string{"ip": addr}}
+	}
+	earlier = []cluster.Event{
+		ip(-30, "app-0", "127.77.0.2"),
+		{Time: at(-20), Kind: cluster.PodDeleted, Pod: "app-0"},
+		ip(-10, "app-1", "127.77.0.2"),
+		ip(-10, "app-2", "10.77.0.3"),
+	}
+	for _, pod := range []string{"app-1", "app-2"} {
+		events = append(events,
+			cluster.Event{Time: at(0.1), Kind: cluster.PodTerminating, Pod: pod},
+			cluster.Event{Time: at(1), Kind: cluster.SignalSent, Pod: pod, Fields: map[string]string{"signal": "SIGTERM"}},
+			cluster.Event{Time: at(3), Kind: cluster.ContainerExited, Pod: pod, Fields: map[string]string{"code": "143"}})
+	}
+	// A new pod gets app-1's address once app-1 is gone.
+	events = append(events, ip(3.5, "app-3", "127.77.0.2"))
+	return earlier, events
+}
+
+// TestFiguresByAddress: requests to a server that sets no X-Pod-Name are
+// attributed to the pod whose address their connection reached, the pod
+// that had the address at the time (app-0 before app-1, app-3 after it);
+// the header, when present, wins; a
+// failed request and one that reached a Service's address count for no
+// pod.
+func TestFiguresByAddress(t *testing.T) {
+	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	req := func(s float64, class load.Class, pod, addr string) load.Event {
+		return load.Event{Time: at(s).Format(time.RFC3339Nano), ConnectMS: 0.5, Class: class, Pod: pod, Addr: addr}
+	}
+	earlier, events := addressedRun(at)
+	requests := []load.Event{
+		req(0.5, load.OK, "", "127.77.0.2:8080"),
+		req(1.5, load.HTTP5xx, "", "127.77.0.2:8080"), // after SIGTERM
+		req(0.8, load.OK, "", "10.77.0.3:8080"),       // app-2
+		req(1.3, load.OK, "", "10.77.0.3:8080"),       // app-2, after SIGTERM
+		req(1.2, load.OK, "app-2", "127.77.0.2:8080"), // the header wins
+		req(2, load.Reset, "", "127.77.0.2:8080"),     // not answered
+		req(2.2, load.OK, "", "10.96.0.10:80"),        // a ClusterIP
+		req(2.4, load.OK, "", ""),
+		req(4, load.OK, "", "127.77.0.2:8080"), // app-3's by then
+	}
+	run := &Run{Start: start}
+	figures(run, &load.Report{}, requests, earlier, events, nil, at(3))
+	f := func(v float64) *float64 { return &v }
+	n := func(v int) *int { return &v }
+	want := []OldPod{
+		{Name: "app-1", SigtermMS: f(1000), LastRequestMS: f(1500.5), GapMS: f(-500.5), AfterSigterm: n(1), DrainMS: 2900, ExitCode: 143},
+		{Name: "app-2", SigtermMS: f(1000), LastRequestMS: f(1300.5), GapMS: f(-300.5), AfterSigterm: n(2), DrainMS: 2900, ExitCode: 143},
+	}
+	if diff := cmp.Diff(want, run.OldPods); diff != "" {
+		t.Errorf("old pods (-want +got):\n%s", diff)
+	}
+}
+
+// TestFiguresUnattributed: when no request of a run could be attributed
+// to a pod (no header, and addresses that are no pod's, as a real
+// cluster's ClusterIP), the old pods' request figures are unknown, absent
+// from the JSON, not zero; once one request is attributed, a pod that
+// answered none has a measured zero.
+func TestFiguresUnattributed(t *testing.T) {
+	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	stamp := func(s float64) string { return at(s).Format(time.RFC3339Nano) }
+	earlier, events := addressedRun(at)
+	requests := []load.Event{
+		{Time: stamp(0.5), Class: load.OK, Addr: "10.96.0.10:80"},
+		{Time: stamp(1.5), Class: load.OK, Addr: "10.96.0.10:80"},
+		{Time: stamp(1.6), Class: load.OK},
+	}
+	run := &Run{Start: start}
+	figures(run, &load.Report{}, requests, earlier, events, nil, at(3))
+	if len(run.OldPods) != 2 {
+		t.Fatalf("old pods %+v, want app-1 and app-2", run.OldPods)
+	}
+	for _, p := range run.OldPods {
+		if p.AfterSigterm != nil || p.LastRequestMS != nil || p.GapMS != nil || p.SigtermMS == nil {
+			t.Errorf("old pod %s: after SIGTERM %v, last request %v, gap %v, SIGTERM %v: want the request figures unknown, SIGTERM known",
+				p.Name, p.AfterSigterm, p.LastRequestMS, p.GapMS, p.SigtermMS)
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := `{"name":"` + p.Name + `","sigtermMs":1000,"drainMs":2900,"exitCode":143}`; string(b) != want {
+			t.Errorf("JSON %s, want %s", b, want)
+		}
+	}
+
+	requests = append(requests, load.Event{Time: stamp(0.7), Class: load.OK, Addr: "127.77.0.2:8080"})
+	run = &Run{Start: start}
+	figures(run, &load.Report{}, requests, earlier, events, nil, at(3))
+	app2 := run.OldPods[1]
+	if app2.Name != "app-2" || app2.AfterSigterm == nil || *app2.AfterSigterm != 0 || app2.LastRequestMS != nil {
+		t.Errorf("old pod %s: after SIGTERM %v, last request %v: want a measured 0 and none", app2.Name, app2.AfterSigterm, app2.LastRequestMS)
+	}
+	b, err := json.Marshal(app2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"afterSigterm":0`) {
+		t.Errorf("JSON %s lacks \"afterSigterm\":0", b)
+	}
+}
+
+// headerless hands the runner the events of a server that sets no
+// X-Pod-Name header: LocalTraffic's, with the header's pod removed. It
+// checks, on the way, that on the embedded cluster an answered request's
+// address names one pod, the one whose header it carried.
+type headerless struct {
+	dial load.Dialer
+	t    *testing.T
+}
+
+func (h headerless) WaitServing(ctx context.Context, url string) error {
+	return LocalTraffic(h.dial).WaitServing(ctx, url)
+}
+
+func (h headerless) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Event, error) {
+	report, events, err := LocalTraffic(h.dial).Run(ctx, cfg, started)
+	byAddr := map[string]string{}
+	for i, e := range events {
+		if e.Pod == "" {
+			continue
+		}
+		if pod, ok := byAddr[e.Addr]; e.Addr == "" || ok && pod != e.Pod {
+			h.t.Errorf("request %s answered by %s through address %q, which %q had", e.ID, e.Pod, e.Addr, pod)
+		}
+		byAddr[e.Addr] = e.Pod
+		events[i].Pod = ""
+	}
+	if len(byAddr) == 0 && err == nil {
+		h.t.Error("no request answered with a pod's name")
+	}
+	return report, events, err
+}
+
+// TestFiguresHeaderlessRollout runs seed 001's graceful rollout quick on
+// the embedded cluster, its requests stripped of the pod's header, as a
+// server of one's own would answer: the old pods' figures come from the
+// addresses the connections reached and show what the header shows, each
+// old pod's last request a second or more before its SIGTERM and none
+// after.
+func TestFiguresHeaderlessRollout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a rollout under load")
+	}
+	t.Parallel()
+	_, res := runWithTraffic(t, "3-graceful", func(c Cluster) TrafficSource { return headerless{dial: c.DialContext, t: t} })
+	run := res.Runs[0]
+	if len(run.OldPods) != 3 {
+		t.Fatalf("%d old pods, want 3: %+v", len(run.OldPods), run.OldPods)
+	}
+	for _, p := range run.OldPods {
+		if p.GapMS == nil || *p.GapMS < 1000 || p.AfterSigterm == nil || *p.AfterSigterm != 0 {
+			t.Errorf("old pod %s: gap %v ms, %v requests after SIGTERM: want its last request a second or more before SIGTERM, none after",
+				p.Name, deref(p.GapMS), deref(p.AfterSigterm))
+		}
+	}
+}
+
+// deref spells what p points to, or nil.
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

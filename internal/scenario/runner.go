@@ -47,12 +47,27 @@ const (
 // closeTimeout bounds closing a scenario's cluster.
 const closeTimeout = 30 * time.Second
 
-// Progress is a report of a run's progress.
+// catchUpTimeout bounds how long the runner waits for its recording of the
+// cluster's events to show what the cluster's API already said: a real
+// cluster's watch events reach the recording behind the Deployment's status,
+// seconds behind on a loaded machine.
+const catchUpTimeout = 30 * time.Second
+
+// Progress is a report of a run's progress: a new phase, or a notice in
+// the current one.
 type Progress struct {
 	Scenario string
 	// Repetition counts from 1; 0 before the first.
 	Repetition, Repetitions int
 	Phase                   Phase
+	// Notice, when not empty, is a one-line message about the run in Phase,
+	// which has not changed: what the cluster reports that explains a
+	// wait (a container that fails to start or exits, with its exit code
+	// and last log lines, one that waits to restart, a failing probe, a
+	// hint at the likely cause), or, every 10 s, how many pods a long
+	// deploy has ready. Notices come from the cluster's events, in every
+	// phase; a pod's failing probe gives at most one every 10 s.
+	Notice string
 }
 
 // RunnerConfig configures a Runner.
@@ -67,8 +82,9 @@ type RunnerConfig struct {
 	Quick bool
 	// Repetitions, when positive, replaces each scenario's repetitions.
 	Repetitions int
-	// Progress, if not nil, is called at each phase; it must not block for
-	// long. Calls for different scenarios may be concurrent.
+	// Progress, if not nil, is called at each phase and with each notice;
+	// it must not block for long. Calls may be concurrent, for one
+	// scenario too: notices come as the cluster's events do.
 	Progress func(Progress)
 }
 
@@ -141,8 +157,39 @@ func cmpOr[T int | time.Duration | float64](vs ...T) T {
 func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) {
 	st := r.settings(s)
 	res = &Result{Name: s.Name, Description: s.Description, Seed: s.Seed, Action: s.Action.Kind}
+	// now is the run's latest progress, which notices repeat.
+	var mu sync.Mutex
+	now := Progress{Scenario: s.Name, Repetitions: st.repetitions}
 	progress := func(rep int, p Phase) {
+		mu.Lock()
+		now.Repetition, now.Phase = rep, p
+		mu.Unlock()
 		r.cfg.Progress(Progress{Scenario: s.Name, Repetition: rep, Repetitions: st.repetitions, Phase: p})
+	}
+	notice := func(msg string) {
+		mu.Lock()
+		p := now
+		mu.Unlock()
+		p.Notice = msg
+		r.cfg.Progress(p)
+	}
+	// explanation is the diagnosis' latest, which an error of the deploy
+	// quotes.
+	explanation := ""
+	explained := func(msg string) {
+		mu.Lock()
+		explanation = msg
+		mu.Unlock()
+	}
+	// deployError returns err of step, with the explanation.
+	deployError := func(step string, err error) error {
+		mu.Lock()
+		why := explanation
+		mu.Unlock()
+		if why != "" {
+			return fmt.Errorf("scenario %s: %s: %w (from the cluster: %s)", s.Name, step, err, why)
+		}
+		return fmt.Errorf("scenario %s: %s: %w", s.Name, step, err)
 	}
 	var dep *dependency
 	env := map[string]string{}
@@ -180,22 +227,32 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 	traffic := r.cfg.NewTraffic(c)
 	rec := &recording{}
 	ectx, stopEvents := context.WithCancel(ctx)
-	defer stopEvents()
-	go rec.follow(ectx, c)
+	var followers sync.WaitGroup
+	defer func() {
+		stopEvents()
+		followers.Wait()
+	}()
+	followers.Go(func() { rec.follow(ectx, c) })
+	followers.Go(func() { explain(ectx, c, rec, notice, explained) })
 
-	// Deploy, and wait until the Service answers.
+	// Deploy, and wait until the Service answers, telling every
+	// noticeInterval how many pods are ready.
 	progress(0, PhaseDeploy)
 	dctx, cancel := context.WithTimeout(ctx, st.rl)
 	defer cancel()
+	wctx, stopWaiting := context.WithCancel(dctx)
+	defer stopWaiting()
+	followers.Go(func() { waiting(wctx, rec, deployment, st.rl, notice) })
 	if err := c.Apply(dctx, objects); err != nil {
-		return nil, fmt.Errorf("scenario %s: apply: %w", s.Name, err)
+		return nil, deployError("apply", err)
 	}
 	if _, err := c.RolloutStatus(dctx, deployment.Namespace, deployment.Name); err != nil {
-		return nil, fmt.Errorf("scenario %s: first rollout: %w", s.Name, err)
+		return nil, deployError("first rollout", err)
 	}
 	if err := traffic.WaitServing(dctx, target); err != nil {
-		return nil, fmt.Errorf("scenario %s: wait for the service to answer: %w", s.Name, err)
+		return nil, deployError("wait for the service to answer", err)
 	}
+	stopWaiting()
 
 	for rep := 1; rep <= st.repetitions; rep++ {
 		if rep > 1 {
@@ -369,7 +426,7 @@ func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor,
 		}
 		logs[pod] = l
 	}
-	figures(run, out.report, lines, events, logs, goneAt)
+	figures(run, out.report, lines, all[:firstEvent], events, logs, goneAt)
 	disruption(run, all, d.Name, replicas(d))
 	return run, nil
 }
@@ -422,9 +479,9 @@ func (a *actor) act(ctx context.Context, run *Run) error {
 	case ActionScale:
 		return c.Scale(ctx, d.Namespace, d.Name, *a.action.Replicas)
 	case ActionDeletePod, ActionEvict:
-		pod := a.rec.readyPod()
-		if pod == "" {
-			return errors.New("no ready pod to " + a.action.Kind)
+		pod, err := a.rec.readyPod(ctx)
+		if err != nil {
+			return fmt.Errorf("no ready pod to %s: %w", a.action.Kind, err)
 		}
 		a.acted = func(e cluster.Event) bool {
 			switch e.Kind {
@@ -570,25 +627,43 @@ func (r *recording) since(i int) []cluster.Event {
 	return append([]cluster.Event(nil), r.events[i:]...)
 }
 
+// at returns event i of the recording (0 is the first), waiting for it.
+func (r *recording) at(ctx context.Context, i int) (cluster.Event, error) {
+	var e cluster.Event
+	err := r.wait(ctx, func(events []cluster.Event) bool {
+		if i < len(events) {
+			e = events[i]
+			return true
+		}
+		return false
+	})
+	return e, err
+}
+
 // readyPod returns the first pod, by name, that is ready and not
-// terminating.
-func (r *recording) readyPod() string {
-	ready := map[string]bool{}
-	for _, e := range r.since(0) {
-		switch e.Kind {
-		case cluster.PodReady:
-			ready[e.Pod] = true
-		case cluster.PodUnready, cluster.PodTerminating, cluster.PodDeleted:
-			delete(ready, e.Pod)
-		}
-	}
+// terminating, waiting up to catchUpTimeout for the recording to show one.
+func (r *recording) readyPod(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
 	first := ""
-	for p := range ready {
-		if first == "" || p < first {
-			first = p
+	err := r.wait(ctx, func(events []cluster.Event) bool {
+		ready := map[string]bool{}
+		for _, e := range events {
+			switch e.Kind {
+			case cluster.PodReady:
+				ready[e.Pod] = true
+			case cluster.PodUnready, cluster.PodTerminating, cluster.PodDeleted:
+				delete(ready, e.Pod)
+			}
 		}
-	}
-	return first
+		for p := range ready {
+			if first == "" || p < first {
+				first = p
+			}
+		}
+		return first != ""
+	})
+	return first, err
 }
 
 // wait waits until done reports true of the events recorded so far.
@@ -650,4 +725,75 @@ func podsOf(events []cluster.Event) []string {
 		}
 	}
 	return pods
+}
+
+// explain sends the notices of a diagnosis of rec's events, which reads
+// the logs of c, to notice as the events come, and the diagnosis'
+// explanation, when it changes, to explained, until ctx ends.
+func explain(ctx context.Context, c cluster.Backend, rec *recording, notice, explained func(string)) {
+	d := newDiagnosis(func(namespace, pod, container string, restart int32) []cluster.LogLine {
+		return instanceLogs(ctx, c, namespace, pod, container, restart)
+	})
+	// One event per round; the loop ends with ctx.
+	for i := 0; ; i++ {
+		e, err := rec.at(ctx, i)
+		if err != nil {
+			return
+		}
+		why := d.explanation()
+		for _, n := range d.notices(e) {
+			notice(n)
+		}
+		if d.explanation() != why {
+			explained(d.explanation())
+		}
+	}
+}
+
+// logSettle is the wait between two reads of an exited container's logs,
+// and logReads bounds the reads: the cluster records the exit as soon as
+// the process has ended, possibly before it has read the last lines the
+// process wrote.
+const (
+	logSettle = 100 * time.Millisecond
+	logReads  = 10
+)
+
+// instanceLogs returns the lines that instance restart of an exited
+// container wrote, once two reads logSettle apart find the same lines, or
+// after logReads reads; nil if c has none.
+func instanceLogs(ctx context.Context, c cluster.Backend, namespace, pod, container string, restart int32) []cluster.LogLine {
+	var lines []cluster.LogLine
+	// One read per round; the loop ends once the lines are settled, after
+	// logReads rounds, or with ctx.
+	for range logReads {
+		all, _ := c.Logs(ctx, namespace, pod, container)
+		read := slices.DeleteFunc(all, func(l cluster.LogLine) bool { return l.Restart != restart })
+		if len(read) > 0 && len(read) == len(lines) {
+			return read
+		}
+		lines = read
+		if sleep(ctx, logSettle) != nil {
+			break
+		}
+	}
+	return lines
+}
+
+// waiting sends notice a waitingNotice every noticeInterval, with the
+// pods of Deployment d ready in rec's events, until ctx ends.
+func waiting(ctx context.Context, rec *recording, d *appsv1.Deployment, limit time.Duration, notice func(string)) {
+	start := time.Now()
+	t := time.NewTicker(noticeInterval)
+	defer t.Stop()
+	// One notice per round; the loop ends with ctx.
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ready, running := waitingPods(rec.since(0), d.Name)
+		notice(waitingNotice(time.Since(start), ready, replicas(d), running, limit))
+	}
 }

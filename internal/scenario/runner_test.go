@@ -145,7 +145,7 @@ func TestRunnerCatalog(t *testing.T) {
 				t.Fatalf("%d old pods, want 3: %+v", len(run.OldPods), run.OldPods)
 			}
 			for _, p := range run.OldPods {
-				if p.GapMS == nil || *p.GapMS < 1000 || p.AfterSigterm != 0 || p.ExitCode != 143 {
+				if p.GapMS == nil || *p.GapMS < 1000 || p.AfterSigterm == nil || *p.AfterSigterm != 0 || p.ExitCode != 143 {
 					t.Errorf("old pod %+v: want its last request a second or more before SIGTERM, none after, exit 143", p)
 				}
 			}
@@ -156,7 +156,7 @@ func TestRunnerCatalog(t *testing.T) {
 		{name: "C-graceful-keepalive", check: func(t *testing.T, res *Result) {
 			hostages := 0
 			for _, p := range res.Runs[0].OldPods {
-				if p.ExitCode == 137 && p.AfterSigterm > 0 && p.DrainMS >= 9000 {
+				if p.ExitCode == 137 && p.AfterSigterm != nil && *p.AfterSigterm > 0 && p.DrainMS >= 9000 {
 					hostages++
 				}
 			}

@@ -2,8 +2,11 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -284,7 +287,12 @@ func (e *Error) Unwrap() error { return e.Err }
 func ReadFile(path string) (*Scenario, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read scenario: %w", err)
+		// The file's name, then the reason without the system call.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, &Error{File: path, Err: err}
 	}
 	return Parse(path, data, func(files []string) ([]manifest.Object, []error) {
 		paths := make([]string, len(files))
@@ -334,7 +342,10 @@ func Parse(file string, data []byte, readFiles func([]string) ([]manifest.Object
 type parser struct {
 	file string
 	root *yaml.Node
-	errs []error
+	// where names the workload's manifests in errors; empty means
+	// "the workload".
+	where string
+	errs  []error
 }
 
 func (p *parser) errorf(field, format string, args ...any) {
@@ -398,7 +409,7 @@ func (p *parser) check(s *Scenario) {
 		}
 	}
 	if s.Traffic.Path != "" && !strings.HasPrefix(s.Traffic.Path, "/") {
-		p.errorf("traffic.path", "%q does not start with /", s.Traffic.Path)
+		p.errorf("traffic.path", "want a path that starts with /, such as %q", "/"+s.Traffic.Path)
 	}
 	if r := s.Traffic.Retry; r != nil && r.Attempts < 0 {
 		p.errorf("traffic.retry.attempts", "%d is negative", r.Attempts)
@@ -515,60 +526,97 @@ func (p *parser) readWorkload(s *Scenario, readFiles func([]string) ([]manifest.
 		// An object that could not be decoded may be the one missing.
 		return
 	}
-	if _, err := s.Service(); err != nil {
-		p.errorf(namedOr(s.Traffic.Service, "traffic.service", "workload"), "%v", err)
+	where := cmp.Or(p.where, "the workload")
+	if _, n, err := only[*corev1.Service](s.Objects, "Service", s.Traffic.Service, where); err != nil {
+		if n == 0 && s.Traffic.Service == "" {
+			err = noService(s.Objects)
+		}
+		// Naming the Service is the fix when there are several.
+		p.errorf(namedOr(s.Traffic.Service != "" || n > 1, "traffic.service"), "%v", err)
 	}
-	if _, err := s.Deployment(); err != nil {
-		p.errorf(namedOr(s.Action.Deployment, "action.deployment", "workload"), "%v", err)
+	if _, n, err := only[*appsv1.Deployment](s.Objects, "Deployment", s.Action.Deployment, where); err != nil {
+		p.errorf(namedOr(s.Action.Deployment != "" || n > 1, "action.deployment"), "%v", err)
 	}
+}
+
+// noService is the error for a workload without a Service: it says which
+// Service to add, the traffic's way to the Deployment's pods.
+func noService(objs []manifest.Object) error {
+	var ds []*appsv1.Deployment
+	for _, o := range objs {
+		if d, ok := o.Obj.(*appsv1.Deployment); ok {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) != 1 {
+		return errors.New("no Service to send the traffic through: add one that selects the Deployment's pods")
+	}
+	var labels []string
+	for _, k := range slices.Sorted(maps.Keys(ds[0].Spec.Template.Labels)) {
+		labels = append(labels, k+": "+ds[0].Spec.Template.Labels[k])
+	}
+	return fmt.Errorf("no Service to send the traffic through: add one whose selector matches the pods of Deployment %s (%s)",
+		ds[0].Name, strings.Join(labels, ", "))
 }
 
 // Service returns the Service that traffic goes to.
 func (s *Scenario) Service() (*corev1.Service, error) {
-	return only[*corev1.Service](s.Objects, "Service", s.Traffic.Service)
+	svc, _, err := only[*corev1.Service](s.Objects, "Service", s.Traffic.Service, "the workload")
+	return svc, err
 }
 
 // Deployment returns the Deployment that the action concerns.
 func (s *Scenario) Deployment() (*appsv1.Deployment, error) {
-	return only[*appsv1.Deployment](s.Objects, "Deployment", s.Action.Deployment)
+	d, _, err := only[*appsv1.Deployment](s.Objects, "Deployment", s.Action.Deployment, "the workload")
+	return d, err
 }
 
 // only returns the object of type T named name, or the only one if name is
-// empty.
+// empty, and the number of objects of type T in objs. The error for a
+// name that is not there says where, the name of objs in errors, and
+// lists the names there are.
 func only[T interface {
 	*appsv1.Deployment | *corev1.Service
 	GetName() string
-}](objs []manifest.Object, kind, name string) (T, error) {
+}](objs []manifest.Object, kind, name, where string) (T, int, error) {
+	var all []string
 	var found []T
 	for _, o := range objs {
-		if t, ok := o.Obj.(T); ok && (name == "" || t.GetName() == name) {
-			found = append(found, t)
+		if t, ok := o.Obj.(T); ok {
+			all = append(all, t.GetName())
+			if name == "" || t.GetName() == name {
+				found = append(found, t)
+			}
 		}
 	}
 	switch {
 	case len(found) == 1:
-		return found[0], nil
+		return found[0], len(all), nil
+	case name != "" && len(all) == 0:
+		return nil, 0, fmt.Errorf("no %s %q in %s, which has no %s", kind, name, where, kind)
 	case name != "":
-		return nil, fmt.Errorf("the workload has no %s %s", kind, name)
+		return nil, len(all), fmt.Errorf("no %s %q in %s; %ss: %s", kind, name, where, kind, strings.Join(all, ", "))
 	case len(found) == 0:
-		return nil, fmt.Errorf("the workload has no %s", kind)
+		return nil, 0, fmt.Errorf("no %s", kind)
 	default:
-		return nil, fmt.Errorf("the workload has %d %ss: name one", len(found), kind)
+		return nil, len(all), fmt.Errorf("%d %ss (%s): name one", len(all), kind, strings.Join(all, ", "))
 	}
 }
 
-// namedOr returns field when the file names an object there, and workload
-// otherwise, for errors about a missing object.
-func namedOr(name, field, workload string) string {
-	if name != "" {
+// namedOr returns field when named, and "workload" otherwise: the field
+// of an error about a missing object is the one that names it, if the file
+// does or should.
+func namedOr(named bool, field string) string {
+	if named {
 		return field
 	}
-	return workload
+	return "workload"
 }
 
 // FromManifests returns the scenario of `closingtime rollout`: the
 // manifests at paths, read as kubectl's -f reads them, with traffic and
-// action, checked as a scenario file is. Errors name the paths.
+// action, checked as a scenario file is. Errors are those of Parse, with
+// the paths for file name, and the paths instead of "the workload".
 func FromManifests(name string, paths []string, traffic Traffic, action Action, repetitions int) (*Scenario, error) {
 	s := &Scenario{
 		Name:        name,
@@ -578,7 +626,7 @@ func FromManifests(name string, paths []string, traffic Traffic, action Action, 
 		Action:      action,
 		Repetitions: repetitions,
 	}
-	p := &parser{file: s.File}
+	p := &parser{file: s.File, where: strings.Join(paths, ", ")}
 	p.check(s)
 	if len(p.errs) == 0 {
 		p.readWorkload(s, manifest.Reader{}.Read)

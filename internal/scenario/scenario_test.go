@@ -1,6 +1,9 @@
 package scenario
 
 import (
+	"bytes"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,6 +70,67 @@ func TestParseDefaults(t *testing.T) {
 			r := &Runner{cfg: RunnerConfig{Quick: tt.quick}}
 			if got := r.settings(tt.s); got != tt.want {
 				t.Errorf("settings = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestFromManifestsErrors checks the errors of the scenario of
+// `closingtime rollout`: each names the field that the command line sets,
+// and the manifests' paths where a scenario file says "the workload".
+func TestFromManifestsErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	api := filepath.Join(dir, "api.yaml")
+	if err := os.WriteFile(api, []byte("apiVersion: v1\nkind: Service\nmetadata:\n  name: api\nspec:\n  selector:\n    app: web\n  ports:\n  - port: 81\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deployment := filepath.Join(dir, "deployment.yaml")
+	data, err := os.ReadFile("testdata/deploy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	only, _, _ := bytes.Cut(data, []byte("---"))
+	if err := os.WriteFile(deployment, only, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const deploy = "testdata/deploy.yaml"
+	tests := []struct {
+		name      string
+		paths     []string
+		traffic   Traffic
+		wantField string
+		wantErr   string
+	}{
+		{name: "no such Service", paths: []string{deploy}, traffic: Traffic{Service: "nope"},
+			wantField: "traffic.service", wantErr: `no Service "nope" in testdata/deploy.yaml; Services: web`},
+		{name: "several Services", paths: []string{deploy, api},
+			wantField: "traffic.service", wantErr: "2 Services (web, api): name one"},
+		{name: "no Service", paths: []string{deployment},
+			wantField: "workload", wantErr: "no Service to send the traffic through: add one whose selector matches the pods of Deployment web (app: web)"},
+		{name: "path", paths: []string{deploy}, traffic: Traffic{Path: "work"},
+			wantField: "traffic.path", wantErr: `want a path that starts with /, such as "/work"`},
+		{name: "valid", paths: []string{deploy, api}, traffic: Traffic{Service: "api", Path: "/work"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := FromManifests("rollout", tt.paths, tt.traffic, Action{Kind: ActionRolloutRestart}, 1)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("FromManifests() = %v, want no error", err)
+				}
+				if svc, err := s.Service(); err != nil || svc.Name != tt.traffic.Service {
+					t.Errorf("Service() = %v, %v; want %s", svc, err, tt.traffic.Service)
+				}
+				return
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("FromManifests() = %v, want an *Error", err)
+			}
+			if e.Field != tt.wantField || e.Err.Error() != tt.wantErr || e.File != strings.Join(tt.paths, ",") {
+				t.Errorf("error in %s, field %q: %q; want in %s, field %q: %q", e.File, e.Field, e.Err, strings.Join(tt.paths, ","), tt.wantField, tt.wantErr)
 			}
 		})
 	}

@@ -53,33 +53,20 @@ func (s *splitTraffic) Run(ctx context.Context, cfg load.Config, started func())
 	return merged, all, err
 }
 
-// TestRunnerTrafficSource runs seed 001's plain rollout with its traffic
-// split between two generators whose reports are merged: the runner uses
-// the source it is given, once per repetition, and computes the same
-// figures from the merged report as from one generator's.
-func TestRunnerTrafficSource(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a rollout under load")
-	}
-	t.Parallel()
+// runWithTraffic runs the catalog's scenario name quick on a local
+// cluster, with the traffic source that newTraffic returns, and returns
+// the scenario and its result.
+func runWithTraffic(t *testing.T, name string, newTraffic func(Cluster) TrafficSource) (*Scenario, *Result) {
+	t.Helper()
 	all, err := Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
-	scenarios, err := Select(all, []string{"1-plain"})
+	scenarios, err := Select(all, []string{name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := newRunner(t)
-	var source *splitTraffic
-	r, err := NewRunner(RunnerConfig{
-		Quick:      true,
-		NewCluster: local.cfg.NewCluster,
-		NewTraffic: func(c Cluster) TrafficSource {
-			source = &splitTraffic{dial: c.DialContext, generators: 2}
-			return source
-		},
-	})
+	r, err := NewRunner(RunnerConfig{Quick: true, NewCluster: newRunner(t).cfg.NewCluster, NewTraffic: newTraffic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,11 +76,28 @@ func TestRunnerTrafficSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return scenarios[0], res
+}
+
+// TestRunnerTrafficSource runs seed 001's plain rollout with its traffic
+// split between two generators whose reports are merged: the runner uses
+// the source it is given, once per repetition, and computes the same
+// figures from the merged report as from one generator's.
+func TestRunnerTrafficSource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a rollout under load")
+	}
+	t.Parallel()
+	var source *splitTraffic
+	s, res := runWithTraffic(t, "1-plain", func(c Cluster) TrafficSource {
+		source = &splitTraffic{dial: c.DialContext, generators: 2}
+		return source
+	})
 	if w, n := source.waits.Load(), source.runs.Load(); w != 1 || n != 1 {
 		t.Errorf("the source waited %d times and ran %d times, want once each", w, n)
 	}
 	run := res.Runs[0]
-	rate := cmp.Or(scenarios[0].Traffic.Clients[0].Rate, load.DefaultRate)
+	rate := cmp.Or(s.Traffic.Clients[0].Rate, load.DefaultRate)
 	if len(run.Clients) != 1 || run.Clients[0].Rate != rate {
 		t.Errorf("clients %+v, want one at the scenario's rate %v", run.Clients, rate)
 	}

@@ -340,7 +340,7 @@ func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 			// Refuse at once what no kubelet could run, rather than
 			// fail each pod the Deployment makes.
 			for _, ctr := range o.Spec.Template.Spec.Containers {
-				if _, err := entrypoint(o.Spec.Template.Annotations, &ctr, c.imageCommands); err != nil {
+				if _, err := Entrypoint(o.Spec.Template.Annotations, &ctr, c.imageCommands); err != nil {
 					return fmt.Errorf("apply Deployment %s: %w", o.Name, err)
 				}
 			}

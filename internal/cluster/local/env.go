@@ -95,7 +95,7 @@ const CommandAnnotationPrefix = "closingtime.dev/command."
 // of pod's CommandAnnotationPrefix annotation for c, else the command
 // imageCommands maps c's image to, followed by c's args.
 func commandLine(pod *corev1.Pod, c *corev1.Container, env map[string]string, imageCommands map[string][]string) ([]string, error) {
-	command, err := entrypoint(pod.Annotations, c, imageCommands)
+	command, err := Entrypoint(pod.Annotations, c, imageCommands)
 	if err != nil {
 		return nil, err
 	}
@@ -109,11 +109,12 @@ func commandLine(pod *corev1.Pod, c *corev1.Container, env map[string]string, im
 	return argv, nil
 }
 
-// entrypoint returns the command of container c, or the local command that
-// stands for its image's entrypoint: from the pod's annotations first,
-// then from imageCommands. The error for a container with neither says how
-// to give one.
-func entrypoint(annotations map[string]string, c *corev1.Container, imageCommands map[string][]string) ([]string, error) {
+// Entrypoint returns the command of container c, or the local command that
+// stands for its image's entrypoint: from its pod's annotations first,
+// then from imageCommands, as a kubelet of a cluster whose
+// KubeletConfig.ImageCommands is imageCommands finds it. The error for a
+// container with neither says how to give one.
+func Entrypoint(annotations map[string]string, c *corev1.Container, imageCommands map[string][]string) ([]string, error) {
 	if len(c.Command) > 0 {
 		return c.Command, nil
 	}

@@ -1,0 +1,71 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestEventAddr routes each new connection to one of two servers that set
+// no X-Pod-Name header, as a routing dialer picks a Service's endpoint, and
+// checks that every answered request's event names, in addr, the server
+// that counted it, for both kinds of client.
+func TestEventAddr(t *testing.T) {
+	for _, kind := range []Kind{NewConn, KeepAlive} {
+		t.Run(kind.String(), func(t *testing.T) {
+			var counts [2]atomic.Int64
+			var addrs [2]string
+			for i := range counts {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					counts[i].Add(1)
+				}))
+				t.Cleanup(srv.Close)
+				addrs[i] = srv.Listener.Addr().String()
+			}
+			var mu sync.Mutex
+			dials := 0
+			var d net.Dialer
+			dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
+				mu.Lock()
+				target := addrs[dials%2]
+				dials++
+				mu.Unlock()
+				return d.DialContext(ctx, network, target)
+			}
+			var lines bytes.Buffer
+			gen, err := New(Config{URL: "http://app.default/", Clients: []Client{{Kind: kind, Rate: 100, Connections: 2}},
+				Duration: 500 * time.Millisecond, Dial: dial, Events: &lines})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := gen.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			events, _, err := ReadStream(&lines)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int64{}
+			for _, e := range events {
+				if e.Class != OK {
+					t.Fatalf("request %s: %s (%s); want ok", e.ID, e.Class, e.Error)
+				}
+				if e.Pod != "" {
+					t.Errorf("request %s: pod %q from a server that sets no %s", e.ID, e.Pod, PodHeader)
+				}
+				got[e.Addr]++
+			}
+			for i, addr := range addrs {
+				if got[addr] != counts[i].Load() || got[addr] == 0 {
+					t.Errorf("%d events with addr %s; the server there counted %d requests (events by addr: %v)", got[addr], addr, counts[i].Load(), got)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,221 @@
+package scenario
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+)
+
+// noticeInterval is the least time between two notices of one pod's
+// failing probe, and between two notices of the pods a deploy waits for:
+// often enough to show that a run waits and why, seldom enough never to
+// flood the display.
+const noticeInterval = 10 * time.Second
+
+// addressInUse is what a server's error says when the address it binds is
+// taken (EADDRINUSE's text).
+const addressInUse = "address already in use"
+
+// addressInUseHint is the notice given, once a run, when a container's log
+// says addressInUse: on the local cluster, the likely cause is an app that
+// binds a fixed address that every pod binds too.
+const addressInUseHint = `hint: "` + addressInUse + `": another process holds the address; ` +
+	`the local cluster's pods share the machine's network, each with a loopback address of its own: ` +
+	`listen on $(POD_IP), not 0.0.0.0 or a fixed address (docs/local-cluster.md)`
+
+// maxQuoted bounds the length of a log line that a notice quotes.
+const maxQuoted = 200
+
+// diagnosis turns the cluster's events that explain why pods do not start,
+// keep running or become ready into notices, the short messages that the
+// runner reports as [Progress.Notice]:
+//
+//   - a container whose start failed (ContainerStartFailed), with the
+//     error;
+//   - a container that exited while its pod was not terminating
+//     (ContainerExited), with its exit code, the probe whose failure killed
+//     it if one did (LivenessKill), and the last lines it wrote, standard
+//     error's if it wrote any there;
+//   - a container that waits to restart (BackOff), with the delay;
+//   - a failing probe (ProbeResult), the first failure of a pod's probe
+//     and then at most one a noticeInterval, by the events' times;
+//   - once a run, a hint when an exited container's log says "address
+//     already in use".
+//
+// Exits and probe failures of a pod that terminates are expected, and not
+// reported. A diagnosis is not safe for concurrent use.
+type diagnosis struct {
+	// logs returns the lines that instance restart of container wrote in
+	// pod namespace/name, oldest first; nil if the cluster has none.
+	logs func(namespace, pod, container string, restart int32) []cluster.LogLine
+	// restarts holds, by pod/container, the restart count of the latest
+	// instance started.
+	restarts map[string]int32
+	// ending holds the pods that terminate.
+	ending map[string]bool
+	// killed holds, by pod/container, the probe whose failure made the
+	// kubelet kill the container's running instance.
+	killed map[string]string
+	// probed holds, by pod/probe, the time of the last notice of a failure.
+	probed map[string]time.Time
+	// hinted reports whether the addressInUse hint was given.
+	hinted bool
+	// cause is the latest notice of a failed start, an exit or a failed
+	// probe.
+	cause string
+}
+
+// newDiagnosis returns a diagnosis that reads containers' logs with logs.
+func newDiagnosis(logs func(namespace, pod, container string, restart int32) []cluster.LogLine) *diagnosis {
+	return &diagnosis{logs: logs, restarts: map[string]int32{}, ending: map[string]bool{}, killed: map[string]string{},
+		probed: map[string]time.Time{}}
+}
+
+// explanation returns the latest notice of a failed start, an exit or a
+// failed probe, followed by the hint if it was given; "" if there was
+// none.
+func (d *diagnosis) explanation() string {
+	if d.hinted {
+		return d.cause + "; " + addressInUseHint
+	}
+	return d.cause
+}
+
+// notices takes the next event of the cluster, in order, and returns the
+// notices it gives, if any.
+func (d *diagnosis) notices(e cluster.Event) []string {
+	who := "pod " + e.Pod
+	if e.Container != "" {
+		who += ": container " + e.Container
+	}
+	switch e.Kind {
+	case cluster.ContainerStarted:
+		if n, err := strconv.ParseInt(e.Fields["restart"], 10, 32); err == nil {
+			d.restarts[e.Pod+"/"+e.Container] = int32(n)
+		}
+	case cluster.PodTerminating, cluster.PodDeleted:
+		d.ending[e.Pod] = true
+	case cluster.LivenessKill:
+		d.killed[e.Pod+"/"+e.Container] = e.Fields["probe"]
+	case cluster.ContainerStartFailed:
+		d.cause = who + " failed to start: " + e.Fields["error"]
+		return []string{d.cause}
+	case cluster.ContainerExited:
+		if d.ending[e.Pod] {
+			return nil
+		}
+		msg := who + " exited with code " + e.Fields["code"]
+		if r := e.Fields["reason"]; r != "" && r != "Error" && r != "Completed" {
+			msg += " (" + r + ")"
+		}
+		if probe, ok := d.killed[e.Pod+"/"+e.Container]; ok {
+			delete(d.killed, e.Pod+"/"+e.Container)
+			msg += ", killed after its " + probe + " probe failed"
+		}
+		lines := d.logs(e.Namespace, e.Pod, e.Container, d.restarts[e.Pod+"/"+e.Container])
+		if q := quote(lines); q != "" {
+			msg += ": " + q
+		}
+		d.cause = msg
+		out := []string{msg}
+		if !d.hinted && slices.ContainsFunc(lines, func(l cluster.LogLine) bool { return strings.Contains(l.Text, addressInUse) }) {
+			d.hinted = true
+			out = append(out, addressInUseHint)
+		}
+		return out
+	case cluster.BackOff:
+		if d.ending[e.Pod] {
+			return nil
+		}
+		if delay, err := time.ParseDuration(e.Fields["delay"]); err == nil {
+			return []string{who + " restarts in " + delay.Round(100*time.Millisecond).String() + " (CrashLoopBackOff)"}
+		}
+		return []string{who + " waits to restart (CrashLoopBackOff)"}
+	case cluster.ProbeResult:
+		probe := e.Fields["probe"]
+		key := e.Pod + "/" + probe
+		if e.Fields["result"] != "failure" || d.ending[e.Pod] {
+			return nil
+		}
+		if last, ok := d.probed[key]; ok && e.Time.Sub(last) < noticeInterval {
+			return nil
+		}
+		d.probed[key] = e.Time
+		msg := who + ": " + probe + " probe failed"
+		if out := strings.TrimSpace(e.Fields["output"]); out != "" {
+			msg += ": " + clip(out)
+		}
+		d.cause = msg
+		return []string{msg}
+	}
+	return nil
+}
+
+// quote returns the last lines, at most two, of lines as a notice quotes
+// them: standard error's if it has any, each clipped, joined by " | ".
+func quote(lines []cluster.LogLine) string {
+	stderr := slices.DeleteFunc(slices.Clone(lines), func(l cluster.LogLine) bool { return l.Stream != "stderr" })
+	if len(stderr) > 0 {
+		lines = stderr
+	}
+	var texts []string
+	for _, l := range lines[max(0, len(lines)-2):] {
+		if t := strings.TrimSpace(l.Text); t != "" {
+			texts = append(texts, clip(t))
+		}
+	}
+	return strings.Join(texts, " | ")
+}
+
+// clip shortens s to maxQuoted bytes, on a rune boundary, marking the cut
+// with "…".
+func clip(s string) string {
+	if len(s) <= maxQuoted {
+		return s
+	}
+	cut := maxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// waitingNotice is the notice of a deploy that has waited for elapsed and
+// gives up after limit, when ready of the want pods of its Deployment are
+// ready, and running others run without being ready. A readiness probe
+// that never passes changes no probe result (a readiness result starts as
+// a failure), so it gives no other notice: running but not ready says it.
+func waitingNotice(elapsed time.Duration, ready, want, running int32, limit time.Duration) string {
+	msg := fmt.Sprintf("deploying for %s: %d of %d pods ready", elapsed.Round(time.Second), ready, want)
+	if running > 0 {
+		msg += fmt.Sprintf(", %d running but not ready (readiness or startup probe not passed)", running)
+	}
+	return msg + fmt.Sprintf("; gives up after %s", limit)
+}
+
+// waitingPods returns how many of Deployment d's pods are ready, and how
+// many run but are not ready, after events.
+func waitingPods(events []cluster.Event, d string) (ready, running int32) {
+	tr := newReadiness(d)
+	containers := map[string]int{} // by pod, the containers running
+	for _, e := range events {
+		tr.add(e)
+		switch e.Kind {
+		case cluster.ContainerStarted:
+			containers[e.Pod]++
+		case cluster.ContainerExited:
+			containers[e.Pod]--
+		}
+	}
+	for pod, n := range containers {
+		if n > 0 && tr.ours[pod] && !tr.ended[pod] && !tr.readyNow[pod] {
+			running++
+		}
+	}
+	return int32(tr.ready()), running
+}

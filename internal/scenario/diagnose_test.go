@@ -1,0 +1,271 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+)
+
+// TestDiagnosis feeds events as the local cluster records them to a
+// diagnosis, each case from the start, and checks every notice it gives,
+// in order, and its explanation at the end.
+func TestDiagnosis(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	ev := func(s float64, kind cluster.EventKind, pod, container string, fields map[string]string) cluster.Event {
+		return cluster.Event{Time: at(s), Kind: kind, Namespace: "default", Pod: pod, Container: container, Node: "node-1", Fields: fields}
+	}
+	started := func(s float64, pod string, restart string) cluster.Event {
+		return ev(s, cluster.ContainerStarted, pod, "web", map[string]string{"pid": "4242", "restart": restart, "pid_namespace": "none"})
+	}
+	exited := func(s float64, pod, code, reason string) cluster.Event {
+		return ev(s, cluster.ContainerExited, pod, "web", map[string]string{"code": code, "reason": reason})
+	}
+	probe := func(s float64, pod, kind, result string) cluster.Event {
+		return ev(s, cluster.ProbeResult, pod, "web", map[string]string{"probe": kind, "result": result, "output": "Get \"http://127.1.1.2:8080/ready\": dial tcp 127.1.1.2:8080: connect: connection refused"})
+	}
+	// logs are the lines of container web of each pod, as the kubelet
+	// keeps them: pod web-a's instance 0 wrote a JSON line and then the
+	// bind error; its instance 1, one line to standard output only.
+	logs := map[string][]cluster.LogLine{
+		"web-a": {
+			{Stream: "stdout", Restart: 0, Text: `{"event":"started","listen":"0.0.0.0:8080"}`},
+			{Stream: "stderr", Restart: 0, Text: "closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use"},
+			{Stream: "stdout", Restart: 1, Text: "line 1"},
+			{Stream: "stdout", Restart: 1, Text: "line 2"},
+			{Stream: "stdout", Restart: 1, Text: "line 3 " + strings.Repeat("é", 150)},
+		},
+		"web-b": {
+			{Stream: "stderr", Restart: 0, Text: "closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use"},
+		},
+	}
+	refused := `Get "http://127.1.1.2:8080/ready": dial tcp 127.1.1.2:8080: connect: connection refused`
+	tests := []struct {
+		name   string
+		events []cluster.Event
+		want   []string
+		// why is the explanation at the end; the last of want unless
+		// given.
+		why string
+	}{
+		{
+			name: "start failed",
+			events: []cluster.Event{
+				ev(0, cluster.ContainerStartFailed, "web-a", "web", map[string]string{"error": `fork/exec /no/such/app: no such file or directory`}),
+				ev(0, cluster.ContainerStartFailed, "web-b", "", map[string]string{"error": `env: pod has no field "spec.nope"`}),
+			},
+			want: []string{
+				"pod web-a: container web failed to start: fork/exec /no/such/app: no such file or directory",
+				`pod web-b failed to start: env: pod has no field "spec.nope"`,
+			},
+		},
+		{
+			name: "address in use, hinted once",
+			events: []cluster.Event{
+				started(0, "web-a", "0"), started(0, "web-b", "0"),
+				exited(0.1, "web-a", "1", "Error"),
+				ev(0.1, cluster.PodUnready, "web-a", "", nil),
+				ev(0.1, cluster.BackOff, "web-a", "web", map[string]string{"delay": "9.999941333s"}),
+				exited(0.2, "web-b", "1", "Error"),
+			},
+			want: []string{
+				"pod web-a: container web exited with code 1: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use",
+				addressInUseHint,
+				"pod web-a: container web restarts in 10s (CrashLoopBackOff)",
+				"pod web-b: container web exited with code 1: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use",
+			},
+			why: "pod web-b: container web exited with code 1: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use; " + addressInUseHint,
+		},
+		{
+			name: "the latest instance's last two lines, clipped",
+			events: []cluster.Event{
+				started(0, "web-a", "0"), exited(1, "web-a", "137", "OOMKilled"),
+				started(11, "web-a", "1"), exited(12, "web-a", "2", "Error"),
+				started(30, "web-c", "0"), exited(31, "web-c", "0", "Completed"),
+				ev(31, cluster.BackOff, "web-c", "web", nil),
+			},
+			want: []string{
+				"pod web-a: container web exited with code 137 (OOMKilled): closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use",
+				addressInUseHint,
+				"pod web-a: container web exited with code 2: line 2 | line 3 " + strings.Repeat("é", 96) + "…",
+				"pod web-c: container web exited with code 0",
+				"pod web-c: container web waits to restart (CrashLoopBackOff)",
+			},
+			why: "pod web-c: container web exited with code 0; " + addressInUseHint,
+		},
+		{
+			name: "probe failures, at most one a pod and probe every 10 s",
+			events: []cluster.Event{
+				probe(3, "web-a", "readiness", "failure"),
+				probe(4, "web-b", "readiness", "failure"),
+				probe(5, "web-a", "liveness", "failure"),
+				probe(8, "web-a", "readiness", "success"),
+				probe(9, "web-a", "readiness", "failure"),
+				probe(13.5, "web-a", "readiness", "failure"),
+				probe(20, "web-a", "readiness", "failure"),
+			},
+			want: []string{
+				"pod web-a: container web: readiness probe failed: " + refused,
+				"pod web-b: container web: readiness probe failed: " + refused,
+				"pod web-a: container web: liveness probe failed: " + refused,
+				"pod web-a: container web: readiness probe failed: " + refused,
+			},
+		},
+		{
+			name: "killed by its liveness probe",
+			events: []cluster.Event{
+				started(0, "web-d", "0"),
+				probe(3, "web-d", "liveness", "failure"),
+				ev(3, cluster.LivenessKill, "web-d", "web", map[string]string{"probe": "liveness"}),
+				ev(3, cluster.SignalSent, "web-d", "web", map[string]string{"signal": "SIGTERM", "grace": "30s"}),
+				exited(3.2, "web-d", "143", "Error"),
+				started(3.3, "web-d", "1"), exited(4, "web-d", "1", "Error"),
+			},
+			want: []string{
+				"pod web-d: container web: liveness probe failed: " + refused,
+				"pod web-d: container web exited with code 143, killed after its liveness probe failed",
+				"pod web-d: container web exited with code 1",
+			},
+		},
+		{
+			name: "a terminating pod's exit and probes are expected",
+			events: []cluster.Event{
+				started(0, "web-a", "0"),
+				ev(5, cluster.PodTerminating, "web-a", "", map[string]string{"grace": "30s"}),
+				probe(6, "web-a", "readiness", "failure"),
+				exited(7, "web-a", "143", "Error"),
+				ev(8, cluster.PodDeleted, "web-b", "", map[string]string{"grace": "0s"}),
+				ev(8, cluster.BackOff, "web-b", "web", map[string]string{"delay": "10s"}),
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDiagnosis(func(namespace, pod, container string, restart int32) []cluster.LogLine {
+				if namespace != "default" || container != "web" {
+					t.Errorf("logs of %s/%s container %s, want default's web", namespace, pod, container)
+				}
+				return slices.DeleteFunc(slices.Clone(logs[pod]), func(l cluster.LogLine) bool { return l.Restart != restart })
+			})
+			var got []string
+			for _, e := range tt.events {
+				got = append(got, d.notices(e)...)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("notices:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+			why := tt.why
+			if why == "" && len(tt.want) > 0 {
+				why = tt.want[len(tt.want)-1]
+			}
+			if got := d.explanation(); got != why {
+				t.Errorf("explanation %q, want %q", got, why)
+			}
+		})
+	}
+}
+
+// TestRunnerNotices runs, on the local cluster, Deployments whose pods
+// never become ready, each within a short limit: the runner's progress
+// gets a notice that names the container and the cause before the run
+// fails, a deploy that waits past noticeInterval says how many pods are
+// ready, and the run's error quotes the cause.
+func TestRunnerNotices(t *testing.T) {
+	t.Parallel()
+	// A port that nothing listens on now, which the pods of the second
+	// case all bind, as a fixed 0.0.0.0:8080 would on the machine.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	tests := []struct {
+		name  string
+		args  []string
+		limit time.Duration
+		// want are strings that notices must have, each in one notice.
+		want []string
+		// why is what the error must quote.
+		why string
+	}{
+		{name: "unknown flag", args: []string{"serve", "--no-such-flag"}, limit: 6 * time.Second,
+			want: []string{"pod app-", "container app exited with code 2", "unknown flag: --no-such-flag", "restarts in"},
+			why:  "(from the cluster: pod app-"},
+		{name: "address in use", args: []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, limit: noticeInterval + 2*time.Second,
+			want: []string{"container app exited with code 1", "bind: address already in use", addressInUseHint, "s: 0 of 2 pods ready, ", "running but not ready (readiness or startup probe not passed); gives up after 12s"},
+			why:  "bind: address already in use; " + addressInUseHint + ")"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := noticeScenario(t, tt.args, tt.limit)
+			var mu sync.Mutex
+			var notices []string
+			failed := false
+			r := newRunner(t)
+			r.cfg.Progress = func(p Progress) {
+				mu.Lock()
+				defer mu.Unlock()
+				if failed {
+					t.Errorf("progress after the run ended: %+v", p)
+				}
+				if p.Notice != "" {
+					if p.Scenario != "inline" || p.Phase != PhaseDeploy {
+						t.Errorf("notice %+v, want one of scenario inline in its deploy", p)
+					}
+					notices = append(notices, p.Notice)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			_, err := r.Run(ctx, s)
+			mu.Lock()
+			failed = true
+			defer mu.Unlock()
+			t.Logf("failed after %v: %v\nnotices:\n%s", time.Since(start), err, strings.Join(notices, "\n"))
+			if err == nil || !strings.Contains(err.Error(), tt.why) {
+				t.Errorf("run error %v, want one that quotes %q", err, tt.why)
+			}
+			for _, w := range tt.want {
+				if !slices.ContainsFunc(notices, func(n string) bool { return strings.Contains(n, w) }) {
+					t.Errorf("no notice has %q", w)
+				}
+			}
+		})
+	}
+}
+
+// noticeScenario returns the scenario of testdata/valid-inline.yaml with
+// two pods that run closingtime with args, a readiness probe on port 8080,
+// and a limit of limit.
+func noticeScenario(t *testing.T, args []string, limit time.Duration) *Scenario {
+	t.Helper()
+	s, err := ReadFile(filepath.Join("testdata", "valid-inline.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Deployment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Replicas = ptr(int32(2))
+	c := &d.Spec.Template.Spec.Containers[0]
+	c.Args = args
+	c.ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8080)}}}
+	s.Limits.Run = limit
+	return s
+}
