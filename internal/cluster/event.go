@@ -26,8 +26,16 @@ const (
 	// ContainerStartFailed: the container's command could not be started.
 	// Fields: error.
 	ContainerStartFailed EventKind = "container_start_failed"
+	// ProbeFailed: one run of a probe failed, whether or not the run
+	// changed the stored result: the kubelet's Warning Event Unhealthy,
+	// which it posts at every failed run ("Readiness probe failed:
+	// output"). Fields: probe (startup, readiness, liveness), failures
+	// (the failed runs in a row, this one included: the stored result
+	// turns to failure when they reach failureThreshold), output.
+	ProbeFailed EventKind = "probe_failed"
 	// ProbeResult: a probe's stored result changed (a run of identical
-	// results reached its threshold). Fields: probe (startup, readiness,
+	// results reached its threshold); the failed run that changes it
+	// comes first as a ProbeFailed. Fields: probe (startup, readiness,
 	// liveness), result (success, failure), output.
 	ProbeResult EventKind = "probe_result"
 	// PodReady and PodUnready: the pod's Ready condition changed.

@@ -441,19 +441,17 @@ func (r eventRecorder) Record(e cluster.Event) {
 // kubeletEvent returns the reason, message and type of the Event the
 // kubelet posts for e (k8s.io/kubernetes pkg/kubelet/events/event.go and
 // the messages of pkg/kubelet/kuberuntime, pkg/kubelet/prober), or "" when
-// it posts none. The kubelet posts Unhealthy at each failed probe; the
-// local kubelet records a probe's result when it changes, so Unhealthy
-// comes once per change to failure.
+// it posts none. Unhealthy comes at each failed run of a probe, as the
+// kubelet's prober posts it, not at a change of the stored result; the
+// Event recorder counts identical ones into one Event, as the kubelet's
+// does.
 func kubeletEvent(e cluster.Event) (reason, message string, warning bool) {
 	switch e.Kind {
 	case cluster.ContainerStarted:
 		return "Started", "Started container " + e.Container, false
 	case cluster.ContainerStartFailed:
 		return "Failed", "Error: " + e.Fields["error"], true
-	case cluster.ProbeResult:
-		if e.Fields["result"] != "failure" {
-			return "", "", false
-		}
+	case cluster.ProbeFailed:
 		probe := e.Fields["probe"]
 		return "Unhealthy", strings.ToUpper(probe[:1]) + probe[1:] + " probe failed: " + e.Fields["output"], true
 	case cluster.LivenessKill:

@@ -185,6 +185,57 @@ func TestAgentCrashLoopBackOff(t *testing.T) {
 	}
 }
 
+// TestAgentUnhealthyEachFailedProbe: the kubelet posts a Warning Event
+// Unhealthy at every failed run of a probe, which the Event recorder
+// counts into one Event while the message stays the same. A readiness
+// probe of a closed port fails every second and never changes its stored
+// result, a failure from the start (spec P4, P5): the count of the
+// Unhealthy Event grows with the failed runs, the local kubelet's
+// probe_failed events.
+func TestAgentUnhealthyEachFailedProbe(t *testing.T) {
+	client := controlplanetest.Client(t)
+	ns := newNamespace(t, client)
+	_, log := startAgents(t, client, ns, 1, local.KubeletConfig{})
+	startScheduler(t)
+	d := serveDeployment("unready", 1)
+	d.Spec.Template.Spec.Containers[0].ReadinessProbe.ProbeHandler = corev1.ProbeHandler{
+		TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8081)}}
+	create(t, client, ns, d)
+	const runs = 3
+	var e corev1.Event
+	waitFor(t, fmt.Sprintf("Unhealthy event counted %d times", runs), func() (bool, error) {
+		list, err := client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range list.Items {
+			if ev.Reason == "Unhealthy" && ev.Source.Component == "kubelet" && ev.Count >= runs {
+				e = ev
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if e.Type != corev1.EventTypeWarning || e.InvolvedObject.FieldPath != "spec.containers{app}" ||
+		!strings.HasPrefix(e.Message, "Readiness probe failed: ") || !strings.Contains(e.Message, "connection refused") {
+		t.Errorf("Unhealthy event %s %q about %+v, want a Warning about container app, the readiness probe's refused connection",
+			e.Type, e.Message, e.InvolvedObject)
+	}
+	failed := 0
+	for _, le := range log.Events() {
+		switch {
+		case le.Pod != e.InvolvedObject.Name:
+		case le.Kind == cluster.ProbeFailed:
+			failed++
+		case le.Kind == cluster.ProbeResult, le.Kind == cluster.PodReady:
+			t.Errorf("%s %v: the readiness result stays the initial failure", le.Kind, le.Fields)
+		}
+	}
+	if failed < int(e.Count) {
+		t.Errorf("Unhealthy counted %d times, more than the %d failed runs", e.Count, failed)
+	}
+}
+
 // TestAgentEvictionRefusedByPDB: the real API server refuses, 429, the
 // eviction of a pod that the agent runs when a PodDisruptionBudget allows
 // no disruption, and the pod runs on; once the budget allows one, the

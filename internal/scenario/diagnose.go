@@ -42,8 +42,12 @@ const maxQuoted = 200
 //     it if one did (LivenessKill), and the last lines it wrote, standard
 //     error's if it wrote any there;
 //   - a container that waits to restart (BackOff), with the delay;
-//   - a failing probe (ProbeResult), the first failure of a pod's probe
-//     and then at most one a noticeInterval, by the events' times;
+//   - a failing probe (ProbeFailed), from its second failed run in a row,
+//     one period after the first, and then at most one notice of a pod's
+//     probe a noticeInterval, by the events' times. A lone failed run is
+//     common and changes nothing: the kubelet probes a container as soon
+//     as it starts, and that first run usually finds the port not yet
+//     open;
 //   - once a run, a hint when an exited container's log says "address
 //     already in use".
 //
@@ -65,9 +69,9 @@ type diagnosis struct {
 	probed map[string]time.Time
 	// hinted reports whether the addressInUse hint was given.
 	hinted bool
-	// cause is the latest notice of a failed start, an exit or a failed
-	// probe.
-	cause string
+	// cause is the latest notice of a failed start or an exit, and
+	// probeCause the latest of a failed probe.
+	cause, probeCause string
 }
 
 // newDiagnosis returns a diagnosis that reads containers' logs with logs.
@@ -76,14 +80,20 @@ func newDiagnosis(logs func(namespace, pod, container string, restart int32) []c
 		probed: map[string]time.Time{}}
 }
 
-// explanation returns the latest notice of a failed start, an exit or a
-// failed probe, followed by the hint if it was given; "" if there was
-// none.
+// explanation returns the latest notice of a failed start or an exit,
+// or, if there was none, of a failed probe, followed by the hint if it
+// was given; "" if there was none. A container that fails to run is the
+// plainer cause of a deploy that waits, whichever came last: a probe may
+// fail meanwhile, of another pod.
 func (d *diagnosis) explanation() string {
-	if d.hinted {
-		return d.cause + "; " + addressInUseHint
+	cause := d.cause
+	if cause == "" {
+		cause = d.probeCause
 	}
-	return d.cause
+	if d.hinted {
+		return cause + "; " + addressInUseHint
+	}
+	return cause
 }
 
 // notices takes the next event of the cluster, in order, and returns the
@@ -136,10 +146,10 @@ func (d *diagnosis) notices(e cluster.Event) []string {
 			return []string{who + " restarts in " + delay.Round(100*time.Millisecond).String() + " (CrashLoopBackOff)"}
 		}
 		return []string{who + " waits to restart (CrashLoopBackOff)"}
-	case cluster.ProbeResult:
+	case cluster.ProbeFailed:
 		probe := e.Fields["probe"]
 		key := e.Pod + "/" + probe
-		if e.Fields["result"] != "failure" || d.ending[e.Pod] {
+		if n, err := strconv.Atoi(e.Fields["failures"]); (err == nil && n < 2) || d.ending[e.Pod] {
 			return nil
 		}
 		if last, ok := d.probed[key]; ok && e.Time.Sub(last) < noticeInterval {
@@ -150,7 +160,7 @@ func (d *diagnosis) notices(e cluster.Event) []string {
 		if out := strings.TrimSpace(e.Fields["output"]); out != "" {
 			msg += ": " + clip(out)
 		}
-		d.cause = msg
+		d.probeCause = msg
 		return []string{msg}
 	}
 	return nil
@@ -187,13 +197,17 @@ func clip(s string) string {
 
 // waitingNotice is the notice of a deploy that has waited for elapsed and
 // gives up after limit, when ready of the want pods of its Deployment are
-// ready, and running others run without being ready. A readiness probe
-// that never passes changes no probe result (a readiness result starts as
-// a failure), so it gives no other notice: running but not ready says it.
+// ready, and running others run without being ready: those whose
+// readiness or startup probe has not passed yet, whether or not a failed
+// run of it gave a notice. With every pod ready, the deploy waits for the
+// rollout's end (minReadySeconds) and for the Service to answer.
 func waitingNotice(elapsed time.Duration, ready, want, running int32, limit time.Duration) string {
 	msg := fmt.Sprintf("deploying for %s: %d of %d pods ready", elapsed.Round(time.Second), ready, want)
-	if running > 0 {
+	switch {
+	case running > 0:
 		msg += fmt.Sprintf(", %d running but not ready (readiness or startup probe not passed)", running)
+	case ready >= want:
+		msg += ", waiting for the Deployment to be available and the Service to answer"
 	}
 	return msg + fmt.Sprintf("; gives up after %s", limit)
 }

@@ -32,8 +32,9 @@ func TestDiagnosis(t *testing.T) {
 	exited := func(s float64, pod, code, reason string) cluster.Event {
 		return ev(s, cluster.ContainerExited, pod, "web", map[string]string{"code": code, "reason": reason})
 	}
-	probe := func(s float64, pod, kind, result string) cluster.Event {
-		return ev(s, cluster.ProbeResult, pod, "web", map[string]string{"probe": kind, "result": result, "output": "Get \"http://127.1.1.2:8080/ready\": dial tcp 127.1.1.2:8080: connect: connection refused"})
+	// probe is a failed run of a probe, the latest of failures in a row.
+	probe := func(s float64, pod, kind, failures string) cluster.Event {
+		return ev(s, cluster.ProbeFailed, pod, "web", map[string]string{"probe": kind, "failures": failures, "output": "Get \"http://127.1.1.2:8080/ready\": dial tcp 127.1.1.2:8080: connect: connection refused"})
 	}
 	// logs are the lines of container web of each pod, as the kubelet
 	// keeps them: pod web-a's instance 0 wrote a JSON line and then the
@@ -105,15 +106,19 @@ func TestDiagnosis(t *testing.T) {
 			why: "pod web-c: container web exited with code 0; " + addressInUseHint,
 		},
 		{
-			name: "probe failures, at most one a pod and probe every 10 s",
+			name: "probe failures, from the second in a row, at most one a pod and probe every 10 s",
 			events: []cluster.Event{
-				probe(3, "web-a", "readiness", "failure"),
-				probe(4, "web-b", "readiness", "failure"),
-				probe(5, "web-a", "liveness", "failure"),
-				probe(8, "web-a", "readiness", "success"),
-				probe(9, "web-a", "readiness", "failure"),
-				probe(13.5, "web-a", "readiness", "failure"),
-				probe(20, "web-a", "readiness", "failure"),
+				probe(0, "web-a", "readiness", "1"),
+				probe(1, "web-a", "readiness", "2"),
+				probe(3, "web-b", "readiness", "1"),
+				probe(4, "web-b", "readiness", "2"),
+				probe(5, "web-a", "liveness", "2"),
+				ev(5, cluster.ProbeResult, "web-a", "web", map[string]string{"probe": "liveness", "result": "failure", "output": "HTTP 500"}),
+				probe(9, "web-a", "readiness", "1"),
+				probe(10, "web-a", "readiness", "2"),
+				probe(11.5, "web-a", "readiness", "3"),
+				probe(20, "web-a", "readiness", "4"),
+				probe(30, "web-a", "readiness", "1"),
 			},
 			want: []string{
 				"pod web-a: container web: readiness probe failed: " + refused,
@@ -123,10 +128,25 @@ func TestDiagnosis(t *testing.T) {
 			},
 		},
 		{
+			name: "an exit explains more than a later probe failure",
+			events: []cluster.Event{
+				started(0, "web-b", "0"), exited(0.1, "web-b", "3", "Error"),
+				probe(0, "web-c", "readiness", "1"), probe(1, "web-c", "readiness", "2"),
+			},
+			want: []string{
+				"pod web-b: container web exited with code 3: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use",
+				addressInUseHint,
+				"pod web-c: container web: readiness probe failed: " + refused,
+			},
+			why: "pod web-b: container web exited with code 3: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use; " + addressInUseHint,
+		},
+		{
 			name: "killed by its liveness probe",
 			events: []cluster.Event{
 				started(0, "web-d", "0"),
-				probe(3, "web-d", "liveness", "failure"),
+				probe(2, "web-d", "liveness", "1"),
+				probe(3, "web-d", "liveness", "2"),
+				ev(3, cluster.ProbeResult, "web-d", "web", map[string]string{"probe": "liveness", "result": "failure", "output": "HTTP 500"}),
 				ev(3, cluster.LivenessKill, "web-d", "web", map[string]string{"probe": "liveness"}),
 				ev(3, cluster.SignalSent, "web-d", "web", map[string]string{"signal": "SIGTERM", "grace": "30s"}),
 				exited(3.2, "web-d", "143", "Error"),
@@ -143,7 +163,7 @@ func TestDiagnosis(t *testing.T) {
 			events: []cluster.Event{
 				started(0, "web-a", "0"),
 				ev(5, cluster.PodTerminating, "web-a", "", map[string]string{"grace": "30s"}),
-				probe(6, "web-a", "readiness", "failure"),
+				probe(6, "web-a", "readiness", "3"),
 				exited(7, "web-a", "143", "Error"),
 				ev(8, cluster.PodDeleted, "web-b", "", map[string]string{"grace": "0s"}),
 				ev(8, cluster.BackOff, "web-b", "web", map[string]string{"delay": "10s"}),
@@ -179,8 +199,9 @@ func TestDiagnosis(t *testing.T) {
 // TestRunnerNotices runs, on the local cluster, Deployments whose pods
 // never become ready, each within a short limit: the runner's progress
 // gets a notice that names the container and the cause before the run
-// fails, a deploy that waits past noticeInterval says how many pods are
-// ready, and the run's error quotes the cause.
+// fails, a readiness probe that never passes gives one within a few of
+// its periods, a deploy that waits past noticeInterval says how many pods
+// are ready, and the run's error quotes the cause.
 func TestRunnerNotices(t *testing.T) {
 	t.Parallel()
 	// A port that nothing listens on now, which the pods of the second
@@ -195,8 +216,11 @@ func TestRunnerNotices(t *testing.T) {
 		name  string
 		args  []string
 		limit time.Duration
-		// want are strings that notices must have, each in one notice.
-		want []string
+		// want are strings that notices must have, each in one notice;
+		// early, one that a notice has before the first that says how
+		// many pods are ready, after noticeInterval.
+		want  []string
+		early string
 		// why is what the error must quote.
 		why string
 	}{
@@ -205,7 +229,10 @@ func TestRunnerNotices(t *testing.T) {
 			why:  "(from the cluster: pod app-"},
 		{name: "address in use", args: []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, limit: noticeInterval + 2*time.Second,
 			want: []string{"container app exited with code 1", "bind: address already in use", addressInUseHint, "s: 0 of 2 pods ready, ", "running but not ready (readiness or startup probe not passed); gives up after 12s"},
-			why:  "bind: address already in use; " + addressInUseHint + ")"},
+			// The pod that binds the address listens on 127.0.0.1, not on
+			// its own address, where its readiness probe fails.
+			early: ":8080: connect: connection refused",
+			why:   "bind: address already in use; " + addressInUseHint + ")"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,6 +271,12 @@ func TestRunnerNotices(t *testing.T) {
 					t.Errorf("no notice has %q", w)
 				}
 			}
+			if tt.early != "" {
+				waited := slices.IndexFunc(notices, func(n string) bool { return strings.HasPrefix(n, "deploying for ") })
+				if i := slices.IndexFunc(notices, func(n string) bool { return strings.Contains(n, tt.early) }); i < 0 || waited >= 0 && i > waited {
+					t.Errorf("no notice has %q before the first that says how many pods are ready", tt.early)
+				}
+			}
 		})
 	}
 }
@@ -268,4 +301,20 @@ func noticeScenario(t *testing.T, args []string, limit time.Duration) *Scenario 
 		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8080)}}}
 	s.Limits.Run = limit
 	return s
+}
+
+// TestWaitingNotice: a long deploy's notice says what it still waits for.
+func TestWaitingNotice(t *testing.T) {
+	for _, tt := range []struct {
+		ready, running int32
+		want           string
+	}{
+		{1, 0, "deploying for 10s: 1 of 3 pods ready; gives up after 5m0s"},
+		{1, 2, "deploying for 10s: 1 of 3 pods ready, 2 running but not ready (readiness or startup probe not passed); gives up after 5m0s"},
+		{3, 0, "deploying for 10s: 3 of 3 pods ready, waiting for the Deployment to be available and the Service to answer; gives up after 5m0s"},
+	} {
+		if got := waitingNotice(10*time.Second, tt.ready, 3, tt.running, 5*time.Minute); got != tt.want {
+			t.Errorf("waitingNotice(%d ready, %d running) = %q, want %q", tt.ready, tt.running, got, tt.want)
+		}
+	}
 }

@@ -892,6 +892,14 @@ func (c *containerWorker) exited(inst *instance) (int32, time.Time) {
 	return code, inst.proc.finishedAt
 }
 
+// probeFailed records a failed run of a probe, the latest of failures in
+// a row, with what the probe said.
+func (c *containerWorker) probeFailed(kind probeKind, failures int, output string) {
+	p := c.p
+	p.k.record(cluster.Event{Kind: cluster.ProbeFailed, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name,
+		Fields: map[string]string{"probe": string(kind), "failures": strconv.Itoa(failures), "output": output}})
+}
+
 // probeResult stores a probe's new result for inst and acts on it (P5–P8).
 func (c *containerWorker) probeResult(inst *instance, kind probeKind, success bool, output string) {
 	p := c.p

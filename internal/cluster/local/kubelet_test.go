@@ -711,10 +711,18 @@ func TestKubeletStartupProbe(t *testing.T) {
 		// Three probe periods with the server up and the startup probe
 		// failing.
 		time.Sleep(3 * time.Second)
+		startupFailed := 0
 		for _, e := range log.Events()[i:] {
-			if e.Pod == "gated" && (e.Kind == cluster.ProbeResult || e.Kind == cluster.PodReady || e.Kind == cluster.LivenessKill) {
+			switch {
+			case e.Pod != "gated":
+			case e.Kind == cluster.ProbeFailed && e.Fields["probe"] == "startup":
+				startupFailed++
+			case e.Kind == cluster.ProbeFailed, e.Kind == cluster.ProbeResult, e.Kind == cluster.PodReady, e.Kind == cluster.LivenessKill:
 				t.Errorf("%s %v before the startup probe succeeded", e.Kind, e.Fields)
 			}
+		}
+		if startupFailed < 2 {
+			t.Errorf("%d failed startup runs in 3 s, want one a period", startupFailed)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "started"), nil, 0o644); err != nil {
 			t.Fatal(err)
@@ -755,10 +763,85 @@ func TestKubeletStartupProbe(t *testing.T) {
 	})
 }
 
+// TestKubeletProbeFailedEachRun: every failed run of a probe is recorded
+// (probe_failed), as the kubelet posts Unhealthy at each, while the stored
+// result changes only at the threshold (spec P5). A readiness probe of a
+// closed port fails once a period from initialDelaySeconds on (P3) and
+// never changes its stored result, a failure from the start (P4); a
+// liveness probe of a closed port fails failureThreshold times before its
+// result changes and the container is killed (P7).
+func TestKubeletProbeFailedEachRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for probes")
+	}
+	t.Parallel()
+	closed := corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8081)}}
+	t.Run("readiness", func(t *testing.T) {
+		t.Parallel()
+		k, log := newKubelet(t, KubeletConfig{})
+		pod := servePod("unready", 2, "--shutdown=exit")
+		pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: closed, InitialDelaySeconds: 2, PeriodSeconds: 1}
+		if err := k.SyncPod(pod); err != nil {
+			t.Fatal(err)
+		}
+		started, i := waitFor(t, log, 0, cluster.ContainerStarted, "unready")
+		const n = 5
+		var failed []cluster.Event
+		for len(failed) < n {
+			var e cluster.Event
+			e, i = waitFor(t, log, i, cluster.ProbeFailed, "unready")
+			failed = append(failed, e)
+		}
+		for j, e := range failed {
+			if e.Fields["probe"] != "readiness" || e.Fields["failures"] != strconv.Itoa(j+1) || !strings.Contains(e.Fields["output"], "connection refused") {
+				t.Errorf("probe_failed %v, want the readiness probe's refused connection, failure %d in a row", e.Fields, j+1)
+			}
+		}
+		// No run before initialDelaySeconds 2; then one a period.
+		if d := failed[0].Time.Sub(started.Time); d < 1900*time.Millisecond || d > 10*time.Second {
+			t.Errorf("first failed run %v after the start, want from initialDelaySeconds 2 on, within a few periods", d)
+		}
+		if d := failed[n-1].Time.Sub(failed[0].Time); d < time.Duration(n-1)*time.Second-500*time.Millisecond || d > 4*time.Duration(n-1)*time.Second {
+			t.Errorf("%d failed runs in %v, want one a periodSeconds 1", n, d)
+		}
+		for _, e := range log.Events() {
+			if e.Pod == "unready" && (e.Kind == cluster.ProbeResult || e.Kind == cluster.PodReady) {
+				t.Errorf("%s %v: the readiness result stays the initial failure", e.Kind, e.Fields)
+			}
+		}
+	})
+	t.Run("liveness threshold", func(t *testing.T) {
+		t.Parallel()
+		k, log := newKubelet(t, KubeletConfig{})
+		pod := servePod("dead", 2, "--shutdown=exit")
+		pod.Spec.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: closed, PeriodSeconds: 1, FailureThreshold: 3}
+		if err := k.SyncPod(pod); err != nil {
+			t.Fatal(err)
+		}
+		_, from := waitFor(t, log, 0, cluster.ContainerStarted, "dead")
+		result, i := waitFor(t, log, from, cluster.ProbeResult, "dead")
+		kill, _ := waitFor(t, log, i, cluster.LivenessKill, "dead")
+		if result.Fields["probe"] != "liveness" || result.Fields["result"] != "failure" || kill.Fields["probe"] != "liveness" {
+			t.Errorf("probe result %v, kill %v; want the liveness probe's failure and kill", result.Fields, kill.Fields)
+		}
+		var failures []string
+		for _, e := range log.Events()[from : i-1] {
+			if e.Pod == "dead" && e.Kind == cluster.ProbeFailed && e.Fields["probe"] == "liveness" {
+				failures = append(failures, e.Fields["failures"])
+			}
+		}
+		if !slices.Equal(failures, []string{"1", "2", "3"}) {
+			t.Errorf("failed liveness runs %v in a row before the result changed, want 1 2 3 (failureThreshold 3); events: %s",
+				failures, describe(log.Events()))
+		}
+	})
+}
+
 // TestKubeletProbesDuringTermination: once the pod terminates, the
 // liveness probe stops while the readiness probe goes on (spec T6, P9). A
 // graceful server fails both probes' path after SIGTERM and serves on: the
-// pod turns unready, and the container is not killed for liveness.
+// pod turns unready, the readiness probe's failed runs are recorded, and
+// the liveness probe records none and does not kill the container.
 func TestKubeletProbesDuringTermination(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for probes")
@@ -787,10 +870,21 @@ func TestKubeletProbesDuringTermination(t *testing.T) {
 		t.Errorf("unready %v and exit %v after SIGTERM: want the readiness probe to see /ready fail before the exit",
 			unready.Time.Sub(signal.Time), exited.Time.Sub(signal.Time))
 	}
-	for _, e := range log.Events() {
-		if e.Pod == "term" && (e.Kind == cluster.LivenessKill || e.Kind == cluster.ProbeResult && e.Fields["probe"] == "liveness" && e.Fields["result"] == "failure") {
+	events := log.Events()
+	terminating := slices.IndexFunc(events, func(e cluster.Event) bool { return e.Pod == "term" && e.Kind == cluster.PodTerminating })
+	readinessFailed := 0
+	for _, e := range events[terminating:] {
+		switch {
+		case e.Pod != "term":
+		case e.Kind == cluster.ProbeFailed && e.Fields["probe"] == "readiness":
+			readinessFailed++
+		case e.Kind == cluster.LivenessKill, e.Kind == cluster.ProbeFailed,
+			e.Kind == cluster.ProbeResult && e.Fields["probe"] == "liveness" && e.Fields["result"] == "failure":
 			t.Errorf("%s %v during termination: the liveness probe should have stopped", e.Kind, e.Fields)
 		}
+	}
+	if readinessFailed == 0 {
+		t.Error("no failed readiness run during termination, want the probe that made the pod unready")
 	}
 	if exited.Fields["code"] != "143" {
 		t.Errorf("exit code %s, want the graceful server's 143", exited.Fields["code"])

@@ -70,9 +70,11 @@ func (w *probeWorker) run(ctx context.Context) {
 	}
 }
 
-// doProbe probes once, if it is time, and reports whether to go on. A
-// result whose run reaches its threshold is stored; a change of the
-// stored result goes to the kubelet (P5).
+// doProbe probes once, if it is time, and reports whether to go on. Every
+// failed run is recorded, as the kubelet posts Unhealthy at each one
+// (k8s.io/kubernetes pkg/kubelet/prober/prober.go, probe). A result whose
+// run reaches its threshold is stored; a change of the stored result goes
+// to the kubelet (P5).
 func (w *probeWorker) doProbe(ctx context.Context) bool {
 	p := w.c.p
 	p.mu.Lock()
@@ -103,6 +105,9 @@ func (w *probeWorker) doProbe(ctx context.Context) bool {
 		w.resultRun++
 	} else {
 		w.lastResult, w.resultRun = result, 1
+	}
+	if !result {
+		w.c.probeFailed(w.kind, w.resultRun, output)
 	}
 	threshold := valueOr(w.spec.FailureThreshold, cluster.DefaultProbeFailureThreshold)
 	if result {
