@@ -37,8 +37,8 @@ func TestKubeUsage(t *testing.T) {
 	testUsage(t, []usageCase{
 		{"rollout no backend", []string{"rollout", "-f", manifest}, "give --local (the embedded cluster) or --kube"},
 		{"rollout both backends", []string{"rollout", "-f", manifest, "--local", "--kube"}, "give --local (the embedded cluster) or --kube"},
-		{"deployment without kube", []string{"rollout", "deploy/web", "--local"}, "deploy/web: a Deployment that runs already is rolled out with --kube"},
-		{"deployment and files", []string{"rollout", "deploy/web", "--kube", "-f", manifest}, "give -f FILE or deploy/NAME, not both"},
+		{"deployment without kube", []string{"rollout", "deploy/web", "--local"}, "deploy/web: a Deployment that runs already is rolled out with --kube; with --local, give -f FILE"},
+		{"deployment not in the files", []string{"rollout", "deploy/web", "--kube", "-f", manifest}, `deploy/web: no Deployment "web" in ` + manifest},
 		{"not a deployment", []string{"rollout", "--kube", "svc/web"}, `"svc/web": only a Deployment can be rolled out`},
 		{"no name", []string{"rollout", "--kube", "deploy/"}, `"deploy/": want deploy/NAME`},
 		{"two deployments", []string{"rollout", "--kube", "deploy/a", "deploy/b"}, "want at most one deploy/NAME"},

@@ -255,10 +255,17 @@ func labScenarios(names, files []string) ([]*scenario.Scenario, error) {
 
 // runScenarios runs scenarios with a runner of cfg as runAll does,
 // showing their progress on streams.Err, and stops them all at the first
-// interrupt (see interruptible).
+// interrupt (see interruptible). The lab shows the runner's notices of the
+// cluster's trouble only while a scenario deploys, where they explain a run
+// that does not start: once deployed, its scenarios make trouble on
+// purpose. The other commands, which run the user's own server, show them
+// in every phase.
 func runScenarios(ctx context.Context, streams Streams, command string, cfg scenario.RunnerConfig, scenarios []*scenario.Scenario, parallel int) (*scenario.Results, error) {
 	shown := newProgress(streams.Err, scenarios)
 	cfg.Progress = shown.update
+	if command == "lab" {
+		cfg.Progress = deployNoticesOnly(shown.update)
+	}
 	runner, err := scenario.NewRunner(cfg)
 	if err != nil {
 		shown.finish()
@@ -275,6 +282,16 @@ func runScenarios(ctx context.Context, streams Streams, command string, cfg scen
 		return nil, fmt.Errorf("%s: %w", command, err)
 	}
 	return results, nil
+}
+
+// deployNoticesOnly returns update without the notices of the phases after
+// the deploy.
+func deployNoticesOnly(update func(scenario.Progress)) func(scenario.Progress) {
+	return func(p scenario.Progress) {
+		if p.Notice == "" || p.Phase == scenario.PhaseDeploy {
+			update(p)
+		}
+	}
 }
 
 // runAll runs scenarios, parallel at a time (all if zero), and returns their

@@ -46,11 +46,12 @@ type rolloutFlags struct {
 func newRolloutCommand(streams Streams) *cobra.Command {
 	var flags rolloutFlags
 	cmd := &cobra.Command{
-		Use:   "rollout (-f FILE --local | -f FILE --kube | --kube deploy/NAME)",
+		Use:   "rollout (-f FILE [deploy/NAME] --local | -f FILE [deploy/NAME] --kube | --kube deploy/NAME)",
 		Short: "Restart your Deployment's rollout under load and count the failed requests",
 		Long: `Apply your manifests to the embedded local cluster (--local), with your
 own server as the pods (the containers' command and args, as written), send
-traffic through the Service, restart the Deployment's rollout --repeat times,
+traffic through the Service, restart the Deployment's rollout --repeat times
+(deploy/NAME picks it when the files hold several),
 and count every failed request by kind and by second, with what each old pod
 did. The output and results file are those of closingtime lab.
 
@@ -122,10 +123,8 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	switch {
 	case flags.local == flags.kube:
 		return usagef("rollout: give --local (the embedded cluster) or --kube (the cluster of your kubeconfig)")
-	case ref != "" && !flags.kube:
-		return usagef("rollout: %s: a Deployment that runs already is rolled out with --kube", ref)
-	case ref != "" && len(flags.files) > 0:
-		return usagef("rollout: give -f FILE or deploy/NAME, not both")
+	case ref != "" && !flags.kube && len(flags.files) == 0:
+		return usagef("rollout: %s: a Deployment that runs already is rolled out with --kube; with --local, give -f FILE", ref)
 	case ref == "" && len(flags.files) == 0:
 		return usagef("rollout: no manifests: give -f FILE (or, with --kube, deploy/NAME)")
 	case flags.output != "text" && flags.output != "json":
@@ -163,12 +162,14 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	}
 	var s *scenario.Scenario
 	var cfg scenario.RunnerConfig
-	switch {
-	case ref != "":
-		name, err := parseDeploymentRef(ref)
-		if err != nil {
+	name := ""
+	if ref != "" {
+		if name, err = parseDeploymentRef(ref); err != nil {
 			return &usageError{fmt.Errorf("rollout: %w", err)}
 		}
+	}
+	switch {
+	case len(flags.files) == 0:
 		var c *kube.Cluster
 		if s, c, err = existingRollout(ctx, flags, name, traffic); err != nil {
 			return fmt.Errorf("rollout: %w", err)
@@ -176,10 +177,12 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		cfg.NewCluster = func(scenario.ClusterSettings) (scenario.Cluster, error) { return existingWorkload{c}, nil }
 		cfg.NewTraffic = flags.kubeFlags.traffic
 	default:
-		if s, err = scenario.FromManifests("rollout", flags.files, traffic, scenario.Action{Kind: scenario.ActionRolloutRestart}, flags.repeat); err != nil {
+		action := scenario.Action{Kind: scenario.ActionRolloutRestart, Deployment: name}
+		if s, err = scenario.FromManifests("rollout", flags.files, traffic, action, flags.repeat); err != nil {
 			return &usageError{fmt.Errorf("rollout: %w", flagErrors(err, map[string]string{
-				"traffic.service": strings.TrimSpace("--service " + flags.service),
-				"traffic.path":    "--path " + flags.path,
+				"traffic.service":   strings.TrimSpace("--service " + flags.service),
+				"traffic.path":      "--path " + flags.path,
+				"action.deployment": cmp.Or(ref, "deploy/NAME"),
 			}))}
 		}
 		if flags.local {

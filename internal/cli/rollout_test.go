@@ -26,6 +26,10 @@ func TestRolloutUsage(t *testing.T) {
 		{name: "container without command", args: []string{"rollout", "-f", "testdata/rollout-image.yaml", "--local"},
 			wantErr: "closingtime: rollout: testdata/rollout-image.yaml:29: Deployment app: container app has no command and its image \"registry.example/shop:1.4\" maps to no local command: " +
 				"map the image with --image-command 'registry.example/shop:1.4=CMD ARGS…', or annotate the pod template with closingtime.dev/command.app: 'CMD ARGS…'\n"},
+		{name: "two Deployments", args: []string{"rollout", "-f", plain, "-f", "testdata/rollout-no-service.yaml", "--local"},
+			wantErr: "closingtime: rollout: deploy/NAME: 2 Deployments (app, shop): name one\n"},
+		{name: "no such Deployment", args: []string{"rollout", "-f", plain, "deploy/web", "--local"},
+			wantErr: "closingtime: rollout: deploy/web: no Deployment \"web\" in " + plain + "; Deployments: app\n"},
 		{name: "zero repeat", args: []string{"rollout", "-f", plain, "--local", "--repeat", "0"}, wantErr: "rollout: invalid --repeat 0: must be positive"},
 		{name: "zero connect timeout", args: []string{"rollout", "-f", plain, "--local", "--connect-timeout", "0s"}, wantErr: "rollout: invalid --connect-timeout 0s: must be positive"},
 		{name: "negative max failures", args: []string{"rollout", "-f", plain, "--local", "--max-failures", "-3"}, wantErr: "rollout: invalid --max-failures -3: must not be negative"},
