@@ -45,9 +45,10 @@ func newLabCommand(streams Streams) *cobra.Command {
 		Long: `Run the built-in scenarios (all of them, or those named, by name or by
 group: --list shows them), or the scenario files given with -f
 (docs/scenario.md), on the embedded local cluster. The built-in scenarios
-replay five published experiments that measured the requests Kubernetes
-rollouts, drains and outages drop (numbered 000 to 004 in the SEED column
-of --list; docs/lab.md), with variants that show each cause and its fix.
+replay four published experiments that measured the requests Kubernetes
+rollouts, drains and outages drop (seeds 000, 001, 003 and 004 in the
+SEED column of --list; docs/lab.md), with variants that show each cause
+and its fix.
 Each scenario deploys its workload as real closingtime serve processes,
 sends traffic through its Service, acts on it (a rollout, a pod deleted or
 evicted, a node drained, a dependency outage…) and counts every failed
@@ -255,17 +256,15 @@ func labScenarios(names, files []string) ([]*scenario.Scenario, error) {
 
 // runScenarios runs scenarios with a runner of cfg as runAll does,
 // showing their progress on streams.Err, and stops them all at the first
-// interrupt (see interruptible). The lab shows the runner's notices of the
+// interrupt (see interruptible). The lab has the runner give notices of the
 // cluster's trouble only while a scenario deploys, where they explain a run
-// that does not start: once deployed, its scenarios make trouble on
-// purpose. The other commands, which run the user's own server, show them
-// in every phase.
+// that does not start (scenario.RunnerConfig.DeployNoticesOnly): once
+// deployed, its scenarios make trouble on purpose. The other commands,
+// which run the user's own server, show them in every phase.
 func runScenarios(ctx context.Context, streams Streams, command string, cfg scenario.RunnerConfig, scenarios []*scenario.Scenario, parallel int) (*scenario.Results, error) {
 	shown := newProgress(streams.Err, scenarios)
 	cfg.Progress = shown.update
-	if command == "lab" {
-		cfg.Progress = deployNoticesOnly(shown.update)
-	}
+	cfg.DeployNoticesOnly = command == "lab"
 	runner, err := scenario.NewRunner(cfg)
 	if err != nil {
 		shown.finish()
@@ -282,16 +281,6 @@ func runScenarios(ctx context.Context, streams Streams, command string, cfg scen
 		return nil, fmt.Errorf("%s: %w", command, err)
 	}
 	return results, nil
-}
-
-// deployNoticesOnly returns update without the notices of the phases after
-// the deploy.
-func deployNoticesOnly(update func(scenario.Progress)) func(scenario.Progress) {
-	return func(p scenario.Progress) {
-		if p.Notice == "" || p.Phase == scenario.PhaseDeploy {
-			update(p)
-		}
-	}
 }
 
 // runAll runs scenarios, parallel at a time (all if zero), and returns their

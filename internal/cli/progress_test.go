@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -60,24 +59,5 @@ func TestProgressBars(t *testing.T) {
 	}
 	if !p.bars["1-plain"].bar.Completed() || !p.bars["3-graceful"].bar.Aborted() {
 		t.Error("finish should leave the finished scenario's bar complete and stop the other")
-	}
-}
-
-// TestDeployNoticesOnly: the lab passes on the phases and the deploy's
-// notices, not the notices of its scenarios' deliberate trouble.
-func TestDeployNoticesOnly(t *testing.T) {
-	var got []scenario.Progress
-	update := deployNoticesOnly(func(p scenario.Progress) { got = append(got, p) })
-	in := []scenario.Progress{
-		{Scenario: "crashloop", Phase: scenario.PhaseDeploy},
-		{Scenario: "crashloop", Phase: scenario.PhaseDeploy, Notice: "pod app-1: container app exited with code 1"},
-		{Scenario: "crashloop", Repetition: 1, Phase: scenario.PhaseAct},
-		{Scenario: "crashloop", Repetition: 1, Phase: scenario.PhaseAct, Notice: "pod app-1: container app restarts in 10s (CrashLoopBackOff)"},
-	}
-	for _, p := range in {
-		update(p)
-	}
-	if want := in[:3]; !slices.Equal(got, want) {
-		t.Errorf("passed on %+v, want %+v", got, want)
 	}
 }

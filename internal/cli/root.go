@@ -8,13 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/closingtime-dev/closingtime/internal/manifest"
 )
 
 // Streams are the standard streams a command reads and writes, so that tests
@@ -54,14 +55,10 @@ func usagef(format string, args ...any) error {
 
 // inputError returns a usage error for an input that could not be read:
 // prefix (the command, then the file or flag and file) and the reason,
-// without the system call of an *fs.PathError, whose path prefix names
-// already: "report: results.json: no such file or directory".
+// spelled as [manifest.StripPath] does, since prefix names the file:
+// "report: results.json: no such file or directory".
 func inputError(prefix string, err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	return usagef("%s: %w", prefix, err)
+	return usagef("%s: %w", prefix, manifest.StripPath(err))
 }
 
 // positive returns a usage error, named by command, that names flag and
@@ -119,9 +116,13 @@ func Run(ctx context.Context, args []string, streams Streams) int {
 // closestFlag returns the name of the flag of flags nearest to name, a
 // flag that does not exist, as cobra suggests commands: at most two
 // letters added, removed or changed ("lcoal" is "local"); "" when none is.
+// It never suggests a hidden or deprecated flag, which help does not show.
 func closestFlag(flags *pflag.FlagSet, name string) string {
 	best, bestDist := "", 3
 	flags.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden || f.Deprecated != "" {
+			return
+		}
 		if d := editDistance(name, f.Name); d < bestDist {
 			best, bestDist = f.Name, d
 		}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 func TestRunExitStatus(t *testing.T) {
@@ -37,5 +39,30 @@ func TestRunExitStatus(t *testing.T) {
 				t.Errorf("stderr %q, want %q", errOut.String(), tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestClosestFlag: a misspelt flag is matched to the nearest flag that help
+// shows, never to a hidden or deprecated one, however near.
+func TestClosestFlag(t *testing.T) {
+	flags := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	flags.Bool("local", false, "")
+	flags.Bool("debug", false, "")
+	flags.Bool("debugger", false, "")
+	flags.Bool("verbose", false, "")
+	if err := flags.MarkHidden("debug"); err != nil {
+		t.Fatal(err)
+	}
+	if err := flags.MarkDeprecated("verbose", "use --log-level"); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"lcoal":  "local",
+		"debugg": "debugger", // --debug, hidden, is nearer
+		"verbos": "",         // only --verbose, deprecated, is near
+	} {
+		if got := closestFlag(flags, name); got != want {
+			t.Errorf("closestFlag(%q) = %q, want %q", name, got, want)
+		}
 	}
 }

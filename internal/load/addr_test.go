@@ -69,3 +69,27 @@ func TestEventAddr(t *testing.T) {
 		})
 	}
 }
+
+// TestAddrPort checks that the address kept for a connection spells, in an
+// event, as net.TCPAddr.String does (IPv4 not mapped into IPv6, zones
+// kept), that another kind of IP address is parsed, and that an address
+// with no IP and port gives none.
+func TestAddrPort(t *testing.T) {
+	tests := []struct {
+		addr net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("127.77.0.2"), Port: 8080}, "127.77.0.2:8080"},
+		{&net.TCPAddr{IP: net.IPv4(10, 96, 0, 10).To4(), Port: 80}, "10.96.0.10:80"},
+		{&net.TCPAddr{IP: net.ParseIP("::1"), Port: 443}, "[::1]:443"},
+		{&net.TCPAddr{IP: net.ParseIP("fe80::1"), Port: 80, Zone: "eth0"}, "[fe80::1%eth0]:80"},
+		{&net.UDPAddr{IP: net.ParseIP("127.0.0.1"), Port: 53}, "127.0.0.1:53"},
+		{&net.UnixAddr{Name: "/run/app.sock", Net: "unix"}, ""},
+		{nil, ""},
+	}
+	for _, tt := range tests {
+		if got := EventOf(&Result{Addr: addrPort(tt.addr)}).Addr; got != tt.want {
+			t.Errorf("connection to %v: event addr %q, want %q", tt.addr, got, tt.want)
+		}
+	}
+}

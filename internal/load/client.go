@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -50,9 +51,9 @@ type conn struct {
 	net.Conn
 	br *bufio.Reader
 	bw *bufio.Writer
-	// addr is the remote address, "host:port", spelled once for all the
-	// requests the connection carries.
-	addr string
+	// addr is the remote address, read once for all the requests the
+	// connection carries.
+	addr netip.AddrPort
 }
 
 // Buffers are reused across connections: a new-conn client makes one
@@ -63,13 +64,28 @@ var (
 )
 
 func newConn(nc net.Conn) *conn {
-	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer)}
-	if ra := nc.RemoteAddr(); ra != nil {
-		cn.addr = ra.String()
-	}
+	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer), addr: addrPort(nc.RemoteAddr())}
 	cn.br.Reset(nc)
 	cn.bw.Reset(nc)
 	return cn
+}
+
+// addrPort returns the IP address and port of a connection's address, or
+// the zero AddrPort if it has none. It allocates nothing for a TCP address
+// (a new-conn client calls it for every request); the address is spelled
+// out only when an event line is written. An IPv4 address stays IPv4, not
+// mapped into IPv6, so that it reads as net.TCPAddr.String spells it.
+func addrPort(a net.Addr) netip.AddrPort {
+	var ap netip.AddrPort
+	switch ra := a.(type) {
+	case *net.TCPAddr:
+		ap = ra.AddrPort()
+	case nil:
+		return ap
+	default:
+		ap, _ = netip.ParseAddrPort(ra.String())
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // close closes cn and gives its buffers back. It must be called once.
@@ -220,9 +236,9 @@ type attempt struct {
 	err    error
 	status int
 	pod    string
-	// addr is the remote address of the attempt's connection; empty if
-	// it had none.
-	addr string
+	// addr is the remote address of the attempt's connection; the zero
+	// AddrPort if it had none.
+	addr netip.AddrPort
 
 	// When the attempt started, its connection was ready, the first byte
 	// of the response arrived, and the response was complete or the

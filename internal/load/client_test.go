@@ -18,7 +18,7 @@ import (
 
 // rawServer accepts connections on a loopback port and hands each to
 // handle, which owns it. It stops when the test ends.
-func rawServer(t *testing.T, handle func(net.Conn)) string {
+func rawServer(t testing.TB, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -36,13 +37,13 @@ type Result struct {
 	Status int
 	// Pod is the response's X-Pod-Name header.
 	Pod string
-	// Addr is the remote address, "host:port", of the connection the last
-	// attempt was sent on, as the dialer connected it; empty if it made
+	// Addr is the remote address of the connection the last attempt was
+	// sent on, as the dialer connected it; the zero AddrPort if it made
 	// none. Through a dialer that picks a Service's endpoint, such as the
 	// embedded cluster's routing view, it is the address of the pod that
 	// got the request; through a real cluster's kube-proxy, it is the
 	// Service's.
-	Addr string
+	Addr netip.AddrPort
 	// Attempts is the number of attempts made; more than one only with
 	// retries.
 	Attempts int
@@ -363,8 +364,10 @@ func EventOf(r *Result) Event {
 		Class:       r.Class,
 		Status:      r.Status,
 		Pod:         r.Pod,
-		Addr:        r.Addr,
 		Attempts:    r.Attempts,
+	}
+	if r.Addr.IsValid() {
+		e.Addr = r.Addr.String()
 	}
 	if r.Attempts > 1 {
 		first := r.FirstClass

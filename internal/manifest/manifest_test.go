@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -173,5 +174,32 @@ func TestRead(t *testing.T) {
 	}
 	if want := missing + ": no such file or directory"; e.Error() != want {
 		t.Errorf("missing.yaml error text = %q, want %q", e.Error(), want)
+	}
+}
+
+// TestStripPath: an input that exists but cannot be read is named once, with
+// the reason alone, as a missing one is, and the reason still matches its
+// system error.
+func TestStripPath(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file.yaml")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	under := filepath.Join(file, "x.yaml")
+	_, errs := Reader{}.Read([]string{under})
+	if len(errs) != 1 {
+		t.Fatalf("Read(%s) errors = %v, want 1", under, errs)
+	}
+	if want := under + ": not a directory"; errs[0].Error() != want || !errors.Is(errs[0], syscall.ENOTDIR) {
+		t.Errorf("Read(%s) error = %q, want %q", under, errs[0], want)
+	}
+	_, err := os.ReadFile(dir)
+	if got := StripPath(err); got == nil || got.Error() != "is a directory" || !errors.Is(got, syscall.EISDIR) {
+		t.Errorf("StripPath(%q) = %v, want is a directory", err, got)
+	}
+	other := errors.New("helm template: no Chart.yaml")
+	if got := StripPath(other); got != other {
+		t.Errorf("StripPath(%q) = %v, want it unchanged", other, got)
 	}
 }

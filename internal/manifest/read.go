@@ -147,25 +147,20 @@ func IsManifestName(name string) bool {
 	return false
 }
 
-// fileError names the file once: an *fs.PathError already carries the path,
-// so keep only its operation and reason, and only the reason for a file
-// that does not exist ("no such file or directory").
+// fileError returns err as the *Error of the file name.
 func fileError(name string, err error) *Error {
+	return &Error{File: name, Err: StripPath(err)}
+}
+
+// StripPath returns the reason of the *fs.PathError in err's chain, without
+// its operation and path, for a message that names the file already:
+// "deploy.yaml: no such file or directory", "deploy.yaml: is a directory".
+// It returns any other error unchanged. Every command spells an input it
+// could not read this way.
+func StripPath(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		if errors.Is(pe.Err, fs.ErrNotExist) {
-			return &Error{File: name, Err: pe.Err}
-		}
-		return &Error{File: name, Err: &opError{op: pe.Op, err: pe.Err}}
+		return pe.Err
 	}
-	return &Error{File: name, Err: err}
+	return err
 }
-
-// opError is an *fs.PathError without its path.
-type opError struct {
-	op  string
-	err error
-}
-
-func (e *opError) Error() string { return e.op + ": " + e.err.Error() }
-func (e *opError) Unwrap() error { return e.err }

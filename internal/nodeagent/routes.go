@@ -324,22 +324,23 @@ func (r *Routes) DialContext(ctx context.Context, network, address string) (net.
 	if err != nil {
 		return nil, err
 	}
-	return apiAddrConn{c}, nil
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c, nil
+	}
+	ap := tc.RemoteAddr().(*net.TCPAddr).AddrPort()
+	return &apiAddrConn{TCPConn: tc, remote: net.TCPAddrFromAddrPort(netip.AddrPortFrom(PodIPInAPI(ap.Addr().Unmap()), ap.Port()))}, nil
 }
 
 // apiAddrConn is a connection to a pod whose RemoteAddr is the pod's
-// address in the API.
-type apiAddrConn struct{ net.Conn }
-
-func (c apiAddrConn) RemoteAddr() net.Addr {
-	ra := c.Conn.RemoteAddr()
-	a, ok := ra.(*net.TCPAddr)
-	if !ok {
-		return ra
-	}
-	ap := a.AddrPort()
-	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(PodIPInAPI(ap.Addr().Unmap()), ap.Port()))
+// address in the API. It is a *net.TCPConn otherwise, so that a client
+// still reaches the socket (syscall.Conn) to check an idle connection.
+type apiAddrConn struct {
+	*net.TCPConn
+	remote net.Addr
 }
+
+func (c *apiAddrConn) RemoteAddr() net.Addr { return c.remote }
 
 // Close stops the informers and the changes still on their way; the view
 // stays as it was, and dialing goes on working. Close may be called

@@ -98,6 +98,10 @@ func TestRoutes(t *testing.T) {
 		if got, want := c.RemoteAddr().String(), PodIPInAPI(netip.MustParseAddr("127.76.0.1")).String()+":"; !strings.HasPrefix(got, want) {
 			t.Errorf("connection's remote address %s, want %s…", got, want)
 		}
+		// A keep-alive client checks an idle connection on its socket.
+		if _, ok := c.(syscall.Conn); !ok {
+			t.Errorf("the connection (%T) does not expose its socket", c)
+		}
 		c.Close()
 	}
 	// No endpoint serves: the connect is refused.

@@ -84,7 +84,8 @@ func newDiagnosis(logs func(namespace, pod, container string, restart int32) []c
 // or, if there was none, of a failed probe, followed by the hint if it
 // was given; "" if there was none. A container that fails to run is the
 // plainer cause of a deploy that waits, whichever came last: a probe may
-// fail meanwhile, of another pod.
+// fail meanwhile, of another pod. It changes only with an event whose
+// notices are not empty.
 func (d *diagnosis) explanation() string {
 	cause := d.cause
 	if cause == "" {

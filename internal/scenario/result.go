@@ -199,10 +199,10 @@ type OldPod struct {
 	// traffic left the pod before the signal.
 	GapMS *float64 `json:"gapMs,omitempty"`
 	// AfterSigterm counts the requests the pod answered that reached it
-	// after SIGTERM; absent (unknown) if no request of the run could be
-	// attributed to a pod. A request is the pod's when the response's
-	// X-Pod-Name names it or, without the header, when its connection
-	// reached the pod's address (see [figures]).
+	// after SIGTERM; absent (unknown) if the run's answered requests could
+	// not be attributed to pods, none of them. A request is the pod's when
+	// the response's X-Pod-Name names it or, without the header, when its
+	// connection reached the address the pod had then.
 	AfterSigterm *int `json:"afterSigterm,omitempty"`
 	// DrainMS is from the pod's termination start to its last container's
 	// exit.
@@ -259,19 +259,18 @@ func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Mic
 
 // figures computes a run's figures from the load report, the load's event
 // lines, the cluster events and the pods' log lines, all recorded between
-// the start of the run's traffic and its end, except earlier: the cluster
-// events before those, from the first, which tell the addresses of the
-// pods that started before the run.
+// the start of the run's traffic and its end, and addrs, the addresses of
+// the pods, those that started before the run included.
 //
-// A request a pod answered is attributed to it by the response's
-// X-Pod-Name header, which `closingtime serve` sets; without one, by the
-// address its connection reached (load.Event's Addr), which is a pod's when
-// the traffic went through a routing view that picks the endpoint (the
-// embedded cluster's, `closingtime cluster`'s) and the Service's through a
-// real cluster's kube-proxy. When no request of the run could be
-// attributed, the old pods' request figures are left unknown (nil), not
-// zero.
-func figures(run *Run, report *load.Report, requests []load.Event, earlier, events []cluster.Event, logs map[string][]cluster.LogLine, goneAt time.Time) {
+// A request a pod answered (OK or 5xx) is attributed to it by the
+// response's X-Pod-Name header, which `closingtime serve` sets; without
+// one, by the address its connection reached (load.Event's Addr), which is
+// a pod's when the traffic went through a routing view that picks the
+// endpoint (the embedded cluster's, `closingtime cluster`'s) and the
+// Service's through a real cluster's kube-proxy. When requests were
+// answered and none could be attributed, the old pods' request figures
+// are left unknown (nil); when none was answered, they are known zeros.
+func figures(run *Run, report *load.Report, requests []load.Event, events []cluster.Event, addrs podAddresses, logs map[string][]cluster.LogLine, goneAt time.Time) {
 	start := run.Start
 	at := func(t time.Time) float64 { return ms(t.Sub(start)) }
 	for _, c := range report.Clients {
@@ -287,7 +286,7 @@ func figures(run *Run, report *load.Report, requests []load.Event, earlier, even
 		pod string
 	}
 	var answered []served
-	addrs := podAddressesOf(earlier, events)
+	unattributed := 0 // answered requests that no pod could be given
 	for _, r := range requests {
 		t, err := time.Parse(time.RFC3339Nano, r.Time)
 		if err != nil {
@@ -297,6 +296,8 @@ func figures(run *Run, report *load.Report, requests []load.Event, earlier, even
 		if r.Class == load.OK || r.Class == load.HTTP5xx {
 			if pod := cmp.Or(r.Pod, addrs.pod(r.Addr, reached)); pod != "" {
 				answered = append(answered, served{reached, pod})
+			} else {
+				unattributed++
 			}
 		}
 		sec := int(math.Floor(t.Sub(start).Seconds()))
@@ -377,7 +378,7 @@ func figures(run *Run, report *load.Report, requests []load.Event, earlier, even
 				after++
 			}
 		}
-		if len(answered) > 0 {
+		if len(answered) > 0 || unattributed == 0 {
 			old.AfterSigterm = &after
 		}
 		if !p.sigterm.IsZero() {
@@ -420,18 +421,19 @@ type podAddress struct {
 }
 
 // podAddressesOf reads the pods' addresses from the "ip" field of the
-// pod_started events of the lists, in order.
-func podAddressesOf(lists ...[]cluster.Event) podAddresses {
+// pod_started events of events, in order.
+func podAddressesOf(events []cluster.Event) podAddresses {
 	m := podAddresses{}
-	for _, events := range lists {
-		for _, e := range events {
-			ip, err := netip.ParseAddr(e.Fields["ip"])
-			if e.Kind != cluster.PodStarted || err != nil {
-				continue
-			}
-			ip = ip.Unmap()
-			m[ip] = append(m[ip], podAddress{e.Time, e.Pod})
+	for _, e := range events {
+		if e.Kind != cluster.PodStarted {
+			continue
 		}
+		ip, err := netip.ParseAddr(e.Fields["ip"])
+		if err != nil {
+			continue
+		}
+		ip = ip.Unmap()
+		m[ip] = append(m[ip], podAddress{e.Time, e.Pod})
 	}
 	return m
 }

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,7 +111,7 @@ func TestFiguresSigtermFromLog(t *testing.T) {
 		{Time: stamp(1.5), Pod: "app-1", Class: load.OK},
 	}
 	run := &Run{Start: start}
-	figures(run, &load.Report{}, requests, nil, events, logs, at(5))
+	figures(run, &load.Report{}, requests, events, podAddressesOf(events), logs, at(5))
 	if len(run.OldPods) != 1 {
 		t.Fatalf("old pods %+v, want app-1", run.OldPods)
 	}
@@ -173,7 +174,7 @@ func TestFiguresByAddress(t *testing.T) {
 		req(4, load.OK, "", "127.77.0.2:8080"), // app-3's by then
 	}
 	run := &Run{Start: start}
-	figures(run, &load.Report{}, requests, earlier, events, nil, at(3))
+	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, at(3))
 	f := func(v float64) *float64 { return &v }
 	n := func(v int) *int { return &v }
 	want := []OldPod{
@@ -185,11 +186,12 @@ func TestFiguresByAddress(t *testing.T) {
 	}
 }
 
-// TestFiguresUnattributed: when no request of a run could be attributed
-// to a pod (no header, and addresses that are no pod's, as a real
-// cluster's ClusterIP), the old pods' request figures are unknown, absent
-// from the JSON, not zero; once one request is attributed, a pod that
-// answered none has a measured zero.
+// TestFiguresUnattributed: when requests were answered and none could be
+// attributed to a pod (no header, and addresses that are no pod's, as a
+// real cluster's ClusterIP), the old pods' request figures are unknown,
+// absent from the JSON, not zero; once one request is attributed, a pod
+// that answered none has a measured zero; and when no request was
+// answered at all, every pod answered none: a measured zero too.
 func TestFiguresUnattributed(t *testing.T) {
 	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
@@ -201,7 +203,7 @@ func TestFiguresUnattributed(t *testing.T) {
 		{Time: stamp(1.6), Class: load.OK},
 	}
 	run := &Run{Start: start}
-	figures(run, &load.Report{}, requests, earlier, events, nil, at(3))
+	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, at(3))
 	if len(run.OldPods) != 2 {
 		t.Fatalf("old pods %+v, want app-1 and app-2", run.OldPods)
 	}
@@ -221,7 +223,7 @@ func TestFiguresUnattributed(t *testing.T) {
 
 	requests = append(requests, load.Event{Time: stamp(0.7), Class: load.OK, Addr: "127.77.0.2:8080"})
 	run = &Run{Start: start}
-	figures(run, &load.Report{}, requests, earlier, events, nil, at(3))
+	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, at(3))
 	app2 := run.OldPods[1]
 	if app2.Name != "app-2" || app2.AfterSigterm == nil || *app2.AfterSigterm != 0 || app2.LastRequestMS != nil {
 		t.Errorf("old pod %s: after SIGTERM %v, last request %v: want a measured 0 and none", app2.Name, app2.AfterSigterm, app2.LastRequestMS)
@@ -232,6 +234,24 @@ func TestFiguresUnattributed(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `"afterSigterm":0`) {
 		t.Errorf("JSON %s lacks \"afterSigterm\":0", b)
+	}
+
+	for _, requests := range [][]load.Event{
+		nil,
+		{
+			{Time: stamp(0.5), Class: load.Refused, Addr: "10.96.0.10:80"},
+			{Time: stamp(1.5), Class: load.Reset, Addr: "127.77.0.2:8080"},
+			{Time: stamp(1.6), Class: load.ConnectTimeout},
+		},
+	} {
+		run = &Run{Start: start}
+		figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, at(3))
+		for _, p := range run.OldPods {
+			if p.AfterSigterm == nil || *p.AfterSigterm != 0 || p.LastRequestMS != nil {
+				t.Errorf("%d requests, none answered: old pod %s: after SIGTERM %v, last request %v: want a measured 0 and none",
+					len(requests), p.Name, deref(p.AfterSigterm), deref(p.LastRequestMS))
+			}
+		}
 	}
 }
 

@@ -66,7 +66,8 @@ type Progress struct {
 	// and last log lines, one that waits to restart, a failing probe, a
 	// hint at the likely cause), or, every 10 s, how many pods a long
 	// deploy has ready. Notices come from the cluster's events, in every
-	// phase; a pod's failing probe gives at most one every 10 s.
+	// phase unless [RunnerConfig.DeployNoticesOnly] is set; a pod's
+	// failing probe gives at most one every 10 s.
 	Notice string
 }
 
@@ -86,6 +87,14 @@ type RunnerConfig struct {
 	// it must not block for long. Calls may be concurrent, for one
 	// scenario too: notices come as the cluster's events do.
 	Progress func(Progress)
+	// DeployNoticesOnly limits the notices to the deploy, where they
+	// explain a run that does not start: once the Service answers, the
+	// runner stops reading the cluster's events and the exited containers'
+	// logs for notices, and none comes in a later phase. It suits
+	// scenarios that make trouble on purpose once deployed (crashes,
+	// failing probes), as the lab's do; a run of one's own server, whose
+	// trouble is news, leaves it unset.
+	DeployNoticesOnly bool
 }
 
 // Runner runs scenarios. It is safe for concurrent use: each Run has a
@@ -163,8 +172,9 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 	progress := func(rep int, p Phase) {
 		mu.Lock()
 		now.Repetition, now.Phase = rep, p
+		q := now
 		mu.Unlock()
-		r.cfg.Progress(Progress{Scenario: s.Name, Repetition: rep, Repetitions: st.repetitions, Phase: p})
+		r.cfg.Progress(q)
 	}
 	notice := func(msg string) {
 		mu.Lock()
@@ -226,23 +236,31 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 	res.Deployment = deployment.Namespace + "/" + deployment.Name
 	traffic := r.cfg.NewTraffic(c)
 	rec := &recording{}
+	// The followers of the cluster's events run until the run ends; those
+	// of the deploy, until it ends: waiting, and explain if the notices
+	// are the deploy's only.
 	ectx, stopEvents := context.WithCancel(ctx)
-	var followers sync.WaitGroup
+	deployCtx, stopDeployFollowers := context.WithCancel(ectx)
+	var followers, deployFollowers sync.WaitGroup
 	defer func() {
 		stopEvents()
+		stopDeployFollowers()
 		followers.Wait()
+		deployFollowers.Wait()
 	}()
 	followers.Go(func() { rec.follow(ectx, c) })
-	followers.Go(func() { explain(ectx, c, rec, notice, explained) })
+	if r.cfg.DeployNoticesOnly {
+		deployFollowers.Go(func() { explain(deployCtx, c, notice, explained) })
+	} else {
+		followers.Go(func() { explain(ectx, c, notice, explained) })
+	}
 
 	// Deploy, and wait until the Service answers, telling every
 	// noticeInterval how many pods are ready.
 	progress(0, PhaseDeploy)
 	dctx, cancel := context.WithTimeout(ctx, st.rl)
 	defer cancel()
-	wctx, stopWaiting := context.WithCancel(dctx)
-	defer stopWaiting()
-	followers.Go(func() { waiting(wctx, rec, deployment, st.rl, notice) })
+	deployFollowers.Go(func() { waiting(deployCtx, rec, deployment, st.rl, notice) })
 	if err := c.Apply(dctx, objects); err != nil {
 		return nil, deployError("apply", err)
 	}
@@ -252,7 +270,9 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 	if err := traffic.WaitServing(dctx, target); err != nil {
 		return nil, deployError("wait for the service to answer", err)
 	}
-	stopWaiting()
+	// Their last notices come before the next phase.
+	stopDeployFollowers()
+	deployFollowers.Wait()
 
 	for rep := 1; rep <= st.repetitions; rep++ {
 		if rep > 1 {
@@ -426,7 +446,7 @@ func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor,
 		}
 		logs[pod] = l
 	}
-	figures(run, out.report, lines, all[:firstEvent], events, logs, goneAt)
+	figures(run, out.report, lines, events, podAddressesOf(all), logs, goneAt)
 	disruption(run, all, d.Name, replicas(d))
 	return run, nil
 }
@@ -627,19 +647,6 @@ func (r *recording) since(i int) []cluster.Event {
 	return append([]cluster.Event(nil), r.events[i:]...)
 }
 
-// at returns event i of the recording (0 is the first), waiting for it.
-func (r *recording) at(ctx context.Context, i int) (cluster.Event, error) {
-	var e cluster.Event
-	err := r.wait(ctx, func(events []cluster.Event) bool {
-		if i < len(events) {
-			e = events[i]
-			return true
-		}
-		return false
-	})
-	return e, err
-}
-
 // readyPod returns the first pod, by name, that is ready and not
 // terminating, waiting up to catchUpTimeout for the recording to show one.
 func (r *recording) readyPod(ctx context.Context) (string, error) {
@@ -727,24 +734,22 @@ func podsOf(events []cluster.Event) []string {
 	return pods
 }
 
-// explain sends the notices of a diagnosis of rec's events, which reads
+// explain sends the notices of a diagnosis of c's events, which reads
 // the logs of c, to notice as the events come, and the diagnosis'
-// explanation, when it changes, to explained, until ctx ends.
-func explain(ctx context.Context, c cluster.Backend, rec *recording, notice, explained func(string)) {
+// explanation, after each event that gave notices (the only ones that
+// change it), to explained, until ctx ends. It reads the events from a
+// stream of its own, in order, which the recording's follower does not
+// wait for.
+func explain(ctx context.Context, c cluster.Backend, notice, explained func(string)) {
 	d := newDiagnosis(func(namespace, pod, container string, restart int32) []cluster.LogLine {
 		return instanceLogs(ctx, c, namespace, pod, container, restart)
 	})
-	// One event per round; the loop ends with ctx.
-	for i := 0; ; i++ {
-		e, err := rec.at(ctx, i)
-		if err != nil {
-			return
-		}
-		why := d.explanation()
-		for _, n := range d.notices(e) {
+	for e := range c.Events(ctx) {
+		notices := d.notices(e)
+		for _, n := range notices {
 			notice(n)
 		}
-		if d.explanation() != why {
+		if len(notices) > 0 {
 			explained(d.explanation())
 		}
 	}

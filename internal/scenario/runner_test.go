@@ -52,8 +52,10 @@ type catalogCheck struct {
 }
 
 // checkCatalog runs the scenarios of checks quick, at once, each on a
-// cluster of its own, and then each check, as a subtest, on its
-// scenario's result.
+// cluster of its own, with the deploy's notices only, as the lab does, and
+// then each check, as a subtest, on its scenario's result. It checks on
+// the way that no notice comes after a deploy, though scenarios such as
+// crashloop and probe-liveness-deep crash containers later on purpose.
 func checkCatalog(t *testing.T, checks []catalogCheck) {
 	t.Helper()
 	names := make([]string, len(checks))
@@ -69,6 +71,13 @@ func checkCatalog(t *testing.T, checks []catalogCheck) {
 		t.Fatal(err)
 	}
 	r := newRunner(t)
+	r.cfg.DeployNoticesOnly = true
+	r.cfg.Progress = func(p Progress) {
+		t.Logf("%s %d/%d %s %s", p.Scenario, p.Repetition, p.Repetitions, p.Phase, p.Notice)
+		if p.Notice != "" && p.Phase != PhaseDeploy {
+			t.Errorf("notice after the deploy: %+v", p)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	results := make([]*Result, len(scenarios))

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -287,12 +286,7 @@ func (e *Error) Unwrap() error { return e.Err }
 func ReadFile(path string) (*Scenario, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		// The file's name, then the reason without the system call.
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, &Error{File: path, Err: err}
+		return nil, &Error{File: path, Err: manifest.StripPath(err)}
 	}
 	return Parse(path, data, func(files []string) ([]manifest.Object, []error) {
 		paths := make([]string, len(files))

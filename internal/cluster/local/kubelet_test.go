@@ -701,9 +701,11 @@ func TestKubeletStartupProbe(t *testing.T) {
 			FailureThreshold: 30,
 		}
 		ctr.ReadinessProbe = httpProbe("/ready", 1)
-		// A liveness probe that fails at once: run before the start, it
-		// would kill the container.
-		ctr.LivenessProbe = httpProbe("/no-such-path", 1)
+		// A liveness probe that always fails: run before the start, it
+		// would record failures and kill the container. Its threshold of 3
+		// leaves the readiness probe two periods after the start to make
+		// the pod ready before the kill.
+		ctr.LivenessProbe = httpProbe("/no-such-path", 3)
 		if err := k.SyncPod(pod); err != nil {
 			t.Fatal(err)
 		}
