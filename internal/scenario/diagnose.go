@@ -17,6 +17,13 @@ import (
 // flood the display.
 const noticeInterval = 10 * time.Second
 
+// probeNoticeAfter is how long a pod's probe must have failed, from the
+// first of its failed runs in a row, before a notice tells: a server that
+// starts listening a few seconds after its container starts fails a few
+// runs of a short-period probe, and that is not news. With the default
+// period of 10 s, the second failed run comes later than this.
+const probeNoticeAfter = 5 * time.Second
+
 // addressInUse is what a server's error says when the address it binds is
 // taken (EADDRINUSE's text).
 const addressInUse = "address already in use"
@@ -42,12 +49,12 @@ const maxQuoted = 200
 //     it if one did (LivenessKill), and the last lines it wrote, standard
 //     error's if it wrote any there;
 //   - a container that waits to restart (BackOff), with the delay;
-//   - a failing probe (ProbeFailed), from its second failed run in a row,
-//     one period after the first, and then at most one notice of a pod's
-//     probe a noticeInterval, by the events' times. A lone failed run is
-//     common and changes nothing: the kubelet probes a container as soon
-//     as it starts, and that first run usually finds the port not yet
-//     open;
+//   - a failing probe (ProbeFailed), from the failed run that comes
+//     probeNoticeAfter or more after the first of its failed runs in a row,
+//     and then at most one notice of a pod's probe a noticeInterval, by the
+//     events' times. Failed runs at the start are common and change
+//     nothing: the kubelet probes a container as soon as it starts, and
+//     the first runs usually find the port not yet open;
 //   - once a run, a hint when an exited container's log says "address
 //     already in use".
 //
@@ -67,6 +74,9 @@ type diagnosis struct {
 	killed map[string]string
 	// probed holds, by pod/probe, the time of the last notice of a failure.
 	probed map[string]time.Time
+	// failing holds, by pod/probe, the time of the first failed run of the
+	// probe's current run of failures.
+	failing map[string]time.Time
 	// hinted reports whether the addressInUse hint was given.
 	hinted bool
 	// cause is the latest notice of a failed start or an exit, and
@@ -77,7 +87,7 @@ type diagnosis struct {
 // newDiagnosis returns a diagnosis that reads containers' logs with logs.
 func newDiagnosis(logs func(namespace, pod, container string, restart int32) []cluster.LogLine) *diagnosis {
 	return &diagnosis{logs: logs, restarts: map[string]int32{}, ending: map[string]bool{}, killed: map[string]string{},
-		probed: map[string]time.Time{}}
+		probed: map[string]time.Time{}, failing: map[string]time.Time{}}
 }
 
 // explanation returns the latest notice of a failed start or an exit,
@@ -150,7 +160,10 @@ func (d *diagnosis) notices(e cluster.Event) []string {
 	case cluster.ProbeFailed:
 		probe := e.Fields["probe"]
 		key := e.Pod + "/" + probe
-		if n, err := strconv.Atoi(e.Fields["failures"]); (err == nil && n < 2) || d.ending[e.Pod] {
+		if n, err := strconv.Atoi(e.Fields["failures"]); err == nil && n == 1 {
+			d.failing[key] = e.Time
+		}
+		if since, ok := d.failing[key]; (ok && e.Time.Sub(since) < probeNoticeAfter) || d.ending[e.Pod] {
 			return nil
 		}
 		if last, ok := d.probed[key]; ok && e.Time.Sub(last) < noticeInterval {

@@ -106,24 +106,25 @@ func TestDiagnosis(t *testing.T) {
 			why: "pod web-c: container web exited with code 0; " + addressInUseHint,
 		},
 		{
-			name: "probe failures, from the second in a row, at most one a pod and probe every 10 s",
+			name: "probe failures, once failing for 5 s in a row, at most one a pod and probe every 10 s",
 			events: []cluster.Event{
 				probe(0, "web-a", "readiness", "1"),
-				probe(1, "web-a", "readiness", "2"),
+				probe(1, "web-a", "readiness", "2"), // a server still starting
 				probe(3, "web-b", "readiness", "1"),
-				probe(4, "web-b", "readiness", "2"),
-				probe(5, "web-a", "liveness", "2"),
+				probe(5, "web-a", "readiness", "6"),
+				probe(5, "web-a", "liveness", "2"), // its first failure unseen
 				ev(5, cluster.ProbeResult, "web-a", "web", map[string]string{"probe": "liveness", "result": "failure", "output": "HTTP 500"}),
-				probe(9, "web-a", "readiness", "1"),
+				probe(8, "web-b", "readiness", "2"),
+				probe(9, "web-a", "readiness", "1"), // a new run of failures
 				probe(10, "web-a", "readiness", "2"),
-				probe(11.5, "web-a", "readiness", "3"),
-				probe(20, "web-a", "readiness", "4"),
+				probe(14, "web-a", "readiness", "6"), // 5 s, but within 10 s of the last notice
+				probe(20, "web-a", "readiness", "12"),
 				probe(30, "web-a", "readiness", "1"),
 			},
 			want: []string{
 				"pod web-a: container web: readiness probe failed: " + refused,
-				"pod web-b: container web: readiness probe failed: " + refused,
 				"pod web-a: container web: liveness probe failed: " + refused,
+				"pod web-b: container web: readiness probe failed: " + refused,
 				"pod web-a: container web: readiness probe failed: " + refused,
 			},
 		},
@@ -131,7 +132,7 @@ func TestDiagnosis(t *testing.T) {
 			name: "an exit explains more than a later probe failure",
 			events: []cluster.Event{
 				started(0, "web-b", "0"), exited(0.1, "web-b", "3", "Error"),
-				probe(0, "web-c", "readiness", "1"), probe(1, "web-c", "readiness", "2"),
+				probe(0, "web-c", "readiness", "1"), probe(5, "web-c", "readiness", "6"),
 			},
 			want: []string{
 				"pod web-b: container web exited with code 3: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use",
@@ -152,8 +153,8 @@ func TestDiagnosis(t *testing.T) {
 				exited(3.2, "web-d", "143", "Error"),
 				started(3.3, "web-d", "1"), exited(4, "web-d", "1", "Error"),
 			},
+			// The kill comes before the failures are news: the exit tells.
 			want: []string{
-				"pod web-d: container web: liveness probe failed: " + refused,
 				"pod web-d: container web exited with code 143, killed after its liveness probe failed",
 				"pod web-d: container web exited with code 1",
 			},
