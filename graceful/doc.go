@@ -23,11 +23,13 @@
 //     that arrives on a connection the server had already accepted is
 //     answered the same way, never dropped: an idle or newly accepted
 //     connection is closed only once it has carried no request for a second
-//     (a keep-alive client that has just received a response may be sending
-//     its next request; closing under it would drop that request), and at
-//     once if it was already that quiet. HTTP/2 connections receive GOAWAY
-//     once the HTTP/1 connections are done, and close when their streams
-//     finish.
+//     of the drain (a keep-alive client that has just received a response
+//     may be sending its next request; closing under it would drop that
+//     request), and not while a request waits unread on its socket. That
+//     second is counted in the server's own running time, so a process that
+//     was throttled or descheduled does not find its clients quiet when it
+//     was the one not reading. HTTP/2 connections receive GOAWAY once the
+//     HTTP/1 connections are done, and close when their streams finish.
 //  4. Hijacked connections (WebSockets and the like) are handed to
 //     [Server.DrainHijacked], if set, and waited for like any other.
 //  5. At the drain deadline, whatever is left is closed and Serve returns
@@ -49,8 +51,8 @@
 //
 // A minimal use:
 //
-//	srv := &graceful.Server{HTTP: &http.Server{Handler: mux}}
+//	srv := &graceful.Server{HTTP: &http.Server{Addr: ":8080", Handler: mux}}
 //	mux.Handle("/ready", srv.ReadyHandler())
 //	mux.Handle("/live", srv.LiveHandler())
-//	err := srv.ListenAndServe(ctx, ":8080")
+//	err := srv.ListenAndServe(ctx)
 package graceful

@@ -34,7 +34,17 @@ const (
 // connection under it would drop it; a request that arrives in time is
 // answered with "Connection: close". A client that stays quiet this long is
 // done with the connection.
-const quietGrace = time.Second
+//
+// The second is counted in the drain loop's own running time: a gap between
+// two of its looks longer than quietStep counts as quietStep only. A process
+// that is not scheduled for a while (CPU throttling, a loaded node) has not
+// been able to read what its clients sent meanwhile; the wall clock alone
+// would have their requests' connections look quiet and close them.
+const (
+	quietGrace = time.Second
+	quietLook  = quietGrace / 10 // how often the drain loop looks at least
+	quietStep  = 2 * quietLook   // the most quiet time one look can add
+)
 
 var (
 	// ErrDrainTimeout is returned by [Server.Serve] when the drain deadline
@@ -269,9 +279,10 @@ func (s *Server) terminate(sig os.Signal, signals <-chan os.Signal, tl *listener
 		return err
 	}
 	s.drainHijacked()
-	tick := time.NewTicker(quietGrace / 10)
+	tick := time.NewTicker(quietLook)
 	defer tick.Stop()
-	for !s.onlyHTTP2Left(time.Now()) {
+	quiet := quietClock{last: time.Now()}
+	for !s.onlyHTTP2Left(quiet.look(time.Now())) {
 		select {
 		case <-signals:
 			s.closeAll()
@@ -322,23 +333,44 @@ func (s *Server) await(done <-chan struct{}, signals <-chan os.Signal, deadline 
 	}
 }
 
-// onlyHTTP2Left closes the HTTP/1 connections that have carried no request
-// for quietGrace and reports whether only HTTP/2 connections are still open.
-func (s *Server) onlyHTTP2Left(now time.Time) bool {
+// quietClock measures the drain loop's running time between its looks.
+type quietClock struct{ last time.Time }
+
+// look returns the quiet time to credit since the previous look: the time
+// that passed, but no more than quietStep.
+func (q *quietClock) look(now time.Time) time.Duration {
+	d := min(now.Sub(q.last), quietStep)
+	q.last = now
+	return max(d, 0)
+}
+
+// onlyHTTP2Left credits step to the quiet time of every HTTP/1 connection
+// that carries no request, closes those that have been quiet for quietGrace
+// with nothing unread on their socket, and reports whether only HTTP/2
+// connections are still open.
+func (s *Server) onlyHTTP2Left(step time.Duration) bool {
 	var closable []*conn
 	done := true
 	s.mu.Lock()
 	for c := range s.conns {
-		switch {
-		case c.http2.Load():
+		if c.http2.Load() {
 			continue
-		case (c.state == http.StateIdle || c.state == http.StateNew) && now.Sub(c.since) >= quietGrace:
-			closable = append(closable, c)
 		}
 		done = false
+		if c.state == http.StateIdle || c.state == http.StateNew {
+			c.quiet += step
+			if c.quiet >= quietGrace {
+				closable = append(closable, c)
+			}
+		}
 	}
 	s.mu.Unlock()
 	for _, c := range closable {
+		// A request that the kernel holds for net/http to read is on its
+		// way to the handler: the connection is not quiet.
+		if unread(c.Conn) {
+			continue
+		}
 		c.Close()
 	}
 	return done
@@ -413,7 +445,7 @@ func (s *Server) hook() {
 	s.HTTP.ConnState = func(nc net.Conn, state http.ConnState) {
 		if c := unwrap(nc); c != nil {
 			s.mu.Lock()
-			c.state, c.since = state, time.Now()
+			c.state, c.quiet = state, 0
 			if state == http.StateHijacked && s.phase.Load() >= phaseDraining {
 				s.drainHijackedLocked(c)
 			}
@@ -462,7 +494,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{Conn: nc, srv: l.srv, state: http.StateNew, since: time.Now()}
+	c := &conn{Conn: nc, srv: l.srv, state: http.StateNew}
 	l.srv.mu.Lock()
 	l.srv.conns[c] = struct{}{}
 	l.srv.mu.Unlock()
@@ -479,8 +511,8 @@ type conn struct {
 
 	// Guarded by srv.mu.
 	state   http.ConnState
-	since   time.Time // when state was entered
-	drained bool      // handed to DrainHijacked
+	quiet   time.Duration // in state without a request, in drain loop time
+	drained bool          // handed to DrainHijacked
 }
 
 // Close closes the connection and forgets it.

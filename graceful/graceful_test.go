@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -345,9 +346,13 @@ func TestIdleKeepAliveClosesWhenQuiet(t *testing.T) {
 	s.HTTP.Handler = mux
 	sv := start(t, context.Background(), s)
 
-	quiet := dial(t, sv.addr) // idle for well over a second at the signal
-	if _, _, err := quiet.get("/work?ms=0"); err != nil {
-		t.Fatal(err)
+	// Idle for well over a second at the signal: one stays silent, one
+	// speaks as the drain begins.
+	silent, speaks := dial(t, sv.addr), dial(t, sv.addr)
+	for _, c := range []*rawConn{silent, speaks} {
+		if _, _, err := c.get("/work?ms=0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	time.Sleep(1700 * time.Millisecond)
 	recent := dial(t, sv.addr) // idle for a moment only
@@ -361,20 +366,24 @@ func TestIdleKeepAliveClosesWhenQuiet(t *testing.T) {
 	waitEntered(t, entered, "/work?ms=4000")
 	terminate(t)
 	beganAt := began.wait(t)
-	if !quiet.closedByPeer() {
-		t.Fatal("long-idle connection still open")
+	// However long a connection was idle before, the drain gives it a
+	// second to speak: its client may be sending right now.
+	resp, body, err := speaks.get("/work?ms=0")
+	if err != nil || body != "done" {
+		t.Fatalf("request on a long-idle connection as the drain began: %q, %v", body, err)
 	}
-	// At once: well before the second that a recently idle one is given.
-	if took := time.Since(beganAt); took > 800*time.Millisecond {
-		t.Errorf("long-idle connection closed %v after termination began, want at once", took)
-	}
-	if !recent.closedByPeer() {
-		t.Fatal("recently idle connection still open")
+	if !resp.Close {
+		t.Error("response during the drain lacks Connection: close")
 	}
 	// Closed once quiet, about a second after termination began, well
 	// before the busy request ends.
-	if took := time.Since(beganAt); took > 3*time.Second {
-		t.Errorf("recently idle connection closed %v after termination began, want about a second", took)
+	for name, c := range map[string]*rawConn{"long-idle": silent, "recently idle": recent} {
+		if !c.closedByPeer() {
+			t.Fatalf("%s connection still open", name)
+		}
+		if took := time.Since(beganAt); took > 3*time.Second {
+			t.Errorf("%s connection closed %v after termination began, want about a second", name, took)
+		}
 	}
 	if _, _, err := busy.receive(); err != nil {
 		t.Errorf("busy request: %v", err)
@@ -382,6 +391,108 @@ func TestIdleKeepAliveClosesWhenQuiet(t *testing.T) {
 	if _, err := sv.wait(t, 5*time.Second); err != nil {
 		t.Errorf("Serve: %v", err)
 	}
+}
+
+// TestRequestInKernelDuringStallIsAnswered stalls the server's reading of a
+// keep-alive connection, as a throttled or descheduled process is stalled,
+// while its client's next request waits in the kernel: the connection looks
+// idle for longer than a second, and closing it would drop that request.
+func TestRequestInKernelDuringStallIsAnswered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the one-second quiet rule")
+	}
+	began := newTermination()
+	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 20 * time.Second, OnTerminate: began.hook}
+	s.HTTP.Handler, _ = newMux(s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalling := &stallingListener{Listener: ln, release: make(chan struct{})}
+	// Once a connection is idle after its first response, its next read
+	// stalls until released.
+	s.HTTP.ConnState = func(nc net.Conn, state http.ConnState) {
+		if state == http.StateIdle {
+			stalling.stall(nc.RemoteAddr().String())
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sv := startOn(t, ctx, s, stalling)
+
+	c := dial(t, sv.addr)
+	if _, _, err := c.get("/work?ms=0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.send("/work?ms=0"); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	began.wait(t)
+	// Well past the quiet rule's second of drain time.
+	time.Sleep(3 * quietGraceForTests)
+	close(stalling.release)
+	resp, body, err := c.receive()
+	if err != nil {
+		t.Fatalf("request that waited in the kernel during the stall was dropped: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK || body != "done" || !resp.Close {
+		t.Errorf("got %d %q close=%v, want 200 \"done\" with Connection: close", resp.StatusCode, body, resp.Close)
+	}
+	if _, err := sv.wait(t, 5*time.Second); err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
+
+// quietGraceForTests is the quiet rule's second, as the package documents it.
+const quietGraceForTests = time.Second
+
+// stallingListener hands out connections whose next read, once stall has
+// named them, waits until release is closed, without taking anything from
+// the kernel meanwhile.
+type stallingListener struct {
+	net.Listener
+	release chan struct{}
+	mu      sync.Mutex
+	conns   map[string]*stallingConn // by client address
+}
+
+func (l *stallingListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	c := &stallingConn{TCPConn: nc.(*net.TCPConn), release: l.release}
+	l.mu.Lock()
+	if l.conns == nil {
+		l.conns = make(map[string]*stallingConn)
+	}
+	l.conns[nc.RemoteAddr().String()] = c
+	l.mu.Unlock()
+	return c, nil
+}
+
+// stall makes the next read of the connection from client wait, once.
+func (l *stallingListener) stall(client string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.conns[client]; c != nil {
+		c.once.Do(func() { c.armed.Store(true) })
+	}
+}
+
+type stallingConn struct {
+	*net.TCPConn
+	release chan struct{}
+	once    sync.Once
+	armed   atomic.Bool
+}
+
+func (c *stallingConn) Read(b []byte) (int, error) {
+	if c.armed.Swap(false) {
+		<-c.release
+	}
+	return c.TCPConn.Read(b)
 }
 
 // TestBackToBackKeepAliveNotDropped sends requests back to back on one
