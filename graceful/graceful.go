@@ -345,9 +345,13 @@ func (q *quietClock) look(now time.Time) time.Duration {
 }
 
 // onlyHTTP2Left credits step to the quiet time of every HTTP/1 connection
-// that carries no request, closes those that have been quiet for quietGrace
-// with nothing unread on their socket, and reports whether only HTTP/2
-// connections are still open.
+// that carries no request, closes those that have been quiet for quietGrace,
+// and reports whether only HTTP/2 connections are still open.
+//
+// A connection is not quiet while its next request is on its way to the
+// handler: waiting unread in the kernel, or read by net/http and not yet
+// parsed (the state changes to active only then). Either starts its quiet
+// time over.
 func (s *Server) onlyHTTP2Left(step time.Duration) bool {
 	var closable []*conn
 	done := true
@@ -357,18 +361,23 @@ func (s *Server) onlyHTTP2Left(step time.Duration) bool {
 			continue
 		}
 		done = false
-		if c.state == http.StateIdle || c.state == http.StateNew {
-			c.quiet += step
-			if c.quiet >= quietGrace {
-				closable = append(closable, c)
-			}
+		if c.state != http.StateIdle && c.state != http.StateNew {
+			continue
+		}
+		if n := c.reads.Load(); n != c.readsAtState {
+			c.readsAtState, c.quiet = n, 0
+			continue
+		}
+		if c.quiet += step; c.quiet >= quietGrace {
+			closable = append(closable, c)
 		}
 	}
 	s.mu.Unlock()
 	for _, c := range closable {
-		// A request that the kernel holds for net/http to read is on its
-		// way to the handler: the connection is not quiet.
 		if unread(c.Conn) {
+			s.mu.Lock()
+			c.quiet = 0
+			s.mu.Unlock()
 			continue
 		}
 		c.Close()
@@ -445,7 +454,7 @@ func (s *Server) hook() {
 	s.HTTP.ConnState = func(nc net.Conn, state http.ConnState) {
 		if c := unwrap(nc); c != nil {
 			s.mu.Lock()
-			c.state, c.quiet = state, 0
+			c.state, c.quiet, c.readsAtState = state, 0, c.reads.Load()
 			if state == http.StateHijacked && s.phase.Load() >= phaseDraining {
 				s.drainHijackedLocked(c)
 			}
@@ -506,13 +515,25 @@ func (l *listener) Accept() (net.Conn, error) {
 type conn struct {
 	net.Conn
 	srv   *Server
-	http2 atomic.Bool // carried an HTTP/2 request
+	http2 atomic.Bool   // carried an HTTP/2 request
+	reads atomic.Uint64 // reads that returned data
 	once  sync.Once
 
 	// Guarded by srv.mu.
-	state   http.ConnState
-	quiet   time.Duration // in state without a request, in drain loop time
-	drained bool          // handed to DrainHijacked
+	state        http.ConnState
+	readsAtState uint64        // reads when state was entered
+	quiet        time.Duration // in state without a request, in drain loop time
+	drained      bool          // handed to DrainHijacked
+}
+
+// Read counts the reads that return data, which tell the drain that a
+// request is arriving before net/http has parsed it.
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.reads.Add(1)
+	}
+	return n, err
 }
 
 // Close closes the connection and forgets it.

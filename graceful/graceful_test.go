@@ -434,7 +434,8 @@ func TestRequestInKernelDuringStallIsAnswered(t *testing.T) {
 	close(stalling.release)
 	resp, body, err := c.receive()
 	if err != nil {
-		t.Fatalf("request that waited in the kernel during the stall was dropped: %v", err)
+		_, serveErr := sv.wait(t, 5*time.Second)
+		t.Fatalf("request that waited in the kernel during the stall was dropped: %v (Serve: %v)", err, serveErr)
 	}
 	if resp.StatusCode != http.StatusOK || body != "done" || !resp.Close {
 		t.Errorf("got %d %q close=%v, want 200 \"done\" with Connection: close", resp.StatusCode, body, resp.Close)
