@@ -8,7 +8,7 @@ import (
 
 // TestCrashLoopBackOff follows a container that crashes as soon as it
 // starts: the kubelet restarts it at once, then after 10, 20, 40, 80, 160,
-// 300 and 300 s (spec/k8s-semantics.md B2), and starts over after a run
+// 300 and 300 s (docs/kubernetes.md B2), and starts over after a run
 // longer than the reset (B3).
 func TestCrashLoopBackOff(t *testing.T) {
 	t.Parallel()

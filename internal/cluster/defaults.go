@@ -85,7 +85,8 @@ func ResolveFenceposts(maxSurge, maxUnavailable *intstr.IntOrString, replicas in
 
 // DefaultEvictionRetryDelay is how long `kubectl drain` waits before
 // evicting a pod again after the eviction API refused it
-// (k8s.io/kubectl pkg/drain/drain.go, EvictErrorRetryDelay).
+// (k8s.io/kubectl pkg/cmd/drain/drain.go, which sets pkg/drain's
+// Helper.EvictErrorRetryDelay to it).
 const DefaultEvictionRetryDelay = 5 * time.Second
 
 // DefaultProbeTimeoutSeconds and DefaultProbeSuccessThreshold are a probe's
@@ -103,7 +104,7 @@ const (
 const MinimumGracePeriodSeconds int64 = 2
 
 // The delays between the components of a cluster, which upstream leaves to
-// the environment (spec/k8s-semantics.md §10, E5, E11, T17). The embedded
+// the environment (docs/kubernetes.md §10, E5, E11, T17). The embedded
 // cluster takes each as a setting; these are its defaults. Each step keeps
 // its own event, so that a timeline shows where the time went.
 const (

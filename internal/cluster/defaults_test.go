@@ -16,7 +16,7 @@ func TestResolveFenceposts(t *testing.T) {
 		wantSurge, wantUnavailable int32
 		wantErr                    bool
 	}{
-		// The defaults at 25%/25%, as spec/k8s-semantics.md D2 derives them.
+		// The defaults at 25%/25%, as docs/kubernetes.md D2 derives them.
 		{name: "defaults 1 replica", replicas: 1, wantSurge: 1, wantUnavailable: 0},
 		{name: "defaults 2 replicas", replicas: 2, wantSurge: 1, wantUnavailable: 0},
 		{name: "defaults 3 replicas", replicas: 3, wantSurge: 1, wantUnavailable: 0},

@@ -18,7 +18,7 @@ func TestDisruptionBudget(t *testing.T) {
 		wantAllowed           int32
 		wantErr               bool
 	}{
-		// spec/k8s-semantics.md X7: one replica, minAvailable 1 blocks every
+		// docs/kubernetes.md X7: one replica, minAvailable 1 blocks every
 		// eviction; maxUnavailable 1 does not.
 		{name: "single replica minAvailable 1", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrStr("1")},
 			scale: 1, selected: 1, healthy: 1, wantExpected: 1, wantDes: 1, wantAllowed: 0},

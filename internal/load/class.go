@@ -10,7 +10,7 @@ import (
 )
 
 // A Class is the outcome of one request, decided from the socket: the
-// failure classes of design.md § Measurement, and ok.
+// failure classes of docs/load.md, and ok.
 type Class uint8
 
 // The classes, in the order in which reports list them.

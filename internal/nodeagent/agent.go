@@ -73,7 +73,7 @@ type Config struct {
 // it watches the pods bound to the node and hands each version to the
 // Kubelet, which starts, probes, restarts and terminates their containers;
 // it pushes every status change to the pod's status subresource, deletes a
-// terminated pod whose deletion was requested (spec T16), and posts the
+// terminated pod whose deletion was requested (T16), and posts the
 // kubelet's Events. It binds no pods: a [Scheduler] does.
 type Agent struct {
 	cfg     Config

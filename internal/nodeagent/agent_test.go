@@ -189,7 +189,7 @@ func TestAgentCrashLoopBackOff(t *testing.T) {
 // Unhealthy at every failed run of a probe, which the Event recorder
 // counts into one Event while the message stays the same. A readiness
 // probe of a closed port fails every second and never changes its stored
-// result, a failure from the start (spec P4, P5): the count of the
+// result, a failure from the start (P4, P5): the count of the
 // Unhealthy Event grows with the failed runs, the local kubelet's
 // probe_failed events.
 func TestAgentUnhealthyEachFailedProbe(t *testing.T) {
@@ -316,7 +316,7 @@ func TestAgentRestart(t *testing.T) {
 
 // TestAgentForceDelete: a pod deleted with grace 0, gone from the API at
 // once, is still killed: the kubelet floors its grace to 1 s (T5), SIGTERM
-// is sent and its process ends (spec T13).
+// is sent and its process ends (T13).
 func TestAgentForceDelete(t *testing.T) {
 	client := controlplanetest.Client(t)
 	ns := newNamespace(t, client)

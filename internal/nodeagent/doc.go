@@ -8,8 +8,9 @@
 // kube-node-lease, watches the pods bound to it, hands each version to the
 // kubelet, pushes every status change to the pod's status subresource,
 // posts the kubelet's Events, and deletes a terminated pod whose deletion
-// was requested (spec T16). The containers, probes, restarts, back-off,
-// preStop hooks, signals and grace periods are the kubelet's, unchanged.
+// was requested (docs/kubernetes.md T16; comments here cite that page's
+// rules by key). The containers, probes, restarts, back-off, preStop
+// hooks, signals and grace periods are the kubelet's, unchanged.
 //
 // A [Scheduler] binds pods to nodes. closingtime binds them itself rather
 // than building and running kube-scheduler: that is no extra program to

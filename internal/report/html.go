@@ -695,7 +695,7 @@ func parseEndpoints(s string) []endpoint {
 
 // routedTo returns the endpoints a node's view sends new connections to:
 // the ready ones; when none is ready, the serving and terminating ones
-// (internal/cluster/local's Proxy.DialContext, spec E8–E10).
+// (internal/cluster/local's Proxy.DialContext, docs/kubernetes.md E6).
 func routedTo(eps []endpoint) []endpoint {
 	var ready, fallback []endpoint
 	for _, ep := range eps {

@@ -4,8 +4,8 @@
 // out new environment variables, take a dependency down for a while) and
 // how often; the runner does it on a cluster.Backend and turns the client's
 // results, the pods' logs and the cluster's events into one timeline and the
-// figures of design.md § Measurement, with the disruption figures beyond
-// them: capacity, back-offs, evictions, a drain's outcome, the recovery
+// request and old-pod figures of docs/lab.md, with the disruption figures
+// beyond them: capacity, back-offs, evictions, a drain's outcome, the recovery
 // after an outage.
 //
 // The built-in catalog (Catalog) holds the seeds' experiments as scenario

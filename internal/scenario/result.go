@@ -80,7 +80,7 @@ func totalsOf(c load.Counts, absorbed int64) Totals {
 	}
 }
 
-// Run is one repetition: its figures (design.md § Measurement) and its
+// Run is one repetition: its figures (docs/lab.md, results.json) and its
 // timeline. Times are offsets from the action's start, in milliseconds,
 // except Start.
 type Run struct {

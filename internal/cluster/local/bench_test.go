@@ -71,7 +71,7 @@ func BenchmarkRolloutRestart(b *testing.B) {
 // BenchmarkSignalTiming measures the emulator's signal timing error: how
 // much later than the rules schedule them the kubelet sends the stop
 // signal, at the end of a preStop sleep of 1 s, and SIGKILL, at the end of
-// the grace period left (spec T7). Twenty pods that ignore SIGTERM as PID 1
+// the grace period left (T7). Twenty pods that ignore SIGTERM as PID 1
 // are deleted at once (Recreate) while 2,000 requests a second go through
 // the routing dialer. It reports the median, 99th percentile and worst
 // error of each signal, the signals per operation and the request rate

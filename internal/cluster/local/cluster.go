@@ -50,8 +50,8 @@ type Config struct {
 	MinPropagationDelay, MaxPropagationDelay time.Duration
 	// KubeletObserveDelay is the time from a change of a pod in the store
 	// (its binding to a node, its deletion) to the node's kubelet acting
-	// on it; the grace period of a deleted pod starts after it (spec
-	// T17). cluster.DefaultKubeletObserveDelay if zero.
+	// on it; the grace period of a deleted pod starts after it
+	// (T17). cluster.DefaultKubeletObserveDelay if zero.
 	KubeletObserveDelay time.Duration
 	// StatusPushDelay is the time from a kubelet's change of a pod's
 	// status (Ready after a probe, a container's exit) to the store

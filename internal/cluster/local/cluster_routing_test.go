@@ -22,7 +22,7 @@ import (
 // step back by at least its length, and each step keeps its own event.
 // With a kubelet slower to observe the deletion than the endpoints are to
 // reach the nodes, every node stops routing to the pod before its
-// termination starts (spec §10, T17, E5, E11).
+// termination starts (§10, T17, E5, E11).
 func TestClusterDelays(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a pod through its deletion")
@@ -140,7 +140,7 @@ func podVia(dial func(context.Context, string, string) (net.Conn, error)) (strin
 
 // TestClusterDialerLocal: each node's dialer routes as that node does; with
 // internalTrafficPolicy Local, a node's clients reach the pod on their own
-// node only (spec E6).
+// node only (E6).
 func TestClusterDialerLocal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs pods")

@@ -135,7 +135,7 @@ func readyBounds(events []cluster.Event, from int) (least, most int) {
 
 // TestClusterRollingUpdateBounds is acceptance item 8: with maxSurge 0 and
 // maxUnavailable 1, a 3-replica rollout drops to 2 ready pods; with 1 and
-// 0, it never goes below 3 (spec D2–D5).
+// 0, it never goes below 3 (D2–D5).
 func TestClusterRollingUpdateBounds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs rollouts")
@@ -169,7 +169,7 @@ func TestClusterRollingUpdateBounds(t *testing.T) {
 
 // TestClusterEvictionBudget is acceptance item 7: with one replica and
 // minAvailable 1, the eviction API refuses with 429, while DELETE and a
-// rollout go through (spec X3, X5, X7).
+// rollout go through (X3, X5, X7).
 func TestClusterEvictionBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a rollout")
@@ -367,7 +367,7 @@ func TestClusterRolloutUnderLoad(t *testing.T) {
 		d.Spec.Template.Spec.Containers[0].ReadinessProbe = httpProbe("/ready", 3)
 		tl := underLoad(t, c, "node-1", []runtime.Object{d, svc}, 10*time.Millisecond, 1, time.Second)
 		if len(tl.failedAt) == 0 {
-			t.Fatal("no failed request: SIGTERM and the endpoint change should race (spec E12)")
+			t.Fatal("no failed request: SIGTERM and the endpoint change should race (docs/kubernetes.md E12)")
 		}
 		var signals []time.Time
 		for _, e := range c.EventLog().Events() {
@@ -501,7 +501,7 @@ func failedStretch(tl *tally, d time.Duration) bool {
 
 // TestClusterMinReadySeconds: a new pod counts as available only after it
 // has been Ready for minReadySeconds, so each step of a 1/0 rollout waits
-// that long before an old pod goes (spec D6).
+// that long before an old pod goes (D6).
 func TestClusterMinReadySeconds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a rollout of several seconds")
@@ -567,7 +567,7 @@ func TestClusterRecreateAndScale(t *testing.T) {
 }
 
 // TestClusterDrain: draining a node under a budget of maxUnavailable 1
-// evicts its pods, and their replacements go to the other node (spec X6).
+// evicts its pods, and their replacements go to the other node (X6).
 func TestClusterDrain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs pods through eviction")

@@ -47,7 +47,7 @@ const (
 
 // burstReplicas is the most pods a ReplicaSet creates or deletes in one
 // sync (k8s.io/kubernetes pkg/controller/replicaset/replica_set.go,
-// BurstReplicas; spec D9).
+// BurstReplicas; D9).
 const burstReplicas = 500
 
 // deployment is a stored Deployment, whose status (d.Status) the
@@ -68,7 +68,7 @@ func (dep *deployment) setSpec(d *appsv1.Deployment) {
 }
 
 // applyDeploymentLocked stores d, defaulted and validated as the API server
-// does (spec D1, D2). Its status is the stored one's; its generation goes
+// does (D1, D2). Its status is the stored one's; its generation goes
 // up when its spec changed.
 func (c *Cluster) applyDeploymentLocked(d *appsv1.Deployment) error {
 	if d.Spec.Replicas == nil {
@@ -168,7 +168,7 @@ func templateHash(t *corev1.PodTemplateSpec) string {
 }
 
 // RolloutRestart sets the template's restartedAt annotation to now, as
-// `kubectl rollout restart` does (spec D11), which starts a rollout. It
+// `kubectl rollout restart` does (D11), which starts a rollout. It
 // refuses a paused Deployment.
 func (c *Cluster) RolloutRestart(ctx context.Context, namespace, name string) error {
 	c.mu.Lock()
@@ -195,7 +195,7 @@ func (c *Cluster) RolloutRestart(ctx context.Context, namespace, name string) er
 }
 
 // Scale sets the Deployment's replicas. Scaling in the middle of a rollout
-// resizes every ReplicaSet in proportion (spec D3; sync.go scale).
+// resizes every ReplicaSet in proportion (D3; sync.go scale).
 func (c *Cluster) Scale(ctx context.Context, namespace, name string, replicas int32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -219,7 +219,7 @@ func (c *Cluster) Scale(ctx context.Context, namespace, name string, replicas in
 // RolloutStatus waits until the Deployment's rollout completed and its old
 // pods are gone. Like `kubectl rollout status`, it returns an error at once
 // when the controller, having observed the latest generation, reports that
-// the rollout exceeded its progress deadline (spec D10).
+// the rollout exceeded its progress deadline (D10).
 func (c *Cluster) RolloutStatus(ctx context.Context, namespace, name string) (cluster.RolloutStatus, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

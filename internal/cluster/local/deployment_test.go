@@ -74,7 +74,7 @@ func TestProportionalSizes(t *testing.T) {
 }
 
 // TestVictims checks each rule of the order in which a ReplicaSet deletes
-// its pods (spec D8): the first of each pair goes first.
+// its pods (D8): the first of each pair goes first.
 func TestVictims(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -210,7 +210,7 @@ func stuckRollout(t *testing.T, replicas int32, progressDeadline int32) (*Cluste
 // condition turns False with ProgressDeadlineExceeded, RolloutStatus fails
 // as `kubectl rollout status` does, the old pod keeps serving, and the
 // controller goes on reconciling: going back to the old template completes
-// (spec D10).
+// (D10).
 func TestDeploymentProgressDeadline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out a progress deadline")

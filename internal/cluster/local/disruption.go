@@ -22,7 +22,7 @@ import (
 // budgetObserveDelay is how long the disruption controller takes to
 // observe a new or changed PodDisruptionBudget: until then the budget's
 // status.observedGeneration lags its generation, and the eviction API
-// refuses every eviction it guards with 429 (spec X3). Upstream gives no
+// refuses every eviction it guards with 429 (X3). Upstream gives no
 // number: the controller syncs a budget as soon as its watch delivers it.
 const budgetObserveDelay = 100 * time.Millisecond
 
@@ -57,7 +57,7 @@ func (c *Cluster) applyBudgetLocked(b *policyv1.PodDisruptionBudget) error {
 // it has observed (k8s.io/kubernetes pkg/controller/disruption/disruption.go,
 // trySync and updatePdbStatus): it writes how many of the budget's pods
 // are expected and healthy, how many it keeps, how many evictions it
-// allows, and which evicted pods it still counts as disrupted (spec X2).
+// allows, and which evicted pods it still counts as disrupted (X2).
 func (c *Cluster) syncBudgetsLocked() {
 	now := c.clock.Now()
 	for k, b := range c.pdbs {
@@ -167,7 +167,7 @@ func setDisruptionAllowed(st *policyv1.PodDisruptionBudgetStatus, generation int
 	meta.SetStatusCondition(&st.Conditions, cond)
 }
 
-// Evict evicts pod namespace/name as the eviction API does (spec X3, X4;
+// Evict evicts pod namespace/name as the eviction API does (X3, X4;
 // k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go,
 // EvictionREST.Create): a pod that is Pending, terminal or already
 // terminating is deleted without a budget check; a pod no budget selects
@@ -298,7 +298,7 @@ func (c *Cluster) cordonLocked(name string, unschedulable bool) error {
 }
 
 // Drain cordons node and evicts its pods concurrently as `kubectl drain`
-// does (spec X6), with cluster.EvictAll: a refusal is retried every
+// does (X6), with cluster.EvictAll: a refusal is retried every
 // opts.RetryDelay, and Drain then waits until each evicted pod is gone.
 func (c *Cluster) Drain(ctx context.Context, node string, opts cluster.DrainOptions) error {
 	if opts.Timeout > 0 {

@@ -64,7 +64,7 @@ func refusal(c *Cluster, pod string) cluster.Event {
 
 // TestEvictionBudgetNotObserved: until the disruption controller has
 // observed a new or changed budget, the eviction API refuses with 429
-// (spec X3); afterwards the budget decides.
+// (X3); afterwards the budget decides.
 func TestEvictionBudgetNotObserved(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs pods")
@@ -119,7 +119,7 @@ func TestEvictionBudgetNotObserved(t *testing.T) {
 }
 
 // TestEvictionTwoBudgets: a pod that two budgets select cannot be evicted:
-// the eviction API answers 500 and deletes nothing (spec X3).
+// the eviction API answers 500 and deletes nothing (X3).
 func TestEvictionTwoBudgets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a pod")
@@ -145,7 +145,7 @@ func TestEvictionTwoBudgets(t *testing.T) {
 	}
 }
 
-// TestEvictionUnhealthyPods follows spec X4 with a Running pod that is not
+// TestEvictionUnhealthyPods follows X4 with a Running pod that is not
 // Ready: with the default policy, IfHealthyBudget, it is refused while the
 // budget lacks healthy pods and evicted, without using the budget, once
 // the budget has them; with AlwaysAllow it is evicted regardless. A

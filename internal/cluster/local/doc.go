@@ -41,6 +41,6 @@
 // goroutine, open file or listener behind.
 //
 // docs/local-cluster.md describes the cluster for its users. Every rule
-// these parts follow is in spec/k8s-semantics.md, cited by key (T7, P5,
+// these parts follow is in docs/kubernetes.md, cited by key (T7, P5,
 // B2…) next to the code that implements it.
 package local

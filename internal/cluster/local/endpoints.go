@@ -43,7 +43,7 @@ type EndpointsConfig struct {
 
 // Endpoints is the EndpointSlice controller: it turns a Service and its
 // pods into EndpointSlices with ready, serving and terminating conditions
-// (spec E1–E4) and publishes each change, after its sync delay, to every
+// (E1–E4) and publishes each change, after its sync delay, to every
 // node's [Proxy], which applies it after its own propagation delay. It is
 // safe for concurrent use.
 type Endpoints struct {

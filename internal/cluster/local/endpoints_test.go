@@ -215,7 +215,7 @@ func dialGet(t *testing.T, p *Proxy) string {
 }
 
 // TestRouting follows two pods on two nodes through their deletion, as
-// the client on node-a sees them (spec E2, E6, E8–E10): new connections
+// the client on node-a sees them (E2, E6, E8–E10): new connections
 // spread over Ready endpoints; a deleted pod stops getting new connections
 // once the change reaches the node, while a connection made before stays
 // on it; with every endpoint terminating, serving ones still get
@@ -324,7 +324,7 @@ func TestRouting(t *testing.T) {
 
 // TestEndpointsDelayAndBatch: the controller publishes a change after its
 // sync delay; with a batch period, the changes made within it, from the
-// first one, go out once, as the latest (spec §10, E11).
+// first one, go out once, as the latest (§10, E11).
 func TestEndpointsDelayAndBatch(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)

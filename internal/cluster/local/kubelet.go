@@ -70,7 +70,7 @@ type KubeletConfig struct {
 
 // PIDNamespaceMode is how a kubelet isolates a container's processes
 // from its own. A container's first process is PID 1, with PID 1's signal
-// rules, only in a PID namespace (spec I1).
+// rules, only in a PID namespace (I1).
 type PIDNamespaceMode string
 
 const (
@@ -92,7 +92,7 @@ const (
 
 // Kubelet runs pods on one node as local processes: it starts their
 // containers, probes them, restarts them with back-off, and terminates them
-// when their deletion is requested, following spec/k8s-semantics.md. It
+// when their deletion is requested, following docs/kubernetes.md. It
 // takes pods as corev1.Pod objects and reports their status as corev1
 // objects and [cluster.Event]s; it knows nothing of the controllers that
 // make the pods. It is safe for concurrent use.
@@ -162,7 +162,7 @@ var ErrClosed = errors.New("kubelet closed")
 // start. SyncPod returns an error, and runs nothing, when a container can't
 // run locally: no command and no image mapping, an unsupported env source,
 // probe or stop signal. A pod with a deletionTimestamp is terminated with
-// its deletionGracePeriodSeconds (spec T5–T8): a later version can only
+// its deletionGracePeriodSeconds (T5–T8): a later version can only
 // shorten the grace. Other changes to a running pod are ignored, as its
 // spec is immutable.
 func (k *Kubelet) SyncPod(pod *corev1.Pod) error {

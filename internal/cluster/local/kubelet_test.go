@@ -107,7 +107,7 @@ func httpProbe(path string, failureThreshold int32) *corev1.Probe {
 }
 
 // deleting returns pod as the API server leaves it after a graceful DELETE
-// with the pod's own grace (spec T1, T2).
+// with the pod's own grace (T1, T2).
 func deleting(pod *corev1.Pod) *corev1.Pod {
 	d := pod.DeepCopy()
 	now := metav1.Now()
@@ -148,7 +148,7 @@ func describe(events []cluster.Event) string {
 }
 
 // TestKubeletIgnorePID1 is acceptance item 4: a server with no SIGTERM
-// handler, as PID 1 of its namespace, ignores the stop signal (spec I1) and
+// handler, as PID 1 of its namespace, ignores the stop signal (I1) and
 // is SIGKILLed at the end of the grace period: exit 137, reason Error (I2,
 // T14).
 func TestKubeletIgnorePID1(t *testing.T) {
@@ -192,7 +192,7 @@ func TestKubeletIgnorePID1(t *testing.T) {
 }
 
 // TestKubeletPreStopThenSignal follows a pod deletion with a preStop sleep
-// (spec T7, T9): readiness goes on during termination (T6) and the graceful
+// (T7, T9): readiness goes on during termination (T6) and the graceful
 // server's /ready fails after SIGTERM; the server exits by itself before
 // SIGKILL, and its log is kept after the pod is gone.
 func TestKubeletPreStopThenSignal(t *testing.T) {
@@ -263,7 +263,7 @@ func TestKubeletPreStopThenSignal(t *testing.T) {
 
 // TestKubeletCrashLoopBackOff is acceptance item 6, with the back-off rule
 // scaled down: a container that crashes at start is restarted at once, then
-// after Initial, 2×Initial, 4×Initial (spec B2).
+// after Initial, 2×Initial, 4×Initial (B2).
 func TestKubeletCrashLoopBackOff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out several back-offs")
@@ -314,7 +314,7 @@ func TestKubeletCrashLoopBackOff(t *testing.T) {
 }
 
 // TestKubeletLivenessRestart: a liveness probe that fails kills the
-// container, which restarts (spec P7), and the restart count goes up.
+// container, which restarts (P7), and the restart count goes up.
 func TestKubeletLivenessRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for probes")
@@ -363,7 +363,7 @@ func TestKubeletNoCommand(t *testing.T) {
 // TestKubeletHostage is acceptance item 5: a server that, like Node's
 // server.close(), keeps serving a connection that was busy at SIGTERM
 // lives, with a busy keep-alive client, to the end of the grace period;
-// SIGKILL then ends the request in flight (spec T7, E10).
+// SIGKILL then ends the request in flight (T7, E10).
 func TestKubeletHostage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out a 3 s grace period")
@@ -442,7 +442,7 @@ func TestKubeletHostage(t *testing.T) {
 }
 
 // TestKubeletRestartNever: with restartPolicy Never, a container that
-// exits stays down and the pod ends Failed, without a deletion (spec B1,
+// exits stays down and the pod ends Failed, without a deletion (B1,
 // T16).
 func TestKubeletRestartNever(t *testing.T) {
 	t.Parallel()
@@ -499,7 +499,7 @@ func kinds(log *cluster.EventLog, from int, pod string) []cluster.EventKind {
 }
 
 // TestKubeletStopSignal: lifecycle.stopSignal replaces SIGTERM as the
-// signal the kubelet sends first (spec T11, T12); it reaches a first
+// signal the kubelet sends first (T11, T12); it reaches a first
 // process that handles it, even as PID 1, which exits 0: reason Completed
 // (T14).
 func TestKubeletStopSignal(t *testing.T) {
@@ -560,7 +560,7 @@ func waitLogLine(t *testing.T, k *Kubelet, pod, line string) {
 	t.Fatalf("pod %s never wrote %q; it wrote %v", pod, line, lines)
 }
 
-// TestKubeletExitReasons pins the exit code and reason pairs of spec T14
+// TestKubeletExitReasons pins the exit code and reason pairs of T14
 // and I2 in the container's status: a handler that exits 0 is Completed;
 // SIGTERM's default action on a process that is not PID 1 is 143, Error;
 // SIGKILL at the end of the grace period of a PID 1 without a handler is
@@ -631,7 +631,7 @@ func waitStatus(t *testing.T, statuses *atomic.Pointer[corev1.Pod], ok func(*cor
 }
 
 // TestKubeletPIDNamespaceFallback runs PID 1's rule through each level of
-// isolation the kubelet falls back to (spec I1, I2). In a user namespace
+// isolation the kubelet falls back to (I1, I2). In a user namespace
 // with a PID namespace in it, where an unprivileged kubelet lands, a
 // server without a SIGTERM handler is PID 1: SIGTERM is ignored and
 // SIGKILL ends it, 137. With no namespace it is not PID 1, and SIGTERM's
@@ -682,7 +682,7 @@ func TestKubeletPIDNamespaceFallback(t *testing.T) {
 
 // TestKubeletStartupProbe: until the startup probe succeeds, the liveness
 // and readiness probes do not run and the pod is not Ready; then they run
-// (spec P6). A startup probe that reaches its failure threshold kills the
+// (P6). A startup probe that reaches its failure threshold kills the
 // container, which restarts.
 func TestKubeletStartupProbe(t *testing.T) {
 	if testing.Short() {
@@ -767,7 +767,7 @@ func TestKubeletStartupProbe(t *testing.T) {
 
 // TestKubeletProbeFailedEachRun: every failed run of a probe is recorded
 // (probe_failed), as the kubelet posts Unhealthy at each, while the stored
-// result changes only at the threshold (spec P5). A readiness probe of a
+// result changes only at the threshold (P5). A readiness probe of a
 // closed port fails once a period from initialDelaySeconds on (P3) and
 // never changes its stored result, a failure from the start (P4); a
 // liveness probe of a closed port fails failureThreshold times before its
@@ -840,7 +840,7 @@ func TestKubeletProbeFailedEachRun(t *testing.T) {
 }
 
 // TestKubeletProbesDuringTermination: once the pod terminates, the
-// liveness probe stops while the readiness probe goes on (spec T6, P9). A
+// liveness probe stops while the readiness probe goes on (T6, P9). A
 // graceful server fails both probes' path after SIGTERM and serves on: the
 // pod turns unready, the readiness probe's failed runs are recorded, and
 // the liveness probe records none and does not kill the container.
@@ -894,7 +894,7 @@ func TestKubeletProbesDuringTermination(t *testing.T) {
 }
 
 // TestKubeletPreStopHandlers runs each preStop handler kind that works
-// (spec T9): exec in the container's environment and httpGet, both waited
+// (T9): exec in the container's environment and httpGet, both waited
 // for before the stop signal, their time taken from the grace period in
 // whole seconds (T7 b).
 func TestKubeletPreStopHandlers(t *testing.T) {
@@ -968,7 +968,7 @@ func checkPreStop(t *testing.T, k *Kubelet, log *cluster.EventLog, pod *corev1.P
 // checkGraceAfterPreStop checks the grace of the stop signal sent after
 // pod's preStop hook, which lasts at least hook: the pod's grace period
 // less the whole seconds the hook took, at least
-// cluster.MinimumGracePeriodSeconds (spec T7 b, T8). The kubelet measures
+// cluster.MinimumGracePeriodSeconds (T7 b, T8). The kubelet measures
 // the hook from its start event to a moment before the signal's event; on a
 // loaded machine a hook of 1.5 s can take 2, so the check accepts the grace
 // left by any time from hook to that span. A grace the hook did not shorten,
@@ -991,7 +991,7 @@ func checkGraceAfterPreStop(t *testing.T, pod *corev1.Pod, hook time.Duration, s
 
 // TestKubeletPreStopOutlivesGrace: a preStop hook longer than the grace
 // period is waited for only as long as the grace period, and the stop
-// signal still gets 2 s before SIGKILL: about grace + 2 s in all (spec T7,
+// signal still gets 2 s before SIGKILL: about grace + 2 s in all (T7,
 // T8). The hook is not cancelled; it ends with the container.
 func TestKubeletPreStopOutlivesGrace(t *testing.T) {
 	if testing.Short() {

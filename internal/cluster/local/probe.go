@@ -42,7 +42,7 @@ type probeWorker struct {
 	stored     *bool // the result the kubelet acts on; nil while unknown
 }
 
-// run probes at once and then every periodSeconds (spec P3) until ctx ends
+// run probes at once and then every periodSeconds (P3) until ctx ends
 // or the worker holds: after a liveness or startup failure, until a new
 // instance (P7), and after the startup probe succeeded (P6).
 func (w *probeWorker) run(ctx context.Context) {
@@ -134,7 +134,7 @@ func valueOr(v, def int32) int32 {
 }
 
 // probe runs handler against the container and returns whether it
-// succeeded, and what it said (spec P2). ctx carries the probe's timeout.
+// succeeded, and what it said (P2). ctx carries the probe's timeout.
 func (c *containerWorker) probe(ctx context.Context, h corev1.ProbeHandler) (bool, string) {
 	switch {
 	case h.HTTPGet != nil:

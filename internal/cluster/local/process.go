@@ -167,7 +167,7 @@ func closeAll(files []*os.File) {
 
 // wait reaps the process, records its exit, and kills what it left behind:
 // in a PID namespace the kernel has killed the rest when its first process
-// exited (spec I3); without one, the kubelet kills the process group, as
+// exited (I3); without one, the kubelet kills the process group, as
 // the container's end would.
 func (p *process) wait(clk clock.PassiveClock) {
 	p.cmd.Wait()
@@ -175,7 +175,7 @@ func (p *process) wait(clk clock.PassiveClock) {
 	ws := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
 	case ws.Signaled():
-		// Runtimes report a signal death as 128+signal (spec T14).
+		// Runtimes report a signal death as 128+signal (T14).
 		p.exitCode = 128 + int32(ws.Signal())
 	default:
 		p.exitCode = int32(ws.ExitStatus())

@@ -45,7 +45,7 @@ type ProxyConfig struct {
 // Proxy is one node's routing view of Services, like that node's
 // kube-proxy in iptables mode: endpoint changes reach it after a
 // propagation delay, and DialContext picks an endpoint per new connection
-// from what it has (spec E6–E10). It takes Services and EndpointSlices as
+// from what it has (E6–E10). It takes Services and EndpointSlices as
 // k8s.io/api objects and knows nothing of the controllers that make them.
 // It is safe for concurrent use.
 type Proxy struct {
@@ -167,7 +167,7 @@ func (p *Proxy) delayLocked() time.Duration {
 }
 
 // DialContext connects to a Service through this node's view, as a client
-// on the node would through iptables DNAT (spec E6, E8–E10). address is
+// on the node would through iptables DNAT (E6, E8–E10). address is
 // "name.namespace:port", optionally followed by ".svc" or
 // ".svc.cluster.local" before the port, where port is one of the Service's
 // ports; network must be "tcp".
@@ -251,7 +251,7 @@ var errNoEndpoints = os.NewSyscallError("connect", syscall.ECONNREFUSED)
 var errDropped = errors.New("dropped: no local endpoints")
 
 // pick chooses the endpoint address of a new connection from client to
-// port of Service namespace/name (spec E6, E8, E9; k8s.io/kubernetes
+// port of Service namespace/name (E6, E8, E9; k8s.io/kubernetes
 // pkg/proxy/topology.go, CategorizeEndpoints, and
 // pkg/proxy/iptables/proxier.go, syncProxyRules and
 // writeServiceToEndpointRules). nodePort picks as for a connection from

@@ -268,8 +268,8 @@ func newFakeProxy(t *testing.T) (*Proxy, *clocktesting.FakeClock, *cluster.Event
 // TestProxyInternalTrafficPolicyLocal: with internalTrafficPolicy Local, a
 // node's connections go to its own Ready endpoints, else its own serving
 // terminating ones; with usable endpoints on other nodes only, the DROP
-// rule makes a connect time out; with none anywhere, it is refused (spec
-// E6, E8).
+// rule makes a connect time out; with none anywhere, it is refused
+// (E6, E8).
 func TestProxyInternalTrafficPolicyLocal(t *testing.T) {
 	t.Parallel()
 	log := &cluster.EventLog{}
@@ -346,7 +346,7 @@ func TestProxyInternalTrafficPolicyLocal(t *testing.T) {
 // TestProxySessionAffinity: with sessionAffinity ClientIP, a client's new
 // connections go to the endpoint it used last while that one is usable
 // and the client came back within the timeout; other clients choose for
-// themselves (spec E9).
+// themselves (E9).
 func TestProxySessionAffinity(t *testing.T) {
 	t.Parallel()
 	p, fc, log := newFakeProxy(t)
@@ -427,7 +427,7 @@ func TestProxySessionAffinity(t *testing.T) {
 
 // TestProxyViewsDiffer: two nodes whose propagation delays differ get the
 // same change; until the slower one applies it, the two nodes route the
-// Service differently (spec E11).
+// Service differently (E11).
 func TestProxyViewsDiffer(t *testing.T) {
 	t.Parallel()
 	fc := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
@@ -487,7 +487,7 @@ func TestProxyViewsDiffer(t *testing.T) {
 
 // TestProxyServeAffinity: the Service's listener takes each client's
 // address as its source for sessionAffinity ClientIP, so that clients
-// outside the cluster stick to endpoints of their own (spec E9).
+// outside the cluster stick to endpoints of their own (E9).
 func TestProxyServeAffinity(t *testing.T) {
 	t.Parallel()
 	log := &cluster.EventLog{}
