@@ -1,11 +1,11 @@
 package report
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
-	"text/tabwriter"
 
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
@@ -28,8 +28,9 @@ type Comparison struct {
 // WriteComparison writes the comparison table: for each scenario, in the
 // order of the first side that ran it, a row per side with the columns
 // of the comparison table (WriteTable), so that each figure of one
-// cluster sits above the same figure of the other. A scenario a side did
-// not run has no row of that side.
+// cluster sits above the same figure of the other, and under them the
+// scenario's description, if a side has one. A scenario a side did not
+// run has no row of that side.
 func WriteComparison(w io.Writer, sides []Side) error {
 	var names []string
 	bySide := make([]map[string]scenario.Result, len(sides))
@@ -45,16 +46,18 @@ func WriteComparison(w io.Writer, sides []Side) error {
 			}
 		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tcluster\t"+tableColumns)
+	var rows []tableLine
 	for _, name := range names {
+		var description string
 		for i, side := range sides {
 			if s, ok := bySide[i][name]; ok {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", name, side.Cluster, textRow(s))
+				rows = append(rows, tableLine{cells: name + "\t" + side.Cluster + "\t" + textRow(s)})
+				description = cmp.Or(description, s.Description)
 			}
 		}
+		rows[len(rows)-1].note = description
 	}
-	return tw.Flush()
+	return writeLines(w, "scenario\tcluster\t"+tableColumns, rows)
 }
 
 // WriteComparisonJSON writes sides as an indented Comparison.

@@ -27,7 +27,12 @@ var htmlTemplate = template.Must(template.New("report").Parse(htmlSource))
 // per pod with its phases (starting, ready, terminating or preStop, after
 // SIGTERM) and its SIGTERM, SIGKILL and exit, the Service's endpoints as
 // the API published them and as each node's routing view applied them,
-// the failed requests per 100 ms stacked by class, and a line per old pod.
+// the failed requests per 100 ms stacked by class, each group of lanes
+// with a legend of what it draws; and a line per old pod.
+//
+// Red means a failed request, or a capacity below what the rollout's
+// strategy allows ([scenario.Capacity].Allowed); nothing else is drawn
+// in red or in a failure class's colour.
 //
 // The page loads nothing: its CSS is inline, it has no script, no font and
 // no image by URL, and its Content-Security-Policy forbids every fetch, so
@@ -42,21 +47,20 @@ func WriteHTML(w io.Writer, r *scenario.Results) error {
 type htmlPage struct {
 	Rows      []tableRow
 	Scenarios []htmlScenario
-	// HasAction is whether a timeline has an action lane, which the
-	// legend then explains.
-	HasAction bool
 }
 
 // tableRow is a scenario's row of the comparison table, spelled as
 // WriteTable spells it.
 type tableRow struct {
-	Name, Anchor                                                      string
+	Name, Anchor, Description                                         string
 	Runs                                                              int
 	Samples, Failed, Refused, Reset, Closed, Timeout, HTTP5xx, Absorb int64
 	P99, Drain, ExitCodes, Rollout, Capacity                          string
 	Restarts                                                          int
-	// Short is a capacity below the Deployment's replicas.
-	Short bool
+	// CapacityTitle says what the capacity is measured against.
+	CapacityTitle string
+	// Below is a capacity below what the rollout's strategy allows.
+	Below bool
 }
 
 // htmlScenario is a scenario's section.
@@ -82,10 +86,8 @@ type htmlRun struct {
 type oldPodRow struct {
 	Name, Sigterm, LastRequest, Gap, AfterSigterm, Drain, Exit string
 	// ServedAfter is a pod that answered requests that reached it after
-	// SIGTERM.
+	// SIGTERM, as a graceful server does: its count is not faint.
 	ServedAfter bool
-	// BadExit is an exit other than 0 and 143 (SIGTERM), or none.
-	BadExit bool
 }
 
 // newHTMLPage lays out r for html.tmpl.
@@ -96,9 +98,7 @@ func newHTMLPage(r *scenario.Results) htmlPage {
 		p.Rows = append(p.Rows, newTableRow(s, anchor))
 		hs := htmlScenario{Name: s.Name, Anchor: anchor, Description: s.Description, Seed: s.Seed, Deployment: s.Deployment, Action: s.Action}
 		for _, run := range s.Runs {
-			hr := newHTMLRun(run)
-			p.HasAction = p.HasAction || hr.Chart.HasAction
-			hs.Runs = append(hs.Runs, hr)
+			hs.Runs = append(hs.Runs, newHTMLRun(run))
 		}
 		p.Scenarios = append(p.Scenarios, hs)
 	}
@@ -110,12 +110,28 @@ func newTableRow(s scenario.Result, anchor string) tableRow {
 	t := s.Totals
 	m := summarize(s)
 	return tableRow{
-		Name: s.Name, Anchor: anchor, Runs: len(s.Runs),
+		Name: s.Name, Anchor: anchor, Description: s.Description, Runs: len(s.Runs),
 		Samples: t.Requests, Failed: t.Failed(), Refused: t.Refused, Reset: t.Reset, Closed: t.Closed,
 		Timeout: t.Timeout, HTTP5xx: t.HTTP5xx, Absorb: t.Absorbed,
 		P99: millis(m.p99), Drain: seconds(m.drain), ExitCodes: exitCodes(m.codes), Rollout: seconds(m.rollout), Restarts: m.restarts,
-		Capacity: capacity(m.capacity), Short: m.capacity != nil && m.capacity.MinReady < m.capacity.Replicas,
+		Capacity: capacity(m.capacity), CapacityTitle: capacityTitle(m.capacity), Below: belowAllowed(m.capacity),
 	}
+}
+
+// capacityTitle says what a capacity's figures are, and what it is judged
+// against.
+func capacityTitle(c *scenario.Capacity) string {
+	if c == nil {
+		return ""
+	}
+	t := fmt.Sprintf("the fewest ready pods, %d, of the Deployment's %d replicas", c.MinReady, c.Replicas)
+	switch {
+	case c.Allowed == nil:
+		return t
+	case belowAllowed(c):
+		return fmt.Sprintf("%s: below the %d its rollout strategy allows", t, *c.Allowed)
+	}
+	return fmt.Sprintf("%s; its rollout strategy allows %d", t, *c.Allowed)
 }
 
 // newHTMLRun lays out one run.
@@ -139,7 +155,7 @@ func newHTMLRun(run scenario.Run) htmlRun {
 		h.OldPods = append(h.OldPods, oldPodRow{
 			Name: p.Name, Sigterm: offset(p.SigtermMS), LastRequest: offset(p.LastRequestMS),
 			Gap: strings.Trim(gap(p.GapMS), " ()"), AfterSigterm: count(p.AfterSigterm), ServedAfter: p.AfterSigterm != nil && *p.AfterSigterm > 0,
-			Drain: seconds(p.DrainMS), Exit: exitCodes([]int{p.ExitCode}), BadExit: p.ExitCode != 0 && p.ExitCode != 143,
+			Drain: seconds(p.DrainMS), Exit: exitCodes([]int{p.ExitCode}),
 		})
 	}
 	if unattributed(run) {
@@ -173,13 +189,14 @@ type timelineChart struct {
 	Sections            []chartSection
 	Lanes               []chartLane
 	Fail                failChart
-	HasAction           bool
 }
 
-// chartSection is a heading row above a group of lanes.
+// chartSection is a heading row above a group of lanes, from Y, Height
+// high: the heading, and the group's legend right of it.
 type chartSection struct {
-	Y     float64
-	Label string
+	Y, Height float64
+	Label     string
+	Legend    []legendItem
 }
 
 // gridLine is a vertical line at X from Y1 to Y2.
@@ -224,11 +241,12 @@ type chartMark struct {
 }
 
 // failChart is the stacked bars of the failed requests, Height high
-// from Y; Max labels the highest bucket, None says there were none.
+// from Y; Max labels the highest bucket, Unit the axis (per bucket), None
+// says there were none.
 type failChart struct {
 	Y, Height float64
 	Bars      []chartBar
-	Max       string
+	Max, Unit string
 	None      bool
 }
 
@@ -279,25 +297,24 @@ func newTimeScale(run scenario.Run) (timeScale, float64) {
 func at(ms float64) string { return fmt.Sprintf("%+.3f s", ms/1000) }
 
 // newTimelineChart lays out a run's timeline from the top: the action
-// lane, the pods, the endpoints, the failed requests and the time axis.
+// lane, the pods, the endpoints, the failed requests and the time axis,
+// each group under a heading with its legend.
 func newTimelineChart(run scenario.Run) timelineChart {
 	scale, step := newTimeScale(run)
 	c := timelineChart{Width: chartWidth, PlotLeft: plotLeft, PlotRight: plotRight}
 	y := 4.0
-	if l, ok := actionLane(run, scale); ok {
-		c.HasAction = true
-		y += 4
-		l.place(y)
-		y += l.Height + 8
-		c.Lanes = append(c.Lanes, l)
+	// heading adds a group's heading and the legend of its lanes.
+	heading := func(label string, entries []legendGroup, lanes []chartLane) {
+		legend, h := newLegend(entries, lanes, y)
+		c.Sections = append(c.Sections, chartSection{Y: y, Height: h, Label: label, Legend: legend})
+		y += h + 2
 	}
 	// group adds lanes under a heading.
-	group := func(label string, lanes []chartLane) {
+	group := func(label string, entries []legendGroup, lanes []chartLane) {
 		if len(lanes) == 0 {
 			return
 		}
-		c.Sections = append(c.Sections, chartSection{Y: y + 11, Label: label})
-		y += 16
+		heading(label, entries, lanes)
 		for i := range lanes {
 			lanes[i].place(y)
 			y += lanes[i].Height
@@ -305,11 +322,14 @@ func newTimelineChart(run scenario.Run) timelineChart {
 		c.Lanes = append(c.Lanes, lanes...)
 		y += 8
 	}
-	group("pods", podLanes(run, scale))
-	group("endpoints", routeLanes(run, scale))
-	c.Sections = append(c.Sections, chartSection{Y: y + 11, Label: "failed requests per 100 ms"})
-	y += 16
-	c.Fail = failBars(run, scale, y)
+	if l, ok := actionLane(run, scale); ok {
+		group("action", actionLegend, []chartLane{l})
+	}
+	group("pods", podLegend, podLanes(run, scale))
+	group("endpoints", endpointLegend, routeLanes(run, scale))
+	c.Fail = failBars(run, scale)
+	heading("failed requests", failLegend(), []chartLane{{Bars: c.Fail.Bars}})
+	c.Fail.place(y)
 	y += c.Fail.Height + 10
 	c.AxisY = y
 	for i := 0; scale.fromMS+float64(i)*step <= scale.toMS; i++ {
@@ -321,6 +341,14 @@ func newTimelineChart(run scenario.Run) timelineChart {
 	c.Zero = gridLine{X: scale.x(0), Y1: 4, Y2: y}
 	c.Height = y + axisHeight
 	return c
+}
+
+// place moves a failure chart built at y = 0 to y.
+func (f *failChart) place(y float64) {
+	f.Y = y
+	for i := range f.Bars {
+		f.Bars[i].Y = round1(f.Bars[i].Y + y)
+	}
 }
 
 // place moves a lane built at y = 0 to y.
@@ -343,7 +371,7 @@ func (l *chartLane) place(y float64) {
 // on the timeline are those of the outage, drain and rollback figures,
 // drawn from the figures.
 func actionLane(run scenario.Run, s timeScale) (chartLane, bool) {
-	l := chartLane{Height: routeHeight, Label: "action", Title: "what the action did"}
+	l := chartLane{Height: routeHeight}
 	// A bar shows its label inside when it is wide enough.
 	bar := func(from, to float64, class, label, title string) {
 		b := s.span(from, to, 4, routeHeight-8, class, title)
@@ -354,7 +382,7 @@ func actionLane(run scenario.Run, s timeScale) (chartLane, bool) {
 	}
 	// A tick's label ends left of it.
 	tick := func(atMS float64, label, title string) {
-		l.Marks = append(l.Marks, chartMark{X: s.x(atMS), Y: 2, Y2: routeHeight - 2, Shape: "tick", Class: "signal", Label: label, Title: title})
+		l.Marks = append(l.Marks, chartMark{X: s.x(atMS), Y: 2, Y2: routeHeight - 2, Shape: "tick", Class: "step", Label: label, Title: title})
 	}
 	if d := run.Drain; d != nil {
 		outcome := "drained"
@@ -373,8 +401,17 @@ func actionLane(run scenario.Run, s timeScale) (chartLane, bool) {
 		tick(*r, "rolled back", "rolled back at "+at(*r))
 	}
 	if c := run.Capacity; c != nil && c.MinReady < c.Replicas {
-		l.Marks = append(l.Marks, chartMark{X: s.x(c.AtMS), Y: routeHeight / 2, Shape: "diamond", Class: "capacity",
-			Title: fmt.Sprintf("ready pods fell to %d of %d at %s", c.MinReady, c.Replicas, at(c.AtMS))})
+		class, title := "capacity", fmt.Sprintf("ready pods fell to %d of %d at %s", c.MinReady, c.Replicas, at(c.AtMS))
+		switch {
+		case c.Allowed == nil:
+			class = "capacity unknown"
+		case belowAllowed(c):
+			class = "capacity below"
+			title += fmt.Sprintf(", below the %d the rollout strategy allows", *c.Allowed)
+		default:
+			title += fmt.Sprintf(", as the rollout strategy allows (%d)", *c.Allowed)
+		}
+		l.Marks = append(l.Marks, chartMark{X: s.x(c.AtMS), Y: routeHeight / 2, Shape: "diamond", Class: class, Title: title})
 	}
 	for _, e := range run.Timeline {
 		switch k := cluster.EventKind(e.Kind); {
@@ -586,11 +623,6 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 		case cluster.LivenessKill:
 			p.mark("cross", "killed", e.AtMS, phaseY+phaseH/2, 0, s, p.name+": "+what, "")
 		case cluster.ContainerExited:
-			code := e.Detail["code"]
-			class := "exit"
-			if code != "0" && code != "143" {
-				class = "exit bad"
-			}
 			p.stopListening(e.AtMS, s)
 			if p.terminated {
 				p.close(e.AtMS, s)
@@ -598,7 +630,7 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 			} else {
 				p.enter(phaseDown, e.AtMS, s)
 			}
-			p.mark("label", class, e.AtMS, phaseY+phaseH-2.5, 0, s, p.name+": "+what, code)
+			p.mark("label", "exit", e.AtMS, phaseY+phaseH-2.5, 0, s, p.name+": "+what, e.Detail["code"])
 		case cluster.PodTerminated:
 			p.stopListening(e.AtMS, s)
 			p.close(e.AtMS, s)
@@ -641,6 +673,7 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 		if p.node != "" {
 			title += " on " + p.node
 		}
+		title += ": the bar is its phase, the upper thin line when the nodes route new connections to it, the lower one when its process listens"
 		l := chartLane{Height: laneHeight, Label: label, Title: title}
 		l.Bars = append(l.Bars, p.bars...)
 		l.Bars = append(l.Bars, routed[p.name]...)
@@ -934,8 +967,8 @@ var failClasses = []failClass{
 }
 
 // failBars stacks the failed requests of each 100 ms by class, by their
-// send time.
-func failBars(run scenario.Run, s timeScale, y float64) failChart {
+// send time, from y = 0.
+func failBars(run scenario.Run, s timeScale) failChart {
 	buckets := map[int][]int{}
 	var keys []int
 	for _, e := range run.Timeline {
@@ -954,9 +987,9 @@ func failBars(run scenario.Run, s timeScale, y float64) failChart {
 		buckets[b][ci]++
 	}
 	if len(keys) == 0 {
-		return failChart{Y: y, Height: 16, None: true}
+		return failChart{Height: 16, None: true}
 	}
-	f := failChart{Y: y, Height: failHeight - 10}
+	f := failChart{Height: failHeight - 10, Unit: "per " + strconv.FormatFloat(bucketMS, 'f', -1, 64) + " ms"}
 	sort.Ints(keys)
 	top := 0
 	for _, k := range keys {
@@ -971,7 +1004,7 @@ func failBars(run scenario.Run, s timeScale, y float64) failChart {
 	for _, k := range keys {
 		from := float64(k) * bucketMS
 		x0, x1 := s.x(from), s.x(from+bucketMS)
-		base := y + f.Height
+		base := f.Height
 		for ci, n := range buckets[k] {
 			if n == 0 {
 				continue

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"html"
 	"image"
 	"image/png"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,16 +34,18 @@ import (
 // its back-offs and a rollback.
 const labResults = "testdata/lab.html.json"
 
-func readLabResults(t *testing.T) *scenario.Results {
+func readLabResults(t *testing.T) *scenario.Results { return readResults(t, labResults) }
+
+func readResults(t *testing.T, path string) *scenario.Results {
 	t.Helper()
-	f, err := os.Open(labResults)
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	r, err := ReadJSON(f)
 	if err != nil {
-		t.Fatalf("%s: %v", labResults, err)
+		t.Fatalf("%s: %v", path, err)
 	}
 	return r
 }
@@ -79,11 +83,12 @@ func TestHTMLGolden(t *testing.T) {
 
 // TestHTMLContent checks what the lab's page shows: a row and a section
 // per scenario, a lane per pod and per routing view, SIGTERM, SIGKILL and
-// exit codes, and the failures of 1-plain.
+// exit codes, and the failures of 1-plain on an axis with its unit.
 func TestHTMLContent(t *testing.T) {
 	page := html.UnescapeString(renderHTML(t, readLabResults(t)))
 	for _, want := range []string{
-		`<a href="#s1">1-plain</a>`, `<h2 id="s3">B-no-handler</h2>`,
+		`<a href="#s1" title="No readiness probe: new pods count as ready before they listen`, `>1-plain</a>`, `<h2 id="s3">B-no-handler</h2>`,
+		`>per 100 ms</text>`,
 		`>app-6c75f686b4-fkk2g</text>`, `>node-1 routing view</text>`, `>EndpointSlice (API)</text>`,
 		`signal_sent at +0.002 s: grace=30s signal=SIGTERM`,
 		`app-598fd98954-kfmt2: SIGKILL at +15.059 s`,
@@ -175,8 +180,9 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// TestHTMLChromium loads the lab's page in headless Chromium, from a
-// loopback server, and checks that it draws and that it fetches nothing.
+// TestHTMLChromium loads pages in headless Chromium, from a loopback
+// server, and checks that they draw, that they fetch nothing, and that
+// red on them means failures.
 //
 // Requests. The loopback server is also Chromium's HTTP proxy, so that
 // nothing leaves the machine: Chromium sends loopback requests directly
@@ -193,13 +199,57 @@ func chromium(t *testing.T) string {
 // (--enable-logging=stderr logs them, CSP violations included), and
 // TestHTMLSelfContained checks the markup.
 //
-// Drawing. The screenshot must not be blank: at least 5% of its pixels not
-// white and 64 colours. It must show the timelines' colours in whole
-// areas: the ready pods' green and 1-plain's refused requests' red.
+// Drawing. The lab's page must not be blank: at least 5% of its pixels
+// not white and 64 colours. It must show the timelines' colours in whole
+// areas: the ready pods' green and 1-plain's refused requests' red. The
+// page of runs without a failed request, whole in the screenshot, must
+// have no pixel of a failure class's colour (the error class's grey
+// aside, a shade that text edges can take) and none of any red.
 func TestHTMLChromium(t *testing.T) {
 	bin := chromium(t)
-	page := renderHTML(t, readLabResults(t))
+	t.Run("lab", func(t *testing.T) {
+		st := pixelStats(screenshot(t, bin, renderHTML(t, readLabResults(t)), 2000))
+		t.Logf("%d×%d: %d pixels not white, %d colours, %d ready green, %d refused red",
+			st.width, st.height, st.notWhite, st.colours, st.exact[readyGreen], st.exact[refusedRed])
+		if area := st.width * st.height; st.notWhite < area/20 || st.colours < 64 {
+			t.Errorf("the screenshot looks blank: %d of %d pixels not white, %d colours", st.notWhite, area, st.colours)
+		}
+		if st.exact[readyGreen] < 5000 {
+			t.Errorf("%d pixels of the ready pods' green, want ≥ 5000: the pod lanes did not draw", st.exact[readyGreen])
+		}
+		if st.exact[refusedRed] < 2000 {
+			t.Errorf("%d pixels of the refused requests' red, want ≥ 2000: the failure chart did not draw", st.exact[refusedRed])
+		}
+		if st.red < st.exact[refusedRed]/2 {
+			t.Errorf("%d red pixels, not half the %d of the refused requests' red: the test's idea of red is wrong", st.red, st.exact[refusedRed])
+		}
+	})
+	t.Run("no failures", func(t *testing.T) {
+		img := screenshot(t, bin, renderHTML(t, readResults(t, noFailures)), 9000)
+		st := pixelStats(img)
+		t.Logf("%d×%d: %d pixels not white, %d ready green, %d red", st.width, st.height, st.notWhite, st.exact[readyGreen], st.red)
+		if st.exact[readyGreen] < 5000 {
+			t.Errorf("%d pixels of the ready pods' green, want ≥ 5000: the pod lanes did not draw", st.exact[readyGreen])
+		}
+		if !whiteBelow(img, img.Bounds().Max.Y-100) {
+			t.Fatal("the page runs past the screenshot: its end is not white")
+		}
+		for _, c := range failureColours {
+			if n := st.exact[c]; n > 0 {
+				t.Errorf("%d pixels of the failure colour #%02x%02x%02x on a page without failures", n, c[0], c[1], c[2])
+			}
+		}
+		if st.red > 0 {
+			t.Errorf("%d red pixels on a page without failures", st.red)
+		}
+	})
+}
 
+// screenshot loads page in headless Chromium, in a window 1400 wide and
+// height high, checks what it fetched and logged, and returns its
+// screenshot.
+func screenshot(t *testing.T, bin, page string, height int) image.Image {
+	t.Helper()
 	var mu sync.Mutex
 	served := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -217,14 +267,14 @@ func TestHTMLChromium(t *testing.T) {
 
 	dir := t.TempDir()
 	shot, netLog := filepath.Join(dir, "page.png"), filepath.Join(dir, "net.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin,
 		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--disable-default-apps", "--disable-extensions", "--no-default-browser-check",
 		"--proxy-server="+srv.URL, "--log-net-log="+netLog, "--enable-logging=stderr", "--v=0",
-		"--user-data-dir="+filepath.Join(dir, "profile"), "--screenshot="+shot, "--window-size=1400,2000",
+		"--user-data-dir="+filepath.Join(dir, "profile"), "--screenshot="+shot, fmt.Sprintf("--window-size=1400,%d", height),
 		srv.URL+"/")
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
@@ -257,18 +307,7 @@ func TestHTMLChromium(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", shot, err)
 	}
-	st := pixelStats(img)
-	t.Logf("%d×%d: %d pixels not white, %d colours, %d ready green, %d refused red",
-		st.width, st.height, st.notWhite, st.colours, st.exact[readyGreen], st.exact[refusedRed])
-	if area := st.width * st.height; st.notWhite < area/20 || st.colours < 64 {
-		t.Errorf("the screenshot looks blank: %d of %d pixels not white, %d colours", st.notWhite, area, st.colours)
-	}
-	if st.exact[readyGreen] < 5000 {
-		t.Errorf("%d pixels of the ready pods' green, want ≥ 5000: the pod lanes did not draw", st.exact[readyGreen])
-	}
-	if st.exact[refusedRed] < 2000 {
-		t.Errorf("%d pixels of the refused requests' red, want ≥ 2000: the failure chart did not draw", st.exact[refusedRed])
-	}
+	return img
 }
 
 // pageRequests reads a Chromium net log and returns the URLs of the
@@ -322,15 +361,28 @@ var (
 	refusedRed = [3]uint8{0xd1, 0x24, 0x2f}
 )
 
+// failureColours are html.tmpl's --refused, --reset, --closed, --timeout
+// and --http5xx.
+var failureColours = [][3]uint8{refusedRed, {0x82, 0x50, 0xdf}, {0xbc, 0x4c, 0x00}, {0x9a, 0x67, 0x00}, {0xbf, 0x39, 0x89}}
+
 type stats struct {
 	width, height, notWhite, colours int
-	exact                            map[[3]uint8]int
+	// red counts the pixels of a red hue, however light or dark, in
+	// squares of 2×2 such pixels: a red shape has them, and a pixel where
+	// anti-aliasing blends two colours into a reddish one does not.
+	red   int
+	exact map[[3]uint8]int
 }
 
 func pixelStats(img image.Image) stats {
 	b := img.Bounds()
 	st := stats{width: b.Dx(), height: b.Dy(), exact: map[[3]uint8]int{}}
+	counted := map[[3]uint8]bool{readyGreen: true}
+	for _, c := range failureColours {
+		counted[c] = true
+	}
 	seen := map[[3]uint8]bool{}
+	red := map[image.Point]bool{}
 	for y := b.Min.Y; y < b.Max.Y; y++ {
 		for x := b.Min.X; x < b.Max.X; x++ {
 			r, g, bl, _ := img.At(x, y).RGBA()
@@ -339,13 +391,48 @@ func pixelStats(img image.Image) stats {
 			if c != [3]uint8{0xff, 0xff, 0xff} {
 				st.notWhite++
 			}
-			if c == readyGreen || c == refusedRed {
+			if counted[c] {
 				st.exact[c]++
 			}
+			if isRed(c) {
+				red[image.Pt(x, y)] = true
+			}
+		}
+	}
+	for p := range red {
+		if red[p.Add(image.Pt(1, 0))] && red[p.Add(image.Pt(0, 1))] && red[p.Add(image.Pt(1, 1))] {
+			st.red++
 		}
 	}
 	st.colours = len(seen)
 	return st
+}
+
+// isRed reports whether c is of a red hue, within 15° of pure red, and
+// clearly coloured: its red at least 40 above its green and blue. The
+// pale pinks of a washed-out red count; the pod lanes' orange (hue 22°)
+// and the failure chart's brown do not.
+func isRed(c [3]uint8) bool {
+	r, g, b := float64(c[0]), float64(c[1]), float64(c[2])
+	if r-max(g, b) < 40 {
+		return false
+	}
+	// With red the largest, the hue is 60° × (g − b) / (r − min).
+	hue := 60 * (g - b) / (r - min(g, b))
+	return hue > -15 && hue < 15
+}
+
+// whiteBelow reports whether every pixel of img from row y down is white.
+func whiteBelow(img image.Image, y int) bool {
+	b := img.Bounds()
+	for ; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			if r, g, bl, _ := img.At(x, y).RGBA(); r>>8 != 0xff || g>>8 != 0xff || bl>>8 != 0xff {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // TestHTMLDisruption checks the action lane and the disruption lines of a
@@ -358,7 +445,8 @@ func TestHTMLDisruption(t *testing.T) {
 	run.RecoverMS = &recovered
 	run.Drain = &scenario.DrainOutcome{Node: "node-1", EndMS: 8000, TimeoutMS: 8000}
 	run.RolledBackMS = &rolledBack
-	run.Capacity = &scenario.Capacity{MinReady: 1, Replicas: 3, AtMS: 2500}
+	two := 2
+	run.Capacity = &scenario.Capacity{MinReady: 1, Replicas: 3, Allowed: &two, AtMS: 2500}
 	run.Evictions = &scenario.Evictions{Refused: 2}
 	run.BackOffs = []scenario.BackOff{{AtMS: 1000, Pod: "app-7d9-new", DelayMS: 10000}}
 	run.Timeline = append(run.Timeline,
@@ -374,10 +462,10 @@ func TestHTMLDisruption(t *testing.T) {
 		`drain of node-1 from +0.000 s to +8.000 s: blocked, given up`,
 		`rolled back at +9.000 s`,
 		`progress_deadline_exceeded at +8.500 s: deadline=8s`,
-		`ready pods fell to 1 of 3 at +2.500 s`,
+		`ready pods fell to 1 of 3 at +2.500 s, below the 2 the rollout strategy allows`, `class="mark capacity below"`,
 		`app-7d9-new: back_off at +1.000 s: delay=10s`,
 		`app-6c75f686b4-p9gcg: eviction_refused at +1.500 s: budget=app`,
-		`<td class="bad">1/3</td>`,
+		`<td class="bad" title="the fewest ready pods, 1, of the Deployment's 3 replicas: below the 2 its rollout strategy allows">1/3</td>`,
 		`<li>evictions: 0 accepted, 2 refused (429) by a PodDisruptionBudget</li>`,
 	} {
 		if !strings.Contains(page, want) {
@@ -405,6 +493,114 @@ func TestHTMLRunnerSteps(t *testing.T) {
 	for _, unwanted := range []string{"outage started", "outage ended", "drain started", "drain ended", "rolled_back at"} {
 		if strings.Contains(page, unwanted) {
 			t.Errorf("the page draws the runner's step %q again", unwanted)
+		}
+	}
+}
+
+// noFailures holds real results of `closingtime lab --quick` whose runs
+// had no failed request, but everything else that a report might be
+// tempted to draw in red: old pods killed at the end of their grace period
+// (exit 137) that answered requests after SIGTERM, a release that crashes
+// through its back-offs, capacity down to 2 of 3 in rollouts whose
+// strategy allows it, a deleted pod and a drained node (0 of 1 ready).
+const noFailures = "testdata/lab-no-failures.html.json"
+
+// TestHTMLLegends checks each timeline's legends against what it draws:
+// every class of bar and mark has its legend entry, and every entry is of
+// a class the chart draws (a tick labelled in place needs none). The
+// entries of a row do not overlap and stay in the plot.
+func TestHTMLLegends(t *testing.T) {
+	for _, r := range []*scenario.Results{readLabResults(t), readResults(t, noFailures), results(), disruptions(), userApp()} {
+		for _, s := range r.Scenarios {
+			for _, run := range s.Runs {
+				c := newTimelineChart(run)
+				drawn := map[string]bool{}
+				for _, l := range append(c.Lanes, chartLane{Bars: c.Fail.Bars}) {
+					for _, b := range l.Bars {
+						drawn[b.Class] = true
+					}
+					for _, m := range l.Marks {
+						if m.Shape != "tick" || m.Label == "" {
+							drawn[m.Class] = true
+						}
+					}
+				}
+				explained := map[string]bool{}
+				var sections []string
+				for _, sec := range c.Sections {
+					sections = append(sections, sec.Label)
+					end := map[float64]float64{} // row → where its last label ends
+					for _, it := range sec.Legend {
+						var class string
+						var x float64
+						switch {
+						case it.Bar != nil:
+							class, x = it.Bar.Class, it.Bar.X
+						case it.Mark != nil:
+							class, x = it.Mark.Class, it.Mark.X
+						default:
+							x = it.LabelX
+						}
+						if class != "" {
+							explained[class] = true
+							if !drawn[class] {
+								t.Errorf("%s run %d: legend of %s explains %q, which the chart does not draw", s.Name, run.Repetition, sec.Label, class)
+							}
+						}
+						if x < end[it.LabelY] {
+							t.Errorf("%s run %d: legend item %q at x %.1f overlaps the one before, which ends at %.1f", s.Name, run.Repetition, it.Label, x, end[it.LabelY])
+						}
+						end[it.LabelY] = it.LabelX + labelWidth(it.Label)
+						if end[it.LabelY] > plotRight {
+							t.Errorf("%s run %d: legend item %q ends at %.1f, right of the plot", s.Name, run.Repetition, it.Label, end[it.LabelY])
+						}
+					}
+				}
+				for class := range drawn {
+					if !explained[class] {
+						t.Errorf("%s run %d: the chart draws %q, which no legend explains", s.Name, run.Repetition, class)
+					}
+				}
+				pods := slices.ContainsFunc(run.Timeline, func(e scenario.Entry) bool { return e.Pod != "" })
+				if pods != slices.Contains(sections, "pods") || sections[len(sections)-1] != "failed requests" {
+					t.Errorf("%s run %d: sections %q, want pods if its timeline has any, and failed requests last", s.Name, run.Repetition, sections)
+				}
+			}
+		}
+	}
+}
+
+// TestHTMLRedMeansFailure renders results without a failed request and
+// checks that nothing on the page is styled as a failure: no failure
+// class, no cell or mark marked bad. Of the style sheet, only the failure
+// classes, a bad cell and a capacity below what the strategy allows may
+// use a failure class's colour.
+func TestHTMLRedMeansFailure(t *testing.T) {
+	page := renderHTML(t, readResults(t, noFailures))
+	for _, bad := range []string{`class="fail `, `class="bad"`, `capacity below`} {
+		if i := strings.Index(page, bad); i >= 0 {
+			t.Errorf("a page without failures has %q: …%s…", bad, page[max(0, i-80):min(len(page), i+80)])
+		}
+	}
+	colours := regexp.MustCompile(`--(refused|reset|closed|timeout|http5xx|error):\s*(#[0-9a-f]{6})`).FindAllStringSubmatch(htmlSource, -1)
+	if len(colours) != len(failClasses) {
+		t.Fatalf("the style sheet defines %d failure colours, want %d", len(colours), len(failClasses))
+	}
+	allowed := regexp.MustCompile(`^(\.fail\.[a-z0-9]+|td\.bad|svg \.mark\.capacity\.below)$`)
+	for _, rule := range regexp.MustCompile(`(?m)^([^{}\n]+)\{([^}]*)\}`).FindAllStringSubmatch(htmlSource, -1) {
+		uses := false
+		for _, c := range colours {
+			if strings.Contains(rule[2], "var(--"+c[1]+")") || strings.Contains(strings.ToLower(rule[2]), c[2]) {
+				uses = true
+			}
+		}
+		if !uses || strings.TrimSpace(rule[1]) == ":root" {
+			continue
+		}
+		for _, sel := range strings.Split(rule[1], ",") {
+			if sel = strings.TrimSpace(sel); !allowed.MatchString(sel) {
+				t.Errorf("%q is styled in a failure's colour: %s", sel, strings.TrimSpace(rule[0]))
+			}
 		}
 	}
 }

@@ -83,7 +83,7 @@ func disruptions() *scenario.Results {
 	}
 	var refused load.Counts
 	refused[load.OK], refused[load.Refused] = 10, 10
-	none := 0
+	none, two := 0, 2
 	return &scenario.Results{Scenarios: []scenario.Result{
 		{
 			Name: "probe-liveness-deep", Seed: "000", Deployment: "default/app", Action: "outage",
@@ -114,7 +114,7 @@ func disruptions() *scenario.Results {
 				OldPods:      []scenario.OldPod{{Name: "app-85fcd6b497-q68cp", AfterSigterm: &none, ExitCode: -1}},
 				RolloutMS:    38050,
 				Restarts:     3,
-				Capacity:     &scenario.Capacity{MinReady: 2, Replicas: 2},
+				Capacity:     &scenario.Capacity{MinReady: 2, Replicas: 2, Allowed: &two},
 				BackOffs:     []scenario.BackOff{{AtMS: 40, Pod: "app-85fcd6b497-q68cp", DelayMS: 9999}, {AtMS: 10060, Pod: "app-85fcd6b497-q68cp", DelayMS: 19998}, {AtMS: 30110, Pod: "app-85fcd6b497-q68cp", DelayMS: 39998}},
 				RolledBackMS: f(38002),
 				Timeline: []scenario.Entry{
@@ -166,6 +166,7 @@ func userApp() *scenario.Results {
 	f := func(v float64) *float64 { return &v }
 	var ok load.Counts
 	ok[load.OK] = 750
+	two := 2
 	run := scenario.Run{
 		Repetition: 1, Start: start, Totals: scenario.Totals{Requests: 750, OK: 750},
 		Clients: []load.ClientReport{{Kind: load.NewConn, Rate: 50, Totals: ok, Latency: load.Percentiles{P50: 2 * time.Millisecond, P99: 9 * time.Millisecond}}},
@@ -175,7 +176,7 @@ func userApp() *scenario.Results {
 			{Name: "myapp-5d8f7c9b6-w9p4n", SigtermMS: f(11030), DrainMS: 5051, ExitCode: 143},
 		},
 		RolloutMS: 16090,
-		Capacity:  &scenario.Capacity{MinReady: 2, Replicas: 2},
+		Capacity:  &scenario.Capacity{MinReady: 2, Replicas: 2, Allowed: &two},
 	}
 	return &scenario.Results{Scenarios: []scenario.Result{{
 		Name: "rollout", Deployment: "default/myapp", Action: "rollout-restart",
@@ -205,6 +206,74 @@ func TestRender(t *testing.T) {
 			}
 			golden.Check(t, filepath.Join("testdata", tt.name+".golden"), got.Bytes())
 		})
+	}
+}
+
+// TestCapacityText spells a run's capacity against what its rollout's
+// strategy allows: nothing said without an allowance (an action that is
+// not a rollout, or an older results file), the allowance when the run
+// kept to it, and that it fell below it otherwise.
+func TestCapacityText(t *testing.T) {
+	two := 2
+	tests := []struct {
+		name     string
+		capacity scenario.Capacity
+		want     string
+	}{
+		{name: "not a rollout", capacity: scenario.Capacity{MinReady: 2, Replicas: 3, AtMS: 1000},
+			want: "  capacity: 2 of 3 pods ready at the fewest, from +1.00s\n"},
+		{name: "as allowed", capacity: scenario.Capacity{MinReady: 2, Replicas: 3, Allowed: &two, AtMS: 1000},
+			want: "  capacity: 2 of 3 pods ready at the fewest, from +1.00s; the rollout strategy allows 2\n"},
+		{name: "below", capacity: scenario.Capacity{MinReady: 1, Replicas: 3, Allowed: &two, AtMS: 1000},
+			want: "  capacity: 1 of 3 pods ready at the fewest, from +1.00s, below the 2 the rollout strategy allows\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			writeDisruption(&b, scenario.Run{Capacity: &tt.capacity})
+			if got := b.String(); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestTableDescriptions checks that each row of the comparison table has
+// its scenario's description on a line of its own under it, starting
+// under the second column, one line whatever whitespace it holds, and
+// that a scenario without one (a results file from before descriptions
+// were recorded) has none.
+func TestTableDescriptions(t *testing.T) {
+	r := results()
+	r.Scenarios[1].Description = "readiness,\n\ta preStop sleep"
+	var b bytes.Buffer
+	if err := WriteTable(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	col := strings.Index(lines[0], "runs")
+	want := []string{"scenario", "1-plain", "no readiness probe", "3-graceful", "readiness, a preStop sleep"}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), b.String())
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d = %q, want it to have %q", i, lines[i], w)
+		}
+	}
+	for _, i := range []int{2, 4} {
+		if strings.TrimSpace(lines[i][:col]) != "" || lines[i][col] == ' ' {
+			t.Errorf("line %d = %q: want the description to start at column %d, under runs", i, lines[i], col)
+		}
+	}
+
+	r.Scenarios[0].Description, r.Scenarios[1].Description = "", ""
+	b.Reset()
+	if err := WriteTable(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(b.String(), "\n"); n != 3 {
+		t.Errorf("without descriptions, %d lines, want 3:\n%s", n, b.String())
 	}
 }
 

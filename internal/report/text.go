@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
@@ -16,20 +17,62 @@ import (
 // WriteTable writes the comparison table: a row per scenario with its
 // requests by outcome summed over its runs, and of its runs the highest p99
 // latency, the longest old-pod drain, the old pods' exit codes, the longest
-// rollout, the restarts and the lowest capacity. A second table follows
-// for the scenarios whose runs had an outage, back-offs, evictions, a
-// drain or a rollback, with a column for each.
+// rollout, the restarts and the lowest capacity; under the row, the
+// scenario's description, if it has one. A second table follows for the
+// scenarios whose runs had an outage, back-offs, evictions, a drain or a
+// rollback, with a column for each.
 func WriteTable(w io.Writer, r *scenario.Results) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\t"+tableColumns)
+	var rows []tableLine
 	for _, s := range r.Scenarios {
-		fmt.Fprintf(tw, "%s\t%s\n", s.Name, textRow(s))
+		rows = append(rows, tableLine{cells: s.Name + "\t" + textRow(s), note: s.Description})
 	}
-	if err := tw.Flush(); err != nil {
+	if err := writeLines(w, "scenario\t"+tableColumns, rows); err != nil {
 		return err
 	}
 	return writeDisruptions(w, r)
 }
+
+// tableLine is a row of a table, tab-terminated cells, and the note
+// written under it; empty for none.
+type tableLine struct {
+	cells, note string
+}
+
+// writeLines writes a table of right-aligned columns: the header, then
+// each row with its note on a line of its own under it, from the second
+// column on, so that the first column's names stand apart. A note's
+// whitespace, line breaks included, is written as single spaces: a note
+// stays one line for grep and for a reader.
+func writeLines(w io.Writer, header string, rows []tableLine) error {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, tablePadding, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, header)
+	first, _, _ := strings.Cut(header, "\t")
+	width := utf8.RuneCountInString(first)
+	for _, row := range rows {
+		fmt.Fprintln(tw, row.cells)
+		name, _, _ := strings.Cut(row.cells, "\t")
+		width = max(width, utf8.RuneCountInString(name))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	indent := strings.Repeat(" ", width+2*tablePadding)
+	lines := strings.SplitAfter(b.String(), "\n")
+	var out strings.Builder
+	out.WriteString(lines[0])
+	for i, row := range rows {
+		out.WriteString(lines[i+1])
+		if note := strings.Join(strings.Fields(row.note), " "); note != "" {
+			out.WriteString(indent + note + "\n")
+		}
+	}
+	_, err := io.WriteString(w, out.String())
+	return err
+}
+
+// tablePadding is the spaces between two columns of the text tables.
+const tablePadding = 2
 
 // tableColumns are the comparison table's columns after the scenario's
 // name, tab-terminated; textRow writes them.
@@ -81,7 +124,7 @@ func summarize(s scenario.Result) summary {
 // longest recovery, the back-off delays, the evictions summed and the
 // outcome of the last run.
 func writeDisruptions(w io.Writer, r *scenario.Results) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(w, 0, 0, tablePadding, ' ', tabwriter.AlignRight)
 	rows := 0
 	for _, s := range r.Scenarios {
 		var outage, outcome string
@@ -144,6 +187,13 @@ func writeDisruption(w io.Writer, run scenario.Run) {
 		if c.MinReady < c.Replicas {
 			fmt.Fprintf(w, ", from %s", offset(&c.AtMS))
 		}
+		switch {
+		case c.Allowed == nil:
+		case belowAllowed(c):
+			fmt.Fprintf(w, ", below the %d the rollout strategy allows", *c.Allowed)
+		default:
+			fmt.Fprintf(w, "; the rollout strategy allows %d", *c.Allowed)
+		}
 		fmt.Fprintln(w)
 	}
 	if o := run.Outage; o != nil {
@@ -191,6 +241,13 @@ func runOutcome(run scenario.Run) string {
 		return "rolled back at " + seconds(*run.RolledBackMS)
 	}
 	return ""
+}
+
+// belowAllowed reports whether a capacity fell below the fewest ready
+// pods its rollout's strategy allows: worse than the strategy promises.
+// Without an allowance (not a rollout) it never is.
+func belowAllowed(c *scenario.Capacity) bool {
+	return c != nil && c.Allowed != nil && c.MinReady < *c.Allowed
 }
 
 func capacity(c *scenario.Capacity) string {

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
 )
@@ -134,6 +137,14 @@ type Run struct {
 type Capacity struct {
 	MinReady int `json:"minReady"`
 	Replicas int `json:"replicas"`
+	// Allowed is, when the action is a rollout (rollout-restart, set-env),
+	// the fewest ready pods the Deployment's strategy lets it leave:
+	// spec.replicas less maxUnavailable as the deployment controller
+	// resolves it ([cluster.ResolveFenceposts]), 0 for a Recreate
+	// strategy. A MinReady below it is worse than the strategy promises.
+	// Absent for the other actions, which the strategy does not govern,
+	// and in results files written before the field existed.
+	Allowed *int `json:"allowed,omitempty"`
 	// AtMS is when the count first fell to MinReady; 0 when it was there
 	// at the action's start.
 	AtMS float64 `json:"atMs"`
@@ -510,8 +521,9 @@ func ptr[T any](v T) *T { return &v }
 // disruption computes a run's capacity, back-offs, evictions and, after an
 // outage, recovery, from every event of the cluster (those before the run
 // give the state at its start) and the run's timeline of failed requests.
-// deployment names the Deployment, of replicas pods.
-func disruption(run *Run, events []cluster.Event, deployment string, replicas int32) {
+// deployment names the Deployment, of replicas pods; allowed is the
+// capacity's Allowed, nil for none.
+func disruption(run *Run, events []cluster.Event, deployment string, replicas int32, allowed *int) {
 	start := run.Start
 	at := func(t time.Time) float64 { return ms(t.Sub(start)) }
 	tr := newReadiness(deployment)
@@ -552,6 +564,7 @@ func disruption(run *Run, events []cluster.Event, deployment string, replicas in
 	if capacity == nil {
 		capacity = &Capacity{MinReady: tr.ready(), Replicas: int(replicas)}
 	}
+	capacity.Allowed = allowed
 	run.Capacity = capacity
 	if evictions != (Evictions{}) || run.Drain != nil {
 		run.Evictions = &evictions
@@ -566,6 +579,27 @@ func disruption(run *Run, events []cluster.Event, deployment string, replicas in
 		}
 	}
 	run.RecoverMS = ptr(max(0, recovered-run.Outage.EndMS))
+}
+
+// rolloutAllowed returns the Capacity.Allowed of a run of action on d,
+// of replicas pods: nil unless the action is a rollout, or if d's
+// strategy does not resolve.
+func rolloutAllowed(d *appsv1.Deployment, replicas int32, action string) *int {
+	if action != ActionRolloutRestart && action != ActionSetEnv {
+		return nil
+	}
+	if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		return ptr(0)
+	}
+	var surge, unavailable *intstr.IntOrString
+	if ru := d.Spec.Strategy.RollingUpdate; ru != nil {
+		surge, unavailable = ru.MaxSurge, ru.MaxUnavailable
+	}
+	_, u, err := cluster.ResolveFenceposts(surge, unavailable, replicas)
+	if err != nil {
+		return nil
+	}
+	return ptr(max(0, int(replicas-u)))
 }
 
 // readiness follows the Ready condition of one Deployment's pods through a

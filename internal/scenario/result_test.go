@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -59,9 +61,9 @@ func TestDisruption(t *testing.T) {
 			{AtMS: 21000, Source: "client", Kind: "refused"},
 			{AtMS: 25000, Source: "cluster", Kind: "pod_ready"},
 		}}
-	disruption(run, events, "app", 3)
+	disruption(run, events, "app", 3, ptr(2))
 	want := &Run{Start: start, Outage: run.Outage, Timeline: run.Timeline,
-		Capacity:  &Capacity{MinReady: 1, Replicas: 3, AtMS: 2500},
+		Capacity:  &Capacity{MinReady: 1, Replicas: 3, Allowed: ptr(2), AtMS: 2500},
 		BackOffs:  []BackOff{{AtMS: 2600, Pod: "app-a1b2c-2", DelayMS: 9998}, {AtMS: 12700, Pod: "app-a1b2c-2", DelayMS: 19990}},
 		Evictions: &Evictions{Accepted: 1, Refused: 1},
 		RecoverMS: ptr(13000.0), // all ready at 33 s, 13 s after the outage's end at 20 s
@@ -73,20 +75,59 @@ func TestDisruption(t *testing.T) {
 	// A failure after the pods are back is what ends the recovery; a run
 	// with no event after the action keeps the capacity it started with.
 	run = &Run{Start: start, Outage: &Outage{EndMS: 20000}, Timeline: []Entry{{AtMS: 36000, Source: "client", Kind: "timeout"}}}
-	disruption(run, events, "app", 3)
+	disruption(run, events, "app", 3, nil)
 	if run.RecoverMS == nil || *run.RecoverMS != 16000 {
 		t.Errorf("recover = %v, want 16000 ms, the last failure's", run.RecoverMS)
 	}
 	run = &Run{Start: at(40)}
-	disruption(run, events, "app", 3)
+	disruption(run, events, "app", 3, nil)
 	if diff := cmp.Diff(&Capacity{MinReady: 3, Replicas: 3}, run.Capacity); diff != "" || run.Evictions != nil || run.RecoverMS != nil {
 		t.Errorf("after everything: capacity diff %s, evictions %v, recover %v: want 3/3 and neither", diff, run.Evictions, run.RecoverMS)
 	}
 	// Not every pod ready at the end: no recovery.
 	run = &Run{Start: start, Outage: &Outage{EndMS: 20000}}
-	disruption(run, events[:len(events)-1], "app", 3)
+	disruption(run, events[:len(events)-1], "app", 3, nil)
 	if run.RecoverMS != nil {
 		t.Errorf("recover = %v with a pod still unready, want none", *run.RecoverMS)
+	}
+}
+
+// TestRolloutAllowed resolves the fewest ready pods a rollout's strategy
+// allows as the deployment controller does: maxUnavailable rounded down,
+// 25 % when unset, one when both fenceposts round to zero, none for a
+// Recreate strategy, and no figure for an action that is not a rollout.
+func TestRolloutAllowed(t *testing.T) {
+	rolling := func(surge, unavailable *intstr.IntOrString) appsv1.DeploymentStrategy {
+		return appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: surge, MaxUnavailable: unavailable}}
+	}
+	n := func(v int) *intstr.IntOrString { i := intstr.FromInt(v); return &i }
+	pct := func(v string) *intstr.IntOrString { i := intstr.FromString(v); return &i }
+	tests := []struct {
+		name     string
+		strategy appsv1.DeploymentStrategy
+		replicas int32
+		action   string
+		want     *int
+	}{
+		{name: "defaults of 3", replicas: 3, action: ActionRolloutRestart, want: ptr(3)},
+		{name: "defaults of 8", replicas: 8, action: ActionRolloutRestart, want: ptr(6)},
+		{name: "maxUnavailable 1", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionRolloutRestart, want: ptr(2)},
+		{name: "set-env", strategy: rolling(n(1), n(0)), replicas: 2, action: ActionSetEnv, want: ptr(2)},
+		{name: "both round to zero", strategy: rolling(pct("0%"), pct("10%")), replicas: 3, action: ActionRolloutRestart, want: ptr(2)},
+		{name: "maxUnavailable above replicas", strategy: rolling(n(0), n(5)), replicas: 3, action: ActionRolloutRestart, want: ptr(0)},
+		{name: "recreate", strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}, replicas: 3, action: ActionRolloutRestart, want: ptr(0)},
+		{name: "not a percentage", strategy: rolling(n(0), pct("half")), replicas: 3, action: ActionRolloutRestart},
+		{name: "delete-pod", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionDeletePod},
+		{name: "drain", replicas: 1, action: ActionDrain},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Strategy: tt.strategy}}
+			if diff := cmp.Diff(tt.want, rolloutAllowed(d, tt.replicas, tt.action)); diff != "" {
+				t.Errorf("allowed (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -447,7 +447,7 @@ func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor,
 		logs[pod] = l
 	}
 	figures(run, out.report, lines, events, podAddressesOf(all), logs, goneAt)
-	disruption(run, all, d.Name, replicas(d))
+	disruption(run, all, d.Name, replicas(d), rolloutAllowed(d, replicas(d), a.action.Kind))
 	return run, nil
 }
 

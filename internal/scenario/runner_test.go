@@ -349,10 +349,12 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 		t.Skip("runs outages and rollouts under load")
 	}
 	t.Parallel()
-	capacity := func(want string) func(t *testing.T, run Run) {
+	// capacity checks a rollout's capacity and the fewest ready pods its
+	// strategy allows.
+	capacity := func(want string, allowed int) func(t *testing.T, run Run) {
 		return func(t *testing.T, run Run) {
-			if c := run.Capacity; c == nil || fmt.Sprintf("%d/%d", c.MinReady, c.Replicas) != want {
-				t.Errorf("capacity %+v, want %s", c, want)
+			if c := run.Capacity; c == nil || fmt.Sprintf("%d/%d", c.MinReady, c.Replicas) != want || c.Allowed == nil || *c.Allowed != allowed {
+				t.Errorf("capacity %+v, want %s, %d allowed", c, want, allowed)
 			}
 		}
 	}
@@ -388,16 +390,19 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 				t.Errorf("back-offs %v s, rolled back %v, totals %+v: want 10 20 40, a rollback, no failure", delays, run.RolledBackMS, run.Totals)
 			}
 		})},
-		{name: "surge-1-unavailable-0", check: firstRun(capacity("3/3"))},
-		{name: "surge-0-unavailable-1", check: firstRun(capacity("2/3"))},
+		{name: "surge-1-unavailable-0", check: firstRun(capacity("3/3", 3))},
+		{name: "surge-0-unavailable-1", check: firstRun(capacity("2/3", 2))},
 		{name: "pdb-1-evict", check: firstRun(evictions(0, true))},
 		{name: "pdb-2-delete", check: firstRun(func(t *testing.T, run Run) {
 			if len(run.OldPods) != 1 || run.Evictions != nil {
 				t.Errorf("old pods %+v, evictions %+v: want the pod deleted, no eviction", run.OldPods, run.Evictions)
 			}
+			if c := run.Capacity; c == nil || c.Allowed != nil {
+				t.Errorf("capacity %+v, want one with no allowed figure: a deletion is not a rollout", c)
+			}
 		})},
 		{name: "pdb-3-rollout", check: firstRun(func(t *testing.T, run Run) {
-			capacity("2/3")(t, run)
+			capacity("2/3", 2)(t, run)
 			if len(run.OldPods) != 3 {
 				t.Errorf("old pods %+v, want 3 replaced", run.OldPods)
 			}
