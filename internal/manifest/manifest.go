@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -282,18 +283,41 @@ func isSeparator(line []byte) bool {
 }
 
 // yamlLine matches the position that go.yaml.in/yaml/v3 puts in the text of
-// its syntax errors, the only place it reports one.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+// its syntax errors.
+var yamlLine = regexp.MustCompile(`^yaml: (line \d+: )?`)
 
-// syntaxError returns err from go.yaml.in/yaml/v3 as an *Error at its line
-// in the file.
+// syntaxError returns err, go.yaml.in/yaml/v3's error for doc, as an *Error
+// at the line of the mistake in the file.
 func syntaxError(file string, doc document, err error) *Error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		n, _ := strconv.Atoi(m[1])
-		return &Error{File: file, Line: doc.offset + n, Err: errors.New(msg[len(m[0]):])}
+	return &Error{File: file, Line: doc.offset + mistakeLine(doc.text, err), Err: errors.New(yamlLine.ReplaceAllString(err.Error(), ""))}
+}
+
+// mistakeLine returns the 1-based line of text that the syntax error err,
+// go.yaml.in/yaml/v3's for text, is about. The line in err's text is often
+// not it: for an error of its parser rather than its scanner, yaml.v3
+// prints the 0-based line of the error's context if it has one, else of
+// the token it did not expect (decode.go, parser.fail), so a key indented
+// one space too little is reported on the line above it, and an entry
+// missing its "-" on the line above its sequence. The mistake is instead on
+// the first line at which the text up to and including it fails with the
+// same error: the parser sees the same tokens up to the one it rejects,
+// and a text that ends before that line parses or fails otherwise.
+func mistakeLine(text []byte, err error) int {
+	var ends []int // the end of each line, after its newline
+	for i, c := range text {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
 	}
-	return &Error{File: file, Line: doc.offset + 1, Err: errors.New(strings.TrimPrefix(msg, "yaml: "))}
+	if len(ends) == 0 || ends[len(ends)-1] < len(text) {
+		ends = append(ends, len(text))
+	}
+	want := err.Error()
+	return 1 + sort.Search(len(ends), func(i int) bool {
+		var n yaml.Node
+		err := yaml.Unmarshal(text[:ends[i]], &n)
+		return err != nil && err.Error() == want
+	})
 }
 
 func parseDocument(file string, doc document) ([]Object, []error) {
