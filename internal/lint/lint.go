@@ -74,7 +74,8 @@ func (s *Severity) UnmarshalText(text []byte) error {
 type Rule struct {
 	// ID names the rule in findings, flags and annotations, in kebab-case.
 	ID string
-	// Severity is the severity of the rule's findings.
+	// Severity is the severity of the rule's findings; a finding that the
+	// manifests cannot confirm is reported one severity lower.
 	Severity Severity
 	// Title says in a line what the rule finds.
 	Title string
@@ -93,6 +94,10 @@ type finding struct {
 	field   string // what to change in it, such as a field path
 	message string
 	fix     string // empty: the rule's Fix
+	// unsure marks a finding that the manifests cannot confirm, such as a
+	// check the rule cannot see into; it is reported one severity below
+	// the rule's.
+	unsure bool
 }
 
 // subject is what a finding is about: a Kubernetes object, or a part of a
@@ -131,7 +136,8 @@ func listed(list, id string) bool {
 type Finding struct {
 	// Rule is the ID of the rule that found it.
 	Rule string `json:"rule"`
-	// Severity is the rule's severity.
+	// Severity is the rule's severity, or the one below it for a finding
+	// that the manifests cannot confirm.
 	Severity Severity `json:"severity"`
 	// Object names what has the problem: "Deployment shop/web",
 	// "Dockerfile stage build", "supervisord program:grpc".
@@ -262,9 +268,13 @@ func (l *Linter) report(r *Rule, f finding) (Finding, bool) {
 	if fix == "" {
 		fix = r.Fix
 	}
+	severity := r.Severity
+	if f.unsure && severity > Info {
+		severity--
+	}
 	return Finding{
 		Rule:     r.ID,
-		Severity: r.Severity,
+		Severity: severity,
 		Object:   f.at.String(),
 		File:     file,
 		Line:     line,
