@@ -53,7 +53,8 @@ chart), as if each were applied to a cluster of its own.
 With --measured, it also judges the preStop delay of each Deployment that
 a results file of closingtime rollout (or lab) measured, matched by
 namespace and name: how long after their termination started the old pods
-still received requests, plus a margin of ` + fmt.Sprint(lint.MeasuredMarginSeconds) + ` s, is the delay they need,
+still received requests on new connections (kept-alive ones stay on their
+pod whatever the endpoints say), plus a margin of ` + fmt.Sprint(lint.MeasuredMarginSeconds) + ` s, is the delay they need,
 and requests that failed around SIGTERM show a delay too short
 (prestop-shorter-than-measured). A measured Deployment that no manifest
 has is reported, with exit status 2.

@@ -131,3 +131,31 @@ func TestOwnManifestsLintClean(t *testing.T) {
 		t.Errorf("exit %d:\n%s%s", code, out.String(), errOut.String())
 	}
 }
+
+// TestLintMeasuredRollout measures a rollout on the embedded cluster and
+// judges its manifest by the measurement: a graceful server behind a 5 s
+// preStop sleep, whose kept-alive connections reach the old pods until
+// SIGTERM and whose new connections stop as the endpoints propagate,
+// passes. Counting the kept-alive requests as propagation would ask for a
+// longer delay than the one measured, whatever it was.
+func TestLintMeasuredRollout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a rollout under load")
+	}
+	t.Parallel()
+	const manifest = "testdata/rollout-graceful.yaml"
+	results := filepath.Join(t.TempDir(), "results.json")
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"rollout", "-f", manifest, "--local", "--client", "keep-alive=40", "--client", "new-conn=20",
+		"--warm-up", "1s", "--after", "1s", "--results", results}, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	if code != ExitOK {
+		t.Fatalf("rollout: exit %d; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	code = Run(context.Background(), []string{"lint", "--enable", "prestop-shorter-than-measured", "--measured", results, manifest},
+		Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	if code != ExitOK || !strings.Contains(out.String(), "0 errors, 0 warnings, 0 info") {
+		t.Errorf("lint --measured: exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitOK, out.String(), errOut.String())
+	}
+}

@@ -21,8 +21,8 @@
 // [Measure] summarises the results of `closingtime rollout` (or `lab`) by
 // Deployment; given in [Config.Measured], they let the rule
 // prestop-shorter-than-measured judge each measured Deployment's preStop
-// delay by how long its old pods still received requests after their
-// termination started, and [Linter.Unmatched] names the measurements that
+// delay by how long its old pods still received new connections after
+// their termination started, and [Linter.Unmatched] names the measurements that
 // concern none of the inputs.
 //
 // A finding on an object is suppressed by listing its rule ID in the
