@@ -68,7 +68,7 @@ func TestLint(t *testing.T) {
 		{name: "config unknown rule", args: []string{"lint", clean}, wantCode: 2, config: "ignore:\n  - rule: no-such-rule\n", wantErr: `unknown rule "no-such-rule"`},
 		{name: "config missing", args: []string{"lint", "--config", "no-such-config.yaml", clean}, wantCode: 2, wantErr: "no-such-config.yaml"},
 		{name: "kustomization", args: []string{"lint", "--threshold", "info", "../manifest/testdata/kustomize/overlays/prod"}, wantCode: 1,
-			wantOut: []string{"overlays/prod (kustomize build):", "[pdb-missing] Deployment shop/web"}},
+			wantOut: []string{"kustomize/base/deployment.yaml:12: info [pdb-missing] Deployment shop/web"}},
 		{name: "helm chart with values", args: []string{"lint", "--threshold", "info", "-f", "../manifest/testdata/helm/prod-values.yaml", "../manifest/testdata/helm/web"},
 			wantCode: 0, wantOut: []string{"0 errors, 0 warnings, 0 info"}},
 		{name: "helm chart that fails", args: []string{"lint", "../manifest/testdata/helm/broken"}, wantCode: 2,

@@ -3,6 +3,7 @@ package lint
 import (
 	"cmp"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -261,7 +262,11 @@ func (l *Linter) Lint(in Input) []Finding {
 // subject or l's Config suppresses it.
 func (l *Linter) report(r *Rule, f finding) (Finding, bool) {
 	file, line := f.at.position(f.field)
-	if f.at.ignores(r.ID) || l.suppressed(r.ID, file, f.at.String()) {
+	files := []string{file}
+	if o, ok := f.at.(object); ok && o.Build != "" {
+		files = append(files, o.Build+string(filepath.Separator))
+	}
+	if f.at.ignores(r.ID) || l.suppressed(r.ID, f.at.String(), files...) {
 		return Finding{}, false
 	}
 	fix := f.fix

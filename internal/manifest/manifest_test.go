@@ -31,6 +31,20 @@ func inputs(t testing.TB) []string {
 	return files
 }
 
+// writeFiles writes files, by slash-separated path under dir, for a test.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, text := range files {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // summary renders what Parse returned, one line per object and error.
 func summary(objs []Object, errs []error) string {
 	var b strings.Builder
@@ -162,15 +176,7 @@ func TestRead(t *testing.T) {
 		"broken.yaml":    "apiVersion: v1\nkind: [\n",
 		"named.manifest": "apiVersion: v1\nkind: Service\nmetadata:\n  name: named\n",
 	}
-	for name, text := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, dir, files)
 	stdin := strings.NewReader("apiVersion: v1\nkind: Service\nmetadata:\n  name: in\n")
 	missing := filepath.Join(dir, "missing.yaml")
 	objs, errs := Reader{Stdin: stdin}.Read([]string{dir, filepath.Join(dir, "named.manifest"), "-", missing, "-"})
