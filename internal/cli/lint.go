@@ -142,7 +142,7 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 	}
 
 	in, errs := lint.Read(manifest.Reader{Values: flags.values, Stdin: streams.In}, args)
-	report := lint.Report{Rules: linter.Rules(), Findings: linter.Lint(in), Errors: errs}
+	report := lint.Report{Version: buildVersion().String(), Rules: linter.Rules(), Findings: linter.Lint(in), Errors: errs}
 	if err := write(streams.Out, report); err != nil {
 		return fmt.Errorf("lint: write report: %w", err)
 	}

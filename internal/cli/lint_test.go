@@ -55,7 +55,7 @@ func TestLint(t *testing.T) {
 		{name: "json", args: []string{"lint", "-o", "json", broken, missing}, wantCode: 2, checkJSON: true,
 			wantOut: []string{`"rule": "readiness-probe-missing"`, `"line": 11`}, wantErr: "broken.yaml:11: found unexpected end of stream"},
 		{name: "sarif", args: []string{"lint", "-o", "sarif", missing}, wantCode: 1, checkJSON: true,
-			wantOut: []string{`"version": "2.1.0"`, `"startLine": 21`}},
+			wantOut: []string{`"version": "2.1.0"`, `"startLine": 21`, `"name": "closingtime",` + "\n          " + `"version": "` + buildVersion().String() + `",`}},
 		{name: "config ignores by path", args: []string{"lint", missing}, wantCode: 0, notInOut: "readiness-probe-missing",
 			config: "ignore:\n  - path: ../lint/testdata/readiness-probe-missing/\n"},
 		{name: "config ignores by object", args: []string{"lint", "--enable", "readiness-probe-missing", missing}, wantCode: 0,
