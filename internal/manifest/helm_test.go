@@ -128,15 +128,19 @@ func TestReadChartError(t *testing.T) {
 
 // TestChartSources: a subchart's objects are placed in its template when
 // it is a directory named as the subchart, and at the dependencies of the
-// chart's Chart.yaml when it is not; a YAML mistake in a rendered
+// chart's Chart.yaml when it is not; an object whose first line is no
+// template line at its first line that is; a YAML mistake in a rendered
 // template is reported at the template's line.
 func TestChartSources(t *testing.T) {
 	t.Parallel()
 	const service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ .Chart.Name }}\nspec:\n  ports:\n    - port: 80\n"
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
-		"app/Chart.yaml":                          "apiVersion: v2\nname: app\nversion: 1.0.0\ndependencies:\n  - name: db\n  - name: cache\n",
-		"app/templates/service.yaml":              service,
+		"app/Chart.yaml":             "apiVersion: v2\nname: app\nversion: 1.0.0\ndependencies:\n  - name: db\n  - name: cache\n",
+		"app/templates/service.yaml": service,
+		// An object whose first line an action wrote whole: placed at
+		// its first line that the template holds, not at the separator.
+		"app/templates/settings.yaml":             "# Settings.\n---\n{{ print \"apiVersion: v1\" }}\nkind: ConfigMap\nmetadata:\n  name: settings\n",
 		"app/charts/db/Chart.yaml":                "apiVersion: v2\nname: db\nversion: 1.0.0\n",
 		"app/charts/db/templates/service.yaml":    "# The database.\n" + service,
 		"app/charts/cache-2.0/Chart.yaml":         "apiVersion: v2\nname: cache\nversion: 2.0.0\n",
@@ -156,6 +160,7 @@ func TestChartSources(t *testing.T) {
 	}
 	slices.Sort(got)
 	want := []string{
+		"ConfigMap settings app/templates/settings.yaml:4 ports:4",
 		"Service app app/templates/service.yaml:1 ports:7",
 		"Service cache app/Chart.yaml:4 ports:4",
 		"Service db app/charts/db/templates/service.yaml:2 ports:8",

@@ -29,14 +29,14 @@ type source struct {
 // A line of the output that is a copy of none of file's takes the line of
 // its nearest ancestor that is (a value written by a template function
 // takes its key's line, a key that an include wrote its mapping's), and
-// the object, when none of its own lines is, the first line of doc that is
-// a copy of one of file's, or else file's first line.
+// the object, when its first line is not, the first of its lines that
+// is, or else file's first line.
 func (s *source) place(n *yaml.Node, doc document) *yaml.Node {
 	if s.node != nil {
 		return s.node
 	}
 	first := 1
-	for l := doc.offset + 1; l <= doc.offset+bytes.Count(doc.text, []byte("\n"))+1; l++ {
+	for l := n.Line; l <= doc.offset+bytes.Count(doc.text, []byte("\n"))+1; l++ {
 		if m := s.line(l); m > 0 {
 			first = m
 			break
