@@ -53,7 +53,8 @@ chart), as if each were applied to a cluster of its own.
 With --measured, it also judges the preStop delay of each Deployment that
 a results file of closingtime rollout (or lab) measured, matched by
 namespace and name: how long after their termination started the old pods
-still received requests, plus a margin of ` + fmt.Sprint(lint.MeasuredMarginSeconds) + ` s, is the delay they need,
+still received requests on new connections (kept-alive ones stay on their
+pod whatever the endpoints say), plus a margin of ` + fmt.Sprint(lint.MeasuredMarginSeconds) + ` s, is the delay they need,
 and requests that failed around SIGTERM show a delay too short
 (prestop-shorter-than-measured). A measured Deployment that no manifest
 has is reported, with exit status 2.
@@ -62,7 +63,8 @@ Arguments are files, directories (read recursively for *.yaml, *.yml,
 *.json, Dockerfiles and supervisord *.conf/*.ini files) and - for standard
 input (manifests). A directory with a kustomization.yaml is built, and one
 with a Chart.yaml rendered with --values, in process: no kustomize or helm
-binary is needed. A file that cannot be read is reported
+binary is needed, and findings point at the resource files and templates
+the objects came from. A file that cannot be read is reported
 with its reason and the others are still checked. Suppress a rule for one
 object with the annotation closingtime.dev/ignore: RULE[,RULE], and by file
 or object in the configuration file (--config, by default
@@ -73,7 +75,8 @@ Exit status: 0 when no finding reaches --threshold, 1 when one does, 2 when
 an input or the --measured file could not be read, or a Deployment measured
 there is in none of the inputs.`,
 		Example: `  closingtime lint deploy/
-  helm template ./chart | closingtime lint -
+  closingtime lint -f values-prod.yaml ./chart
+  kubectl get deploy -o yaml | closingtime lint -
   closingtime lint -o sarif --threshold error k8s/ > lint.sarif
   closingtime rollout -f deploy.yaml --local --repeat 3 --results results.json
   closingtime lint --measured results.json deploy.yaml`,
@@ -141,7 +144,7 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 	}
 
 	in, errs := lint.Read(manifest.Reader{Values: flags.values, Stdin: streams.In}, args)
-	report := lint.Report{Rules: linter.Rules(), Findings: linter.Lint(in), Errors: errs}
+	report := lint.Report{Version: buildVersion().String(), Rules: linter.Rules(), Findings: linter.Lint(in), Errors: errs}
 	if err := write(streams.Out, report); err != nil {
 		return fmt.Errorf("lint: write report: %w", err)
 	}

@@ -55,7 +55,7 @@ func TestLint(t *testing.T) {
 		{name: "json", args: []string{"lint", "-o", "json", broken, missing}, wantCode: 2, checkJSON: true,
 			wantOut: []string{`"rule": "readiness-probe-missing"`, `"line": 11`}, wantErr: "broken.yaml:11: found unexpected end of stream"},
 		{name: "sarif", args: []string{"lint", "-o", "sarif", missing}, wantCode: 1, checkJSON: true,
-			wantOut: []string{`"version": "2.1.0"`, `"startLine": 21`}},
+			wantOut: []string{`"version": "2.1.0"`, `"startLine": 21`, `"name": "closingtime",` + "\n          " + `"version": "` + buildVersion().String() + `",`}},
 		{name: "config ignores by path", args: []string{"lint", missing}, wantCode: 0, notInOut: "readiness-probe-missing",
 			config: "ignore:\n  - path: ../lint/testdata/readiness-probe-missing/\n"},
 		{name: "config ignores by object", args: []string{"lint", "--enable", "readiness-probe-missing", missing}, wantCode: 0,
@@ -68,7 +68,7 @@ func TestLint(t *testing.T) {
 		{name: "config unknown rule", args: []string{"lint", clean}, wantCode: 2, config: "ignore:\n  - rule: no-such-rule\n", wantErr: `unknown rule "no-such-rule"`},
 		{name: "config missing", args: []string{"lint", "--config", "no-such-config.yaml", clean}, wantCode: 2, wantErr: "no-such-config.yaml"},
 		{name: "kustomization", args: []string{"lint", "--threshold", "info", "../manifest/testdata/kustomize/overlays/prod"}, wantCode: 1,
-			wantOut: []string{"overlays/prod (kustomize build):", "[pdb-missing] Deployment shop/web"}},
+			wantOut: []string{"kustomize/base/deployment.yaml:12: info [pdb-missing] Deployment shop/web"}},
 		{name: "helm chart with values", args: []string{"lint", "--threshold", "info", "-f", "../manifest/testdata/helm/prod-values.yaml", "../manifest/testdata/helm/web"},
 			wantCode: 0, wantOut: []string{"0 errors, 0 warnings, 0 info"}},
 		{name: "helm chart that fails", args: []string{"lint", "../manifest/testdata/helm/broken"}, wantCode: 2,
@@ -129,5 +129,33 @@ func TestOwnManifestsLintClean(t *testing.T) {
 	code := Run(context.Background(), []string{"lint", "../../Dockerfile", "../../deploy/"}, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
 	if code != ExitOK {
 		t.Errorf("exit %d:\n%s%s", code, out.String(), errOut.String())
+	}
+}
+
+// TestLintMeasuredRollout measures a rollout on the embedded cluster and
+// judges its manifest by the measurement: a graceful server behind a 5 s
+// preStop sleep, whose kept-alive connections reach the old pods until
+// SIGTERM and whose new connections stop as the endpoints propagate,
+// passes. Counting the kept-alive requests as propagation would ask for a
+// longer delay than the one measured, whatever it was.
+func TestLintMeasuredRollout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a rollout under load")
+	}
+	t.Parallel()
+	const manifest = "testdata/rollout-graceful.yaml"
+	results := filepath.Join(t.TempDir(), "results.json")
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"rollout", "-f", manifest, "--local", "--client", "keep-alive=40", "--client", "new-conn=20",
+		"--warm-up", "1s", "--after", "1s", "--results", results}, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	if code != ExitOK {
+		t.Fatalf("rollout: exit %d; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	code = Run(context.Background(), []string{"lint", "--enable", "prestop-shorter-than-measured", "--measured", results, manifest},
+		Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	if code != ExitOK || !strings.Contains(out.String(), "0 errors, 0 warnings, 0 info") {
+		t.Errorf("lint --measured: exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitOK, out.String(), errOut.String())
 	}
 }

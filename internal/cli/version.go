@@ -36,7 +36,9 @@ func newVersionCommand(streams Streams) *cobra.Command {
 	return cmd
 }
 
-func runVersion(streams Streams, flags versionFlags) error {
+// buildVersion returns what `closingtime version` reports of this
+// binary, from the build information Go stamps into it.
+func buildVersion() versionInfo {
 	info := versionInfo{Version: "(devel)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" {
@@ -48,13 +50,23 @@ func runVersion(streams Streams, flags versionFlags) error {
 			}
 		}
 	}
+	return info
+}
+
+// String returns the version and the revision's first 12 digits, as
+// `closingtime version` prints them: "v1.2.0", "(devel) (0123456789ab)".
+func (v versionInfo) String() string {
+	if v.Revision == "" {
+		return v.Version
+	}
+	return fmt.Sprintf("%s (%.12s)", v.Version, v.Revision)
+}
+
+func runVersion(streams Streams, flags versionFlags) error {
+	info := buildVersion()
 	switch flags.output {
 	case "text":
-		fmt.Fprintf(streams.Out, "closingtime %s", info.Version)
-		if info.Revision != "" {
-			fmt.Fprintf(streams.Out, " (%.12s)", info.Revision)
-		}
-		fmt.Fprintf(streams.Out, " %s %s\n", info.GoVersion, info.Platform)
+		fmt.Fprintf(streams.Out, "closingtime %s %s %s\n", info, info.GoVersion, info.Platform)
 		return nil
 	case "json":
 		enc := json.NewEncoder(streams.Out)

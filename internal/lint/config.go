@@ -31,7 +31,11 @@ type Suppression struct {
 	Rule string `json:"rule,omitempty"`
 	// Path matches the finding's file, with forward slashes, as a
 	// path.Match pattern such as "deploy/staging/*.yaml"; a pattern ending
-	// in "/" matches every file under that directory.
+	// in "/" matches every file under that directory. For an object of a
+	// kustomization's or a chart's output, it also matches the
+	// kustomization's or chart's directory followed by "/", so that
+	// "deploy/staging/" covers what an overlay there builds from a base
+	// elsewhere.
 	Path string `json:"path,omitempty"`
 	// Object matches the finding's object, such as "Deployment shop/web",
 	// as a path.Match pattern such as "Deployment shop/*".
@@ -58,8 +62,10 @@ func (s Suppression) matches(rule, file, object string) bool {
 	return true
 }
 
-func (l *Linter) suppressed(rule, file, object string) bool {
-	return slices.ContainsFunc(l.suppress, func(s Suppression) bool { return s.matches(rule, file, object) })
+func (l *Linter) suppressed(rule, object string, files ...string) bool {
+	return slices.ContainsFunc(l.suppress, func(s Suppression) bool {
+		return slices.ContainsFunc(files, func(file string) bool { return s.matches(rule, file, object) })
+	})
 }
 
 // validate checks that every rule ID is a rule's and every pattern valid.

@@ -1,10 +1,13 @@
 package lint
 
 import (
+	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/closingtime-dev/closingtime/internal/manifest"
 )
 
 func TestNew(t *testing.T) {
@@ -130,3 +133,39 @@ func TestSuppression(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSuppressionByBuild: a path suppression covers the objects that a
+// kustomization builds from a base elsewhere by the kustomization's
+// directory, as well as by the file each was written in.
+func TestSuppressionByBuild(t *testing.T) {
+	t.Parallel()
+	const text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  template:\n    metadata:\n      labels:\n        app: web\n" +
+		"    spec:\n      containers:\n        - name: web\n          image: web\n---\n" +
+		"apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector:\n    app: web\n  ports:\n    - port: 80\n"
+	objs, errs := manifest.Parse("deploy/base/web.yaml", []byte(text))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var in Input
+	for _, o := range objs {
+		o.Build = filepath.Join("deploy", "staging")
+		in.Objects = append(in.Objects, o)
+	}
+	for _, tt := range []struct {
+		path string
+		want int
+	}{
+		{path: "deploy/staging/", want: 0},
+		{path: "deploy/base/", want: 0},
+		{path: "deploy/*/", want: 0},
+		{path: "deploy/prod/", want: 1},
+	} {
+		l, err := New(Config{Enable: []string{"single-replica"}, Suppress: []Suppression{{Path: tt.path}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Lint(in); len(got) != tt.want {
+			t.Errorf("path %s: %d findings, want %d:\n%s", tt.path, len(got), tt.want, render(got))
+		}
+	}
+}

@@ -16,14 +16,16 @@
 // to its scaleTargetRef, all within one namespace, where an object without a
 // namespace is in "default"), taking each directory of manifests, and each
 // kustomization's or chart's output, for a cluster of its own, and returns
-// [Finding] values that point at the file and line of the field to change.
+// [Finding] values that point at the file and line of the field to change:
+// for a kustomization's or chart's object, in the resource file or the
+// template it came from (see manifest.Object's Build).
 //
 // [Measure] summarises the results of `closingtime rollout` (or `lab`) by
 // Deployment; given in [Config.Measured], they let the rule
 // prestop-shorter-than-measured judge each measured Deployment's preStop
-// delay by how long its old pods still received requests after their
-// termination started, and [Linter.Unmatched] names the measurements that
-// concern none of the inputs.
+// delay by how long its old pods still received new connections after
+// their termination started, and [Linter.Unmatched] names the measurements
+// that concern none of the inputs.
 //
 // A finding on an object is suppressed by listing its rule ID in the
 // object's closingtime.dev/ignore annotation (see [IgnoreAnnotation]), in a

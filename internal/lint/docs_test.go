@@ -61,8 +61,27 @@ func docsIndex(rules []Rule) string {
 		"A directory is read recursively for manifests (`*.yaml`, `*.yml`, `*.json`), Dockerfiles (`Dockerfile`, " +
 		"`Containerfile`, variants such as `Dockerfile.prod` and `Containerfile.dev`, and `*.Dockerfile`; not " +
 		"`Dockerfile.dockerignore`) and supervisord configurations (`*.conf`, `*.ini` with `[program:…]` sections); " +
-		"a directory with a kustomization is built, and one with a `Chart.yaml` rendered. A file named as an argument " +
+		"a directory with a kustomization is built, and one with a `Chart.yaml` rendered (with the `--values` files). A file named as an argument " +
 		"is a Dockerfile or supervisord configuration by the same names, and manifests otherwise.\n\n" +
+		"The objects of a kustomization or a chart are related to each other as one cluster's, and their findings point " +
+		"at the files they were written in, as code scanning needs:\n\n" +
+		"- A kustomization's object is reported in the resource file that holds it (in a base or a component too), at the " +
+		"line of its field there, from the origin that kustomize records for each object (the `config.kubernetes.io/origin` " +
+		"annotation, which closingtime asks for whatever the kustomization's `buildMetadata` says, and leaves out of the " +
+		"objects unless it asks too). A field that a patch or a transformer added is reported at its nearest ancestor that " +
+		"the file writes, and a value that one changed at the file's line of it, whose value may differ. A generated object " +
+		"(`configMapGenerator`) is reported at its generator in the kustomization file, and a remote resource at the " +
+		"kustomization's `resources`.\n" +
+		"- A chart's object is reported in the template that rendered it. A line of the rendered output is placed at the " +
+		"template's line that holds its text around the template's actions (`replicas: {{ .Values.replicas }}` for " +
+		"`replicas: 3`), matched in order; what an action wrote whole (`toYaml`, `include`, a `range` after its first pass) " +
+		"has no line of its own in the template and is reported at its nearest ancestor that has one, and an object whose " +
+		"first line has none at the first of its lines that has one, or at the template's first line. A template of a subchart " +
+		"that is an archive (`charts/*.tgz`), or a directory not named as the subchart, has no file to point at: its objects " +
+		"are reported at `dependencies` in the chart's `Chart.yaml`. A YAML mistake in a rendered template is reported at " +
+		"the template's line, or with the template and its line as rendered when no line of the template holds it.\n" +
+		"- `helm template ./chart | closingtime lint -` reports lines of standard input; lint the chart's directory for " +
+		"lines in its templates.\n\n" +
 		"Manifests are decoded as strictly as kubectl's default field validation: a field the object's type does not " +
 		"have (a typo such as `readinesProbe`, or `replica` for `replicas`) or a field written twice rejects the object, " +
 		"and is reported with its file, line and path, as in " +
@@ -77,9 +96,11 @@ func docsIndex(rules []Rule) string {
 		"threshold: error                   # lowest severity that makes the exit status 1 (--threshold wins)\n" +
 		"ignore:                            # findings not to report; empty fields match anything\n" +
 		"  - rule: single-replica\n" +
-		"    path: deploy/staging/          # a path.Match pattern, or a directory ending in /\n" +
+		"    path: deploy/staging/          # a path.Match pattern, or a directory ending in /, on the finding's file\n" +
 		"  - object: Deployment shop/admin  # a path.Match pattern on the object's kind, namespace and name\n" +
-		"```\n\nUnknown keys and rule IDs are errors (exit status 2).\n")
+		"```\n\nFor the objects of a kustomization or a chart, `path` also matches its directory followed by `/`: " +
+		"`deploy/staging/` covers what the overlay there builds from a base elsewhere. " +
+		"Unknown keys and rule IDs are errors (exit status 2).\n")
 	return b.String()
 }
 

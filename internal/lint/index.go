@@ -77,12 +77,17 @@ type hpa struct {
 // not select each other's pods. The output of a kustomization or a chart is
 // a directory of its own. The Dockerfiles and programs go in the first.
 func newIndexes(in Input) []*index {
-	var dirs []string
-	byDir := make(map[string][]manifest.Object)
+	// A directory of manifests, or a kustomization's or a chart's output.
+	type group struct {
+		dir   string
+		built bool
+	}
+	var dirs []group
+	byDir := make(map[group][]manifest.Object)
 	for _, o := range in.Objects {
-		dir := filepath.Dir(o.File)
-		if strings.HasSuffix(o.File, manifest.KustomizeSuffix) || strings.HasSuffix(o.File, manifest.HelmSuffix) {
-			dir = o.File
+		dir := group{filepath.Dir(o.File), false}
+		if o.Build != "" {
+			dir = group{o.Build, true}
 		}
 		if _, ok := byDir[dir]; !ok {
 			dirs = append(dirs, dir)

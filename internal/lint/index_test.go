@@ -15,15 +15,21 @@ func TestLintRelatesWithinDirectory(t *testing.T) {
 	const deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: web\n" +
 		"  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n        - name: web\n          image: web\n"
 	tests := []struct {
-		name         string
-		serviceFile  string
-		deployFile   string
-		wantFindings int
+		name                    string
+		serviceFile, deployFile string
+		// serviceBuild and deployBuild are the kustomizations that built
+		// them, "" for none.
+		serviceBuild, deployBuild string
+		wantFindings              int
 	}{
 		{name: "same directory", serviceFile: "app/service.yaml", deployFile: "app/deployment.yaml", wantFindings: 1},
 		{name: "sibling directories", serviceFile: "staging/service.yaml", deployFile: "prod/deployment.yaml", wantFindings: 0},
-		{name: "one kustomization's output", serviceFile: "prod" + manifest.KustomizeSuffix, deployFile: "prod" + manifest.KustomizeSuffix, wantFindings: 1},
-		{name: "a kustomization and its directory", serviceFile: "prod" + manifest.KustomizeSuffix, deployFile: "prod/deployment.yaml", wantFindings: 0},
+		{name: "one kustomization's output", serviceFile: "base/service.yaml", serviceBuild: "prod",
+			deployFile: "base/deployment.yaml", deployBuild: "prod", wantFindings: 1},
+		{name: "a kustomization and its directory", serviceFile: "base/service.yaml", serviceBuild: "prod",
+			deployFile: "prod/deployment.yaml", wantFindings: 0},
+		{name: "two kustomizations of one base", serviceFile: "base/service.yaml", serviceBuild: "staging",
+			deployFile: "base/deployment.yaml", deployBuild: "prod", wantFindings: 0},
 	}
 	l, err := New(Config{Enable: []string{"readiness-probe-missing"}})
 	if err != nil {
@@ -33,9 +39,14 @@ func TestLintRelatesWithinDirectory(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var in Input
-			for _, f := range []struct{ name, text string }{{tt.serviceFile, service}, {tt.deployFile, deployment}} {
-				if errs := in.add(f.name, []byte(f.text)); len(errs) > 0 {
+			for _, f := range []struct{ name, build, text string }{{tt.serviceFile, tt.serviceBuild, service}, {tt.deployFile, tt.deployBuild, deployment}} {
+				objs, errs := manifest.Parse(f.name, []byte(f.text))
+				if len(errs) > 0 {
 					t.Fatal(errs)
+				}
+				for _, o := range objs {
+					o.Build = f.build
+					in.Objects = append(in.Objects, o)
 				}
 			}
 			if got := l.Lint(in); len(got) != tt.wantFindings {

@@ -30,24 +30,26 @@ func Read(r manifest.Reader, paths []string) (Input, []error) {
 	files, errs := r.ReadFiles(paths)
 	var in Input
 	for _, f := range files {
-		errs = append(errs, in.add(f.Name, f.Data)...)
+		errs = append(errs, in.add(f)...)
 	}
 	return in, errs
 }
 
-// add parses one file into in, choosing the parser by its name.
-func (in *Input) add(name string, data []byte) []error {
+// add parses one file into in, choosing the parser by its name; a
+// kustomization's or a chart's output is manifests.
+func (in *Input) add(f manifest.File) []error {
 	switch {
-	case IsDockerfileName(name):
-		in.dockerfiles = append(in.dockerfiles, parseDockerfile(name, data))
-	case IsSupervisordName(name):
-		if bytes.Contains(data, []byte("[program:")) {
-			in.programs = append(in.programs, parseSupervisord(name, data)...)
+	case f.Built:
+	case IsDockerfileName(f.Name):
+		in.dockerfiles = append(in.dockerfiles, parseDockerfile(f.Name, f.Data))
+		return nil
+	case IsSupervisordName(f.Name):
+		if bytes.Contains(f.Data, []byte("[program:")) {
+			in.programs = append(in.programs, parseSupervisord(f.Name, f.Data)...)
 		}
-	default:
-		objs, errs := manifest.Parse(name, data)
-		in.Objects = append(in.Objects, objs...)
-		return errs
+		return nil
 	}
-	return nil
+	objs, errs := f.Parse()
+	in.Objects = append(in.Objects, objs...)
+	return errs
 }

@@ -3,6 +3,7 @@ package lint
 import (
 	"cmp"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -74,7 +75,8 @@ func (s *Severity) UnmarshalText(text []byte) error {
 type Rule struct {
 	// ID names the rule in findings, flags and annotations, in kebab-case.
 	ID string
-	// Severity is the severity of the rule's findings.
+	// Severity is the severity of the rule's findings; a finding that the
+	// manifests cannot confirm is reported one severity lower.
 	Severity Severity
 	// Title says in a line what the rule finds.
 	Title string
@@ -93,6 +95,10 @@ type finding struct {
 	field   string // what to change in it, such as a field path
 	message string
 	fix     string // empty: the rule's Fix
+	// unsure marks a finding that the manifests cannot confirm, such as a
+	// check the rule cannot see into; it is reported one severity below
+	// the rule's.
+	unsure bool
 }
 
 // subject is what a finding is about: a Kubernetes object, or a part of a
@@ -131,7 +137,8 @@ func listed(list, id string) bool {
 type Finding struct {
 	// Rule is the ID of the rule that found it.
 	Rule string `json:"rule"`
-	// Severity is the rule's severity.
+	// Severity is the rule's severity, or the one below it for a finding
+	// that the manifests cannot confirm.
 	Severity Severity `json:"severity"`
 	// Object names what has the problem: "Deployment shop/web",
 	// "Dockerfile stage build", "supervisord program:grpc".
@@ -255,16 +262,24 @@ func (l *Linter) Lint(in Input) []Finding {
 // subject or l's Config suppresses it.
 func (l *Linter) report(r *Rule, f finding) (Finding, bool) {
 	file, line := f.at.position(f.field)
-	if f.at.ignores(r.ID) || l.suppressed(r.ID, file, f.at.String()) {
+	files := []string{file}
+	if o, ok := f.at.(object); ok && o.Build != "" {
+		files = append(files, o.Build+string(filepath.Separator))
+	}
+	if f.at.ignores(r.ID) || l.suppressed(r.ID, f.at.String(), files...) {
 		return Finding{}, false
 	}
 	fix := f.fix
 	if fix == "" {
 		fix = r.Fix
 	}
+	severity := r.Severity
+	if f.unsure && severity > Info {
+		severity--
+	}
 	return Finding{
 		Rule:     r.ID,
-		Severity: r.Severity,
+		Severity: severity,
 		Object:   f.at.String(),
 		File:     file,
 		Line:     line,

@@ -5,6 +5,8 @@ import (
 	"path"
 	"strings"
 	"unicode"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 var livenessChecksDependency = Rule{
@@ -42,31 +44,47 @@ func checkLivenessChecksDependency(ix *index) []finding {
 	for _, w := range ix.workloads {
 		for i, c := range w.template.Spec.Containers {
 			p := c.LivenessProbe
-			if p == nil {
+			if p == nil || sameAsReadiness(c) {
+				// A check that readiness shares is
+				// liveness-same-as-readiness's to report.
 				continue
 			}
-			var msg, field string
-			switch {
-			case p.HTTPGet != nil:
-				if word := dependencyWord(p.HTTPGet.Path); word != "" {
-					msg, field = fmt.Sprintf("livenessProbe path %q looks like a readiness or dependency check (%q)", p.HTTPGet.Path, word), ".livenessProbe.httpGet.path"
-				}
-			case p.Exec != nil:
-				if client := dependencyClient(p.Exec.Command); client != "" {
-					msg, field = fmt.Sprintf("livenessProbe runs %s, a client of a dependency", client), ".livenessProbe.exec.command"
-				}
-			}
-			if msg == "" {
+			why, field := dependencyCheck(p.ProbeHandler)
+			if why == "" {
 				continue
 			}
 			out = append(out, finding{
 				at:      object{w.obj},
-				field:   w.containerPath(i) + field,
-				message: fmt.Sprintf("container %q: %s", c.Name, msg),
+				field:   w.containerPath(i) + ".livenessProbe" + field,
+				message: fmt.Sprintf("container %q: livenessProbe %s", c.Name, why),
 			})
 		}
 	}
 	return out
+}
+
+// dependencyCheck says why the probe handler h checks, or looks like it
+// checks, something besides the container's own process: it reaches
+// another host, its path names a readiness or dependency check, or its
+// command is a client of a dependency. It also returns the field under
+// the probe that shows it, such as ".httpGet.path". Both are "" when
+// nothing shows it.
+func dependencyCheck(h corev1.ProbeHandler) (why, field string) {
+	switch {
+	case h.HTTPGet != nil && h.HTTPGet.Host != "":
+		return fmt.Sprintf("requests host %q, not the pod", h.HTTPGet.Host), ".httpGet.host"
+	case h.HTTPGet != nil:
+		if word := dependencyWord(h.HTTPGet.Path); word != "" {
+			return fmt.Sprintf("requests path %q, which looks like a readiness or dependency check (%q)", h.HTTPGet.Path, word), ".httpGet.path"
+		}
+	case h.TCPSocket != nil && h.TCPSocket.Host != "":
+		return fmt.Sprintf("connects to host %q, not the pod", h.TCPSocket.Host), ".tcpSocket.host"
+	case h.Exec != nil:
+		if client := dependencyClient(h.Exec.Command); client != "" {
+			return fmt.Sprintf("runs %s, a client of a dependency", client), ".exec.command"
+		}
+	}
+	return "", ""
 }
 
 // dependencyWord returns the first word of an HTTP path and query that is

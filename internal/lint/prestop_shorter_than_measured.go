@@ -22,9 +22,10 @@ var preStopShorterThanMeasured = Rule{
 	ID:       "prestop-shorter-than-measured",
 	Severity: Error,
 	Title:    "The preStop delay is shorter than the traffic tail measured by closingtime rollout",
-	Why: "After a pod starts terminating, requests keep reaching it until every node's proxy has seen it leave the " +
-		"endpoints; a rollout of this Deployment measured how long that takes in your cluster, and a preStop delay " +
-		"shorter than that, plus a margin, lets SIGTERM arrive while requests still do, and they fail.",
+	Why: "After a pod starts terminating, new connections keep reaching it until every node's proxy has seen it leave " +
+		"the endpoints; a rollout of this Deployment measured how long that takes in your cluster, from its requests on " +
+		"new connections (kept-alive ones stay on their pod until it closes them, whatever the endpoints say), and a " +
+		"preStop delay shorter than that, plus a margin, lets SIGTERM arrive while connections still do, and they fail.",
 	Fix: "Set lifecycle.preStop.sleep.seconds to at least the measured tail plus the margin, keep it within " +
 		"terminationGracePeriodSeconds, and measure again with closingtime rollout.",
 	check: checkPreStopShorterThanMeasured,
@@ -37,13 +38,18 @@ type Measurement struct {
 	// Deployment is the Deployment's namespace/name.
 	Deployment string
 	// Runs counts the runs measured, OldPods the old pods sent SIGTERM in
-	// them, and Served those of the old pods that answered a request.
+	// them, and Served those of the old pods that answered a request on a
+	// new connection.
 	Runs, OldPods, Served int
 	// Tail is the longest time from an old pod's termination start to the
-	// last request that reached it; zero when Served is.
+	// last request on a new connection that reached it: the endpoint
+	// propagation. Requests on connections kept alive from before keep
+	// reaching a pod until it closes them, whatever the endpoints say, so
+	// they do not count. Zero when Served is.
 	Tail time.Duration
-	// Gap is the shortest time from an old pod's last request to its
-	// SIGTERM, negative when it served after SIGTERM; zero when Served is.
+	// Gap is the shortest time from an old pod's last request on a new
+	// connection to its SIGTERM, negative when one reached it after
+	// SIGTERM; zero when Served is.
 	Gap time.Duration
 	// Failed counts the requests that failed within MeasuredMarginSeconds
 	// of an old pod's SIGTERM.
@@ -112,8 +118,8 @@ func (m *Measurement) add(run scenario.Run) error {
 		}
 		m.OldPods++
 		preStop := load.DurationMS(*p.SigtermMS - start)
-		if p.LastRequestMS != nil && p.GapMS != nil {
-			tail, gap := load.DurationMS(*p.LastRequestMS-start), load.DurationMS(*p.GapMS)
+		if last := p.LastNewConnectionMS; last != nil {
+			tail, gap := load.DurationMS(*last-start), load.DurationMS(*p.SigtermMS-*last)
 			if m.Served == 0 || tail > m.Tail {
 				m.Tail = tail
 			}
@@ -200,7 +206,7 @@ func (m Measurement) judge(seconds int64) (finding, bool) {
 	}
 	if need := m.Tail + margin; m.Served > 0 && preStop < need {
 		return finding{
-			message: fmt.Sprintf("%s, requests reached old pods until %s and %s; %s, and that tail and the %d s margin need %.2f s",
+			message: fmt.Sprintf("%s, new connections reached old pods until %s and %s; %s, and that tail and the %d s margin need %.2f s",
 				measured, when(m.Tail, "their termination started"), when(-m.Gap, "SIGTERM"), has, MeasuredMarginSeconds, need.Seconds()),
 			fix: fmt.Sprintf("Set lifecycle.preStop.sleep.seconds to at least %d, keep it within terminationGracePeriodSeconds, "+
 				"and measure again with closingtime rollout.", int64(math.Ceil(need.Seconds()))),

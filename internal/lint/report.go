@@ -13,6 +13,10 @@ import (
 // Report is the outcome of one lint run, as WriteText, WriteJSON and
 // WriteSARIF render it.
 type Report struct {
+	// Version is the version of closingtime that ran, as `closingtime
+	// version` prints it; SARIF gives it as the driver's version, and ""
+	// leaves it out.
+	Version string
 	// Rules are the rules that ran.
 	Rules []Rule
 	// Findings are what they found, ordered by file and line.

@@ -28,6 +28,7 @@ type (
 	}
 	sarifDriver struct {
 		Name           string      `json:"name"`
+		Version        string      `json:"version,omitempty"`
 		InformationURI string      `json:"informationUri"`
 		Rules          []sarifRule `json:"rules"`
 	}
@@ -83,12 +84,13 @@ type (
 var sarifLevel = [...]string{Info: "note", Warning: "warning", Error: "error"}
 
 // WriteSARIF writes r as a SARIF 2.1.0 log for code-scanning tools: one run
-// whose driver lists the rules that ran, one result per finding at its
+// whose driver has r's version and lists the rules that ran, one result per finding at its
 // file and line, and each unreadable input as an error notification of the
 // invocation, which is then not successful.
 func WriteSARIF(w io.Writer, r Report) error {
 	run := sarifRun{
-		Tool:        sarifTool{Driver: sarifDriver{Name: "closingtime", InformationURI: "https://github.com/closingtime-dev/closingtime", Rules: []sarifRule{}}},
+		Tool: sarifTool{Driver: sarifDriver{Name: "closingtime", Version: r.Version,
+			InformationURI: "https://github.com/closingtime-dev/closingtime", Rules: []sarifRule{}}},
 		Invocations: []sarifInvocation{{ExecutionSuccessful: len(r.Errors) == 0, Notifications: []sarifNotification{}}},
 		Results:     []sarifResult{},
 	}

@@ -54,6 +54,8 @@ type conn struct {
 	// addr is the remote address, read once for all the requests the
 	// connection carries.
 	addr netip.AddrPort
+	// used reports whether a request was sent on the connection before.
+	used bool
 }
 
 // Buffers are reused across connections: a new-conn client makes one
@@ -116,7 +118,8 @@ func (c *client) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, a.fail(classifyConnect(err), err)
 	}
-	a.connect, a.addr = time.Now(), cn.addr
+	a.connect, a.addr, a.reused = time.Now(), cn.addr, cn.used
+	cn.used = true
 	cn.SetDeadline(a.connect.Add(c.responseTimeout))
 	resp, err := c.exchange(cn, req, a)
 	c.release(cn, err == nil && !resp.Close)
@@ -239,6 +242,8 @@ type attempt struct {
 	// addr is the remote address of the attempt's connection; the zero
 	// AddrPort if it had none.
 	addr netip.AddrPort
+	// reused reports whether the connection had carried a request before.
+	reused bool
 
 	// When the attempt started, its connection was ready, the first byte
 	// of the response arrived, and the response was complete or the

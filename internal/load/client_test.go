@@ -274,12 +274,12 @@ func TestReusedConnResetCounted(t *testing.T) {
 			address := srv.start(t, 2, drop.do)
 			c := testClient(address, 1)
 			defer c.close()
-			if a := roundTrip(t, c, address, "r1")[0]; a.class != OK {
-				t.Fatalf("first request: %s (%v), want ok", a.class, a.err)
+			if a := roundTrip(t, c, address, "r1")[0]; a.class != OK || a.reused {
+				t.Fatalf("first request: %s (%v), reused %v; want ok on a new connection", a.class, a.err, a.reused)
 			}
 			a := roundTrip(t, c, address, "r2")[0]
-			if a.class != drop.want {
-				t.Errorf("request on the reused connection: %s (%v), want %s", a.class, a.err, drop.want)
+			if a.class != drop.want || !a.reused {
+				t.Errorf("request on the reused connection: %s (%v), reused %v; want %s, reused", a.class, a.err, a.reused, drop.want)
 			}
 			if n := srv.seen("r2"); n != 1 {
 				t.Errorf("server read the failed request %d times, want 1", n)
@@ -303,8 +303,8 @@ func TestIdleCloseNotCounted(t *testing.T) {
 	c := testClient(address, 1)
 	defer c.close()
 	for _, id := range []string{"r1", "r2", "r3"} {
-		if a := roundTrip(t, c, address, id)[0]; a.class != OK {
-			t.Fatalf("request %s: %s (%v), want ok", id, a.class, a.err)
+		if a := roundTrip(t, c, address, id)[0]; a.class != OK || a.reused {
+			t.Fatalf("request %s: %s (%v), reused %v; want ok on a new connection", id, a.class, a.err, a.reused)
 		}
 		select {
 		case <-closed:

@@ -44,6 +44,12 @@ type Result struct {
 	// got the request; through a real cluster's kube-proxy, it is the
 	// Service's.
 	Addr netip.AddrPort
+	// Reused reports whether the last attempt was sent on a connection
+	// that had carried a request before, as a keep-alive client's do; a
+	// request on a new connection went wherever the dialer routed it at
+	// that moment, one on a reused connection wherever its connection was
+	// routed when it was made.
+	Reused bool
 	// Attempts is the number of attempts made; more than one only with
 	// retries.
 	Attempts int
@@ -66,7 +72,7 @@ func newResult(kind Kind, id string, at, began time.Time, attempts []attempt, er
 	}
 	last := attempts[len(attempts)-1]
 	r.Class, r.FirstClass = last.class, attempts[0].class
-	r.Status, r.Pod, r.Addr = last.status, last.pod, last.addr
+	r.Status, r.Pod, r.Addr, r.Reused = last.status, last.pod, last.addr, last.reused
 	r.Connect, r.FirstByte, r.Total = offset(at, last.connect), offset(at, last.firstByte), offset(at, last.end)
 	if err == nil {
 		r.Err = last.err
@@ -346,6 +352,7 @@ type Event struct {
 	Status      int     `json:"status,omitempty"`
 	Pod         string  `json:"pod,omitempty"`
 	Addr        string  `json:"addr,omitempty"`
+	Reused      bool    `json:"reused,omitempty"`
 	Attempts    int     `json:"attempts"`
 	FirstClass  *Class  `json:"firstClass,omitempty"`
 	Error       string  `json:"error,omitempty"`
@@ -364,6 +371,7 @@ func EventOf(r *Result) Event {
 		Class:       r.Class,
 		Status:      r.Status,
 		Pod:         r.Pod,
+		Reused:      r.Reused,
 		Attempts:    r.Attempts,
 	}
 	if r.Addr.IsValid() {

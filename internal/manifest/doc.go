@@ -16,6 +16,11 @@
 //
 // A [Reader] reads files and directories as kubectl's -f does, and builds
 // kustomizations and renders Helm charts it finds on the way, in process.
+// Their objects keep the positions of their sources: a kustomization's, the
+// resource file and document kustomize's origin annotation names; a
+// chart's, the template that rendered them, at the template's lines that
+// the rendered lines were written from (see [Object.Build]). No position
+// of a build's object points into the build's output, which no file holds.
 //
 // Reading never stops at the first problem: a file that cannot be read or a
 // document that cannot be decoded is reported as an [*Error] naming the file

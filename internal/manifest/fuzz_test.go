@@ -44,3 +44,26 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAlignLines checks that alignLines maps each rendered line to a line
+// of the template or none, in order, each template line at most once.
+func FuzzAlignLines(f *testing.F) {
+	f.Add([]byte("a: 1\nb: {{ .Values.b }}\n{{- if .x }}\nc: 3\n{{- end }}\n"), []byte("a: 1\nb: 2\nc: 3\n"))
+	f.Add([]byte("x: {{- .a -}} y {{ .b }}\n"), []byte("x:1y 2\n"))
+	f.Fuzz(func(t *testing.T, template, rendered []byte) {
+		lines := alignLines(rendered, template)
+		if want := len(textLines(rendered)); len(lines) != want {
+			t.Fatalf("%d lines, want %d", len(lines), want)
+		}
+		max, last := len(textLines(template)), 0
+		for i, l := range lines {
+			if l == 0 {
+				continue
+			}
+			if l <= last || l > max {
+				t.Fatalf("line %d maps to %d after %d, of %d template lines", i+1, l, last, max)
+			}
+			last = l
+		}
+	})
+}

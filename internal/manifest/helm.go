@@ -1,9 +1,9 @@
 package manifest
 
 import (
-	"bytes"
-	"fmt"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,12 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// HelmSuffix ends the name of the File that a Reader makes of a Helm
-// chart's output: "charts/web" becomes "charts/web (helm template)". Lines
-// in it are lines of that output, where each template's manifests follow
-// a "# Source: chart/templates/…" comment.
-const HelmSuffix = " (helm template)"
-
 // HelmReleaseName is the release name charts are rendered with, the one
 // `helm template` uses when it is given none.
 const HelmReleaseName = "release-name"
@@ -32,14 +26,22 @@ func isChart(dir string) bool {
 	return err == nil && !fi.IsDir()
 }
 
-// RenderChart renders the Helm chart in dir in process, as `helm template
+// renderChart renders the Helm chart in dir in process, as `helm template
 // dir -f valueFiles…` does: release HelmReleaseName in namespace
 // "default", the chart's values.yaml with valueFiles merged over it in
 // order, the default capabilities, and the subcharts under its charts/
 // directory. It needs no helm binary and no cluster; a template that calls
 // lookup gets nothing. NOTES.txt and templates that render to nothing are
 // left out.
-func RenderChart(dir string, valueFiles []string) ([]byte, error) {
+//
+// It returns the rendered documents, template by template in the order of
+// their names, each placed in the template that rendered it: a line the
+// template holds as it was rendered (a line without an action) is placed
+// at that line, and any other line at its nearest such ancestor (see
+// [source.place]). A template of a subchart that is an archive, or a
+// directory not named as the subchart, is not a file to point at: its
+// objects are placed at the dependencies field of dir's Chart.yaml.
+func renderChart(dir string, valueFiles []string) ([]document, error) {
 	ch, err := loader.Load(dir)
 	if err != nil {
 		return nil, err
@@ -58,18 +60,28 @@ func RenderChart(dir string, valueFiles []string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(rendered))
-	for name := range rendered {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	var b bytes.Buffer
-	for _, name := range names {
-		text := strings.TrimSpace(rendered[name])
-		if text == "" || filepath.Base(name) == "NOTES.txt" {
+	sources := sourceFiles{}
+	var docs []document
+	for _, name := range slices.Sorted(maps.Keys(rendered)) {
+		text := []byte(strings.TrimSpace(rendered[name]))
+		if len(text) == 0 || path.Base(name) == "NOTES.txt" {
 			continue
 		}
-		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", name, text)
+		// Rendered names are the chart's name, then the template's path in
+		// the chart: "web/templates/deployment.yaml",
+		// "web/charts/redis/templates/master.yaml".
+		file := filepath.Join(dir, filepath.FromSlash(strings.TrimPrefix(name, ch.Name()+"/")))
+		src := &source{file: file}
+		if template, err := os.ReadFile(file); err == nil {
+			src.lines = alignLines(text, template)
+		} else {
+			chartFile := filepath.Join(dir, chartutil.ChartfileName)
+			src = &source{file: chartFile, node: sources.at(chartFile, "dependencies")}
+		}
+		for _, doc := range splitDocuments(text) {
+			doc.src = src
+			docs = append(docs, doc)
+		}
 	}
-	return b.Bytes(), nil
+	return docs, nil
 }

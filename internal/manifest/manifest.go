@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -35,10 +36,18 @@ type Object struct {
 	// *unstructured.Unstructured for any other kind. Its TypeMeta is set.
 	Obj runtime.Object
 	// File is the name of the file the object was read from, as given to
-	// [Parse] or named by [Reader.Read].
+	// [Parse] or named by [Reader.Read]; for an object of a kustomization's
+	// or a chart's output, the file it was written in (see Build).
 	File string
-	// Line is the 1-based line of the object's first field.
+	// Line is the 1-based line of the object's first field in File.
 	Line int
+	// Build is the directory of the kustomization or chart whose output
+	// the object is, as [Reader.Read] found it, and "" for an object read
+	// from a manifest file. File, Line and [Object.FieldLine] then point
+	// into the object's source: the file of the kustomization's resources
+	// that holds the object (or the kustomization file that generated
+	// it), or the chart's template that rendered it.
+	Build string
 
 	// node is the object's YAML mapping, for FieldLine.
 	node *yaml.Node
@@ -237,9 +246,14 @@ func newScheme() *runtime.Scheme {
 // object of a kind without a k8s.io/api type (a custom resource) are not
 // checked, as kubectl leaves them to the resource's schema on the server.
 func Parse(file string, data []byte) ([]Object, []error) {
+	return parseDocuments(file, splitDocuments(data))
+}
+
+// parseDocuments decodes docs, the documents of file, as Parse does.
+func parseDocuments(file string, docs []document) ([]Object, []error) {
 	var objs []Object
 	var errs []error
-	for _, doc := range splitDocuments(data) {
+	for _, doc := range docs {
 		o, err := parseDocument(file, doc)
 		objs = append(objs, o...)
 		errs = append(errs, err...)
@@ -251,6 +265,9 @@ func Parse(file string, data []byte) ([]Object, []error) {
 type document struct {
 	text   []byte
 	offset int
+	// src, for a document of a kustomization's or a chart's output, is
+	// where it was written; nil for a file's.
+	src *source
 }
 
 // splitDocuments cuts data at each "---" line, so that a broken document
@@ -266,12 +283,12 @@ func splitDocuments(data []byte) []document {
 			end += pos + 1
 		}
 		if pos > start && isSeparator(data[pos:end]) {
-			docs = append(docs, document{data[start:pos], startLine})
+			docs = append(docs, document{text: data[start:pos], offset: startLine})
 			start, startLine = pos, line
 		}
 		pos = end
 	}
-	return append(docs, document{data[start:], startLine})
+	return append(docs, document{text: data[start:], offset: startLine})
 }
 
 func isSeparator(line []byte) bool {
@@ -282,18 +299,52 @@ func isSeparator(line []byte) bool {
 }
 
 // yamlLine matches the position that go.yaml.in/yaml/v3 puts in the text of
-// its syntax errors, the only place it reports one.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+// its syntax errors.
+var yamlLine = regexp.MustCompile(`^yaml: (line \d+: )?`)
 
-// syntaxError returns err from go.yaml.in/yaml/v3 as an *Error at its line
-// in the file.
+// syntaxError returns err, go.yaml.in/yaml/v3's error for doc, as an *Error
+// at the line of the mistake in the file. In a chart's rendered template,
+// that is the template's line the mistake is a copy of; when it is a copy
+// of none, the error names the template and the line as rendered.
 func syntaxError(file string, doc document, err error) *Error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		n, _ := strconv.Atoi(m[1])
-		return &Error{File: file, Line: doc.offset + n, Err: errors.New(msg[len(m[0]):])}
+	line, msg := doc.offset+mistakeLine(doc.text, err), yamlLine.ReplaceAllString(err.Error(), "")
+	if doc.src != nil {
+		file = doc.src.file
+		if m := doc.src.line(line); m > 0 {
+			line = m
+		} else {
+			line, msg = 0, fmt.Sprintf("line %d as rendered: %s", line, msg)
+		}
 	}
-	return &Error{File: file, Line: doc.offset + 1, Err: errors.New(strings.TrimPrefix(msg, "yaml: "))}
+	return &Error{File: file, Line: line, Err: errors.New(msg)}
+}
+
+// mistakeLine returns the 1-based line of text that the syntax error err,
+// go.yaml.in/yaml/v3's for text, is about. The line in err's text is often
+// not it: for an error of its parser rather than its scanner, yaml.v3
+// prints the 0-based line of the error's context if it has one, else of
+// the token it did not expect (decode.go, parser.fail), so a key indented
+// one space too little is reported on the line above it, and an entry
+// missing its "-" on the line above its sequence. The mistake is instead on
+// the first line at which the text up to and including it fails with the
+// same error: the parser sees the same tokens up to the one it rejects,
+// and a text that ends before that line parses or fails otherwise.
+func mistakeLine(text []byte, err error) int {
+	var ends []int // the end of each line, after its newline
+	for i, c := range text {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] < len(text) {
+		ends = append(ends, len(text))
+	}
+	want := err.Error()
+	return 1 + sort.Search(len(ends), func(i int) bool {
+		var n yaml.Node
+		err := yaml.Unmarshal(text[:ends[i]], &n)
+		return err != nil && err.Error() == want
+	})
 }
 
 func parseDocument(file string, doc document) ([]Object, []error) {
@@ -306,6 +357,10 @@ func parseDocument(file string, doc document) ([]Object, []error) {
 	}
 	shiftLines(&root, doc.offset)
 	n := root.Content[0]
+	if doc.src != nil {
+		// Positions from where the object was written.
+		file, n = doc.src.file, doc.src.place(n, doc)
+	}
 	if err := checkKeys(n, ""); err != nil {
 		return nil, []error{&Error{File: file, Line: err.line, Err: err}}
 	}

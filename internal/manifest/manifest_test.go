@@ -31,6 +31,20 @@ func inputs(t testing.TB) []string {
 	return files
 }
 
+// writeFiles writes files, by slash-separated path under dir, for a test.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, text := range files {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // summary renders what Parse returned, one line per object and error.
 func summary(objs []Object, errs []error) string {
 	var b strings.Builder
@@ -112,6 +126,44 @@ func TestFieldLine(t *testing.T) {
 	}
 }
 
+// TestSyntaxErrorLine: a YAML mistake is reported on its own line, where
+// go.yaml.in/yaml/v3's text names the line of the mapping or sequence it
+// breaks (the line before a key indented too little, the line above a
+// sequence whose entry lacks its "-").
+func TestSyntaxErrorLine(t *testing.T) {
+	t.Parallel()
+	const head = "apiVersion: v1\nkind: Service\nmetadata:\n"
+	tests := []struct {
+		name     string
+		text     string
+		wantLine int
+		wantErr  string
+	}{
+		{name: "key indented too little", text: head + "  name: a\n labels: {a: b}\n", wantLine: 5, wantErr: "did not find expected key"},
+		{name: "key indented too little in a nested mapping",
+			text: head + "  name: a\nspec:\n  selector:\n    app: a\n   type: ClusterIP\n", wantLine: 8, wantErr: "did not find expected key"},
+		{name: "key indented too much", text: head + "  name: a\n   labels: {a: b}\n", wantLine: 5, wantErr: "mapping values are not allowed in this context"},
+		{name: "sequence entry without its dash",
+			text: head + "  name: a\nspec:\n  ports:\n    - port: 80\n    targetPort: 8080\n", wantLine: 8, wantErr: "did not find expected '-' indicator"},
+		{name: "tab as indentation", text: head + "\tname: a\n", wantLine: 4, wantErr: "found character that cannot start any token"},
+		{name: "in a later document",
+			text: head + "  name: a\n---\n" + head + "  name: b\n labels: {a: b}\n", wantLine: 10, wantErr: "did not find expected key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, errs := Parse("svc.yaml", []byte(tt.text))
+			if len(errs) != 1 {
+				t.Fatalf("Parse() errors = %v, want one", errs)
+			}
+			var e *Error
+			if !errors.As(errs[0], &e) || e.Line != tt.wantLine || e.Err.Error() != tt.wantErr {
+				t.Errorf("Parse() error = %v, want svc.yaml:%d: %s", errs[0], tt.wantLine, tt.wantErr)
+			}
+		})
+	}
+}
+
 func TestRead(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -124,15 +176,7 @@ func TestRead(t *testing.T) {
 		"broken.yaml":    "apiVersion: v1\nkind: [\n",
 		"named.manifest": "apiVersion: v1\nkind: Service\nmetadata:\n  name: named\n",
 	}
-	for name, text := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, dir, files)
 	stdin := strings.NewReader("apiVersion: v1\nkind: Service\nmetadata:\n  name: in\n")
 	missing := filepath.Join(dir, "missing.yaml")
 	objs, errs := Reader{Stdin: stdin}.Read([]string{dir, filepath.Join(dir, "named.manifest"), "-", missing, "-"})

@@ -30,36 +30,62 @@ type Reader struct {
 // Read reads the manifests at paths: a file whatever its name; a directory
 // recursively, taking the files r.Match accepts and skipping directories
 // whose names begin with a dot; "-" for standard input, read once. A
-// directory (given or found) that holds a kustomization file is built with
-// [Kustomize] instead of walked, and one that holds a Chart.yaml rendered
-// with [RenderChart]; their output is read as a file named for the
-// directory and [KustomizeSuffix] or [HelmSuffix]. Read returns the objects
-// of every readable document, in the order of paths (a directory's files
-// in lexical order), and an [*Error] for each file or document it could not
-// read, build or render.
+// directory (given or found) that holds a kustomization file is built as
+// `kustomize build` builds it instead of walked, and one that holds a
+// Chart.yaml rendered as `helm template` renders it, in process (see
+// [File.Built]). Read returns the objects of every readable document, in
+// the order of paths (a directory's files in lexical order), and an
+// [*Error] for each file or document it could not read, build or render.
 func (r Reader) Read(paths []string) ([]Object, []error) {
 	files, errs := r.ReadFiles(paths)
 	var objs []Object
 	for _, f := range files {
-		o, e := Parse(f.Name, f.Data)
+		o, e := f.Parse()
 		objs = append(objs, o...)
 		errs = append(errs, e...)
 	}
 	return objs, errs
 }
 
-// File is one input file's name and content.
+// File is one input file's name and content, or a kustomization's or a
+// chart's output.
 type File struct {
-	// Name is the path as given or found in a directory; [Stdin] for
-	// standard input; a directory and a suffix for a kustomization's or a
-	// chart's output.
+	// Name is the path as given or found in a directory, or [Stdin] for
+	// standard input; for a kustomization's or a chart's output, its
+	// directory.
 	Name string
+	// Data is the file's content; nil for a kustomization's or a chart's
+	// output.
 	Data []byte
+	// Built reports whether the file is the output of the kustomization
+	// or chart in directory Name. Its objects are the kustomization's
+	// build or the chart's templates rendered with the Reader's Values,
+	// and [File.Parse] gives each one the position it was written at in
+	// its source: the resource file that holds it, or the template that
+	// rendered it (see [Object.Build]).
+	Built bool
+
+	docs []document // a build's documents, each with its source
 }
 
-// ReadFiles reads the files at paths as Read does, without parsing them.
-// It returns them in order, and an [*Error] for each file or directory it
-// could not read, build or render.
+// Parse decodes the file's manifests as [Parse] does, or the documents of
+// a kustomization's or a chart's output, each at its position in its
+// source file, with the directory as the objects' Build.
+func (f File) Parse() ([]Object, []error) {
+	if !f.Built {
+		return Parse(f.Name, f.Data)
+	}
+	objs, errs := parseDocuments(f.Name, f.docs)
+	for i := range objs {
+		objs[i].Build = f.Name
+	}
+	return objs, errs
+}
+
+// ReadFiles reads the files at paths as Read does, without parsing them;
+// a kustomization or a chart is built or rendered. It returns them in
+// order, and an [*Error] for each file or directory it could not read,
+// build or render.
 func (r Reader) ReadFiles(paths []string) ([]File, []error) {
 	match := r.Match
 	if match == nil {
@@ -105,19 +131,14 @@ func (r Reader) ReadFiles(paths []string) ([]File, []error) {
 			if name != p && strings.HasPrefix(d.Name(), ".") {
 				return filepath.SkipDir
 			}
-			var (
-				data   []byte
-				suffix string
-			)
-			switch {
-			case isKustomization(name):
-				suffix = KustomizeSuffix
-				if data, err = Kustomize(name); err != nil {
+			var docs []document
+			switch kustomization := kustomizationFile(name); {
+			case kustomization != "":
+				if docs, err = kustomize(name, kustomization); err != nil {
 					err = fmt.Errorf("kustomize build: %w", err)
 				}
 			case isChart(name):
-				suffix = HelmSuffix
-				if data, err = RenderChart(name, r.Values); err != nil {
+				if docs, err = renderChart(name, r.Values); err != nil {
 					err = fmt.Errorf("helm template: %w", err)
 				}
 			default:
@@ -126,7 +147,7 @@ func (r Reader) ReadFiles(paths []string) ([]File, []error) {
 			if err != nil {
 				errs = append(errs, &Error{File: name, Err: err})
 			} else {
-				files = append(files, File{Name: name + suffix, Data: data})
+				files = append(files, File{Name: name, Built: true, docs: docs})
 			}
 			return filepath.SkipDir
 		})

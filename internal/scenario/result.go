@@ -209,6 +209,14 @@ type OldPod struct {
 	// GapMS is SIGTERM's time minus the last request's: positive when the
 	// traffic left the pod before the signal.
 	GapMS *float64 `json:"gapMs,omitempty"`
+	// LastNewConnectionMS is when the last request the pod answered on a
+	// new connection reached it, absent as LastRequestMS is or if every
+	// request it answered came on a connection kept alive from before. A
+	// new connection reaches a terminating pod only while the routing
+	// still sends it traffic, so this, unlike LastRequestMS, is the end of
+	// the endpoint propagation: kept-alive connections stay on their pod
+	// until it closes them.
+	LastNewConnectionMS *float64 `json:"lastNewConnectionMs,omitempty"`
 	// AfterSigterm counts the requests the pod answered that reached it
 	// after SIGTERM; absent (unknown) if the run's answered requests could
 	// not be attributed to pods, none of them. A request is the pod's when
@@ -293,8 +301,9 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 	// Failures by second, and on the timeline.
 	seconds := map[int]*load.Counts{}
 	type served struct {
-		at  time.Time
-		pod string
+		at     time.Time
+		pod    string
+		reused bool // on a connection that had carried a request before
 	}
 	var answered []served
 	unattributed := 0 // answered requests that no pod could be given
@@ -306,7 +315,7 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 		reached := t.Add(load.DurationMS(r.ConnectMS))
 		if r.Class == load.OK || r.Class == load.HTTP5xx {
 			if pod := cmp.Or(r.Pod, addrs.pod(r.Addr, reached)); pod != "" {
-				answered = append(answered, served{reached, pod})
+				answered = append(answered, served{reached, pod, r.Reused})
 			} else {
 				unattributed++
 			}
@@ -376,7 +385,7 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 		if !p.exited.IsZero() {
 			old.DrainMS = ms(p.exited.Sub(p.terminating))
 		}
-		var last time.Time
+		var last, lastNew time.Time
 		after := 0
 		for _, a := range answered {
 			if a.pod != name {
@@ -384,6 +393,9 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 			}
 			if a.at.After(last) {
 				last = a.at
+			}
+			if !a.reused && a.at.After(lastNew) {
+				lastNew = a.at
 			}
 			if !p.sigterm.IsZero() && a.at.After(p.sigterm) {
 				after++
@@ -400,6 +412,9 @@ func figures(run *Run, report *load.Report, requests []load.Event, events []clus
 			if !p.sigterm.IsZero() {
 				old.GapMS = ptr(ms(p.sigterm.Sub(last)))
 			}
+		}
+		if !lastNew.IsZero() {
+			old.LastNewConnectionMS = ptr(at(lastNew))
 		}
 		run.OldPods = append(run.OldPods, old)
 	}

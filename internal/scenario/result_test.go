@@ -195,22 +195,24 @@ func addressedRun(at func(float64) time.Time) (earlier, events []cluster.Event) 
 // that had the address at the time (app-0 before app-1, app-3 after it);
 // the header, when present, wins; a
 // failed request and one that reached a Service's address count for no
-// pod.
+// pod. A request on a kept-alive connection counts for the pod's last
+// request, not for its last new connection.
 func TestFiguresByAddress(t *testing.T) {
 	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
 	req := func(s float64, class load.Class, pod, addr string) load.Event {
 		return load.Event{Time: at(s).Format(time.RFC3339Nano), ConnectMS: 0.5, Class: class, Pod: pod, Addr: addr}
 	}
+	kept := func(e load.Event) load.Event { e.Reused = true; return e }
 	earlier, events := addressedRun(at)
 	requests := []load.Event{
 		req(0.5, load.OK, "", "127.77.0.2:8080"),
-		req(1.5, load.HTTP5xx, "", "127.77.0.2:8080"), // after SIGTERM
-		req(0.8, load.OK, "", "10.77.0.3:8080"),       // app-2
-		req(1.3, load.OK, "", "10.77.0.3:8080"),       // app-2, after SIGTERM
-		req(1.2, load.OK, "app-2", "127.77.0.2:8080"), // the header wins
-		req(2, load.Reset, "", "127.77.0.2:8080"),     // not answered
-		req(2.2, load.OK, "", "10.96.0.10:80"),        // a ClusterIP
+		kept(req(1.5, load.HTTP5xx, "", "127.77.0.2:8080")), // after SIGTERM
+		req(0.8, load.OK, "", "10.77.0.3:8080"),             // app-2
+		kept(req(1.3, load.OK, "", "10.77.0.3:8080")),       // app-2, after SIGTERM
+		req(1.2, load.OK, "app-2", "127.77.0.2:8080"),       // the header wins
+		req(2, load.Reset, "", "127.77.0.2:8080"),           // not answered
+		req(2.2, load.OK, "", "10.96.0.10:80"),              // a ClusterIP
 		req(2.4, load.OK, "", ""),
 		req(4, load.OK, "", "127.77.0.2:8080"), // app-3's by then
 	}
@@ -219,8 +221,8 @@ func TestFiguresByAddress(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	n := func(v int) *int { return &v }
 	want := []OldPod{
-		{Name: "app-1", SigtermMS: f(1000), LastRequestMS: f(1500.5), GapMS: f(-500.5), AfterSigterm: n(1), DrainMS: 2900, ExitCode: 143},
-		{Name: "app-2", SigtermMS: f(1000), LastRequestMS: f(1300.5), GapMS: f(-300.5), AfterSigterm: n(2), DrainMS: 2900, ExitCode: 143},
+		{Name: "app-1", SigtermMS: f(1000), LastRequestMS: f(1500.5), GapMS: f(-500.5), LastNewConnectionMS: f(500.5), AfterSigterm: n(1), DrainMS: 2900, ExitCode: 143},
+		{Name: "app-2", SigtermMS: f(1000), LastRequestMS: f(1300.5), GapMS: f(-300.5), LastNewConnectionMS: f(1200.5), AfterSigterm: n(2), DrainMS: 2900, ExitCode: 143},
 	}
 	if diff := cmp.Diff(want, run.OldPods); diff != "" {
 		t.Errorf("old pods (-want +got):\n%s", diff)
