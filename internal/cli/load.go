@@ -183,7 +183,7 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	}
 	if flags.waitServing > 0 {
 		wctx, cancel := context.WithTimeout(ctx, flags.waitServing)
-		err := load.WaitServing(wctx, dial, target)
+		err := load.WaitServing(wctx, cfg, nil)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("load: --wait-serving %v: %w", flags.waitServing, err)

@@ -255,19 +255,26 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 		followers.Go(func() { explain(ectx, c, notice, explained) })
 	}
 
+	cfg, err := loadConfig(s.Traffic, target, st.rl)
+	if err != nil {
+		return nil, err
+	}
+
 	// Deploy, and wait until the Service answers, telling every
-	// noticeInterval how many pods are ready.
+	// noticeInterval how many pods are ready and what the Service last
+	// answered.
 	progress(0, PhaseDeploy)
 	dctx, cancel := context.WithTimeout(ctx, st.rl)
 	defer cancel()
-	deployFollowers.Go(func() { waiting(deployCtx, rec, deployment, st.rl, notice) })
+	var answer lastAnswer
+	deployFollowers.Go(func() { waiting(deployCtx, rec, deployment, st.rl, &answer, notice) })
 	if err := c.Apply(dctx, objects); err != nil {
 		return nil, deployError("apply", err)
 	}
 	if _, err := c.RolloutStatus(dctx, deployment.Namespace, deployment.Name); err != nil {
 		return nil, deployError("first rollout", err)
 	}
-	if err := traffic.WaitServing(dctx, target); err != nil {
+	if err := traffic.WaitServing(dctx, cfg, answer.set); err != nil {
 		return nil, deployError("wait for the service to answer", err)
 	}
 	// Their last notices come before the next phase.
@@ -282,7 +289,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 			}
 		}
 		a := &actor{c: c, rec: rec, action: s.Action, d: deployment, dep: dep, duration: st.duration, timeout: st.timeout}
-		run, err := r.repeat(ctx, s, st, a, traffic, target, func(p Phase) { progress(rep, p) })
+		run, err := r.repeat(ctx, st, a, traffic, cfg, func(p Phase) { progress(rep, p) })
 		if err != nil {
 			return nil, fmt.Errorf("scenario %s: repetition %d: %w", s.Name, rep, err)
 		}
@@ -375,15 +382,12 @@ func setEnv(spec *corev1.PodSpec, env map[string]string) {
 	}
 }
 
-// repeat runs one repetition of a's action, with traffic from traffic.
-func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor, traffic TrafficSource, target string, progress func(Phase)) (*Run, error) {
+// repeat runs one repetition of a's action, with the traffic of cfg from
+// traffic.
+func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic TrafficSource, cfg load.Config, progress func(Phase)) (*Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, st.rl)
 	defer cancel()
 	c, rec, d := a.c, a.rec, a.d
-	cfg, err := loadConfig(s.Traffic, target, st.rl)
-	if err != nil {
-		return nil, err
-	}
 	firstEvent := rec.len()
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
@@ -785,9 +789,34 @@ func instanceLogs(ctx context.Context, c cluster.Backend, namespace, pod, contai
 	return lines
 }
 
+// lastAnswer holds the last failure of a wait for the Service to answer.
+// It is safe for concurrent use.
+type lastAnswer struct {
+	mu  sync.Mutex
+	err error
+}
+
+// set records err as the last failure.
+func (l *lastAnswer) set(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = err
+}
+
+// String returns the last failure's text, "" if there was none.
+func (l *lastAnswer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		return ""
+	}
+	return l.err.Error()
+}
+
 // waiting sends notice a waitingNotice every noticeInterval, with the
-// pods of Deployment d ready in rec's events, until ctx ends.
-func waiting(ctx context.Context, rec *recording, d *appsv1.Deployment, limit time.Duration, notice func(string)) {
+// pods of Deployment d ready in rec's events and the Service's last
+// failure in answer, until ctx ends.
+func waiting(ctx context.Context, rec *recording, d *appsv1.Deployment, limit time.Duration, answer *lastAnswer, notice func(string)) {
 	start := time.Now()
 	t := time.NewTicker(noticeInterval)
 	defer t.Stop()
@@ -799,6 +828,6 @@ func waiting(ctx context.Context, rec *recording, d *appsv1.Deployment, limit ti
 		case <-t.C:
 		}
 		ready, running := waitingPods(rec.since(0), d.Name)
-		notice(waitingNotice(time.Since(start), ready, replicas(d), running, limit))
+		notice(waitingNotice(time.Since(start), ready, replicas(d), running, answer.String(), limit))
 	}
 }
