@@ -47,9 +47,13 @@ func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scen
 		return fmt.Errorf("lab: %w", err)
 	}
 	if flags.output == "json" {
-		return report.WriteComparisonJSON(streams.Out, sides)
+		err = report.WriteComparisonJSON(streams.Out, sides)
+	} else {
+		err = report.WriteComparison(streams.Out, sides)
 	}
-	return report.WriteComparison(streams.Out, sides)
+	// The paths are the same on both sides.
+	warnClientErrors(streams.Err, scenarios, embedded)
+	return err
 }
 
 // runOnCluster runs scenarios on the `closingtime cluster` of

@@ -163,9 +163,33 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		return fmt.Errorf("lab: %w", err)
 	}
 	if flags.output == "json" {
-		return report.WriteJSON(streams.Out, results)
+		err = report.WriteJSON(streams.Out, results)
+	} else {
+		err = report.WriteText(streams.Out, results)
 	}
-	return report.WriteText(streams.Out, results)
+	warnClientErrors(streams.Err, scenarios, results)
+	return err
+}
+
+// warnClientErrors writes on w the lab's warning for each scenario of
+// scenarios whose result, in results at the same index, had mostly 4xx
+// responses (clientErrorsWarning), naming its traffic's path and file.
+func warnClientErrors(w io.Writer, scenarios []*scenario.Scenario, results *scenario.Results) {
+	for i, s := range scenarios {
+		set := "set traffic.path in " + s.File + " to one it serves"
+		if warning := clientErrorsWarning(statusesOf(&results.Scenarios[i]), cmp.Or(s.Traffic.Path, scenario.DefaultPath), set); warning != "" {
+			fmt.Fprintf(w, "lab: scenario %s: %s\n", s.Name, warning)
+		}
+	}
+}
+
+// statusesOf returns the responses of r's runs by status.
+func statusesOf(r *scenario.Result) map[int]int64 {
+	statuses := map[int]int64{}
+	for _, run := range r.Runs {
+		addStatuses(statuses, run.Clients)
+	}
+	return statuses
 }
 
 // kubeScenarios returns those of scenarios that can run on a real

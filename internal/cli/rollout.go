@@ -210,6 +210,9 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	if err != nil {
 		return err
 	}
+	if w := clientErrorsWarning(statusesOf(&results.Scenarios[0]), flags.path, "give the path your app serves with --path PATH"); w != "" {
+		fmt.Fprintf(streams.Err, "rollout: %s\n", w)
+	}
 	if failed := results.Scenarios[0].Totals.Failed(); failed > flags.maxFailures {
 		fmt.Fprintf(streams.Err, "rollout: %d requests failed, more than --max-failures %d\n", failed, flags.maxFailures)
 		return exitStatus(rolloutExitFailures)

@@ -72,6 +72,45 @@ func TestRolloutGate(t *testing.T) {
 	}
 }
 
+// TestRolloutClientErrors runs a rollout whose traffic requests a path
+// that the pods answer with 404: nothing fails, and standard error warns
+// that most responses were 4xx, with the path and the flag that sets it.
+// The lab, whose warning names the scenario file instead, runs the same.
+func TestRolloutClientErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs rollouts under load")
+	}
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "rollout", args: []string{"rollout", "-f", "testdata/rollout-plain.yaml", "--local", "--path", "/nope", "--warm-up", "1s", "--after", "1s", "--max-failures", "1000000"},
+			want: "had a 4xx status, most often 404 Not Found: they count as ok, but path /nope is likely not one the server serves; give the path your app serves with --path PATH\n"},
+		{name: "lab", args: []string{"lab", "-f", "testdata/lab-404.yaml", "--results", "", "--report", ""},
+			want: "had a 4xx status, most often 404 Not Found: they count as ok, but path /nope is likely not one the server serves; set traffic.path in testdata/lab-404.yaml to one it serves\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			code := Run(context.Background(), tt.args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+			if code != ExitOK {
+				t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+			}
+			prefix := tt.name + ": warning: "
+			if tt.name == "lab" {
+				prefix = "lab: scenario not-found: warning: "
+			}
+			line := errOut.String()[max(0, strings.LastIndex(errOut.String(), prefix)):]
+			if !strings.HasPrefix(line, prefix) || !strings.Contains(line, "responses (100%) "+tt.want) {
+				t.Errorf("stderr:\n%s\nwant a line %q…%q", errOut.String(), prefix, tt.want)
+			}
+		})
+	}
+}
+
 // TestRolloutImageCommand runs a Deployment whose container has an image
 // and no command, with --image-command mapping it to a local command (this
 // test binary as closingtime serve), which runs as the pods. Without the
