@@ -219,8 +219,10 @@ func TestRunnerNotices(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	tests := []struct {
-		name    string
-		args    []string
+		name string
+		args []string
+		// noPodIP leaves POD_IP out of the container's env.
+		noPodIP bool
 		traffic Traffic
 		limit   time.Duration
 		// want are strings that notices must have, each in one notice;
@@ -240,6 +242,12 @@ func TestRunnerNotices(t *testing.T) {
 			// its own address, where its readiness probe fails.
 			early: ":8080: connect: connection refused",
 			why:   "bind: address already in use; " + addressInUseHint + ")"},
+		// The app gets "$(POD_IP):8080": the notice says so before the
+		// pods start.
+		{name: "undefined POD_IP", args: []string{"serve", "--listen", "$(POD_IP):8080"}, noPodIP: true, limit: 6 * time.Second,
+			want: []string{"Deployment app: container app: args[2] refers to $(POD_IP), which is not defined in env: it stays as written, and the process gets the text \"$(POD_IP)\"; " +
+				"add the env entry {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}", "container app exited with code 1", "$(POD_IP)"},
+			why: "$(POD_IP)"},
 		// Every pod ready, /work slower than the run's response timeout,
 		// though well within the default: the Service never answers.
 		{name: "slow answers", args: []string{"serve", "--work", "1s"}, traffic: Traffic{Path: "/work", ResponseTimeout: 200 * time.Millisecond}, limit: noticeInterval + 2*time.Second,
@@ -251,6 +259,13 @@ func TestRunnerNotices(t *testing.T) {
 			t.Parallel()
 			s := noticeScenario(t, tt.args, tt.limit)
 			s.Traffic = tt.traffic
+			if tt.noPodIP {
+				d, err := s.Deployment()
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.Spec.Template.Spec.Containers[0].Env = nil
+			}
 			var mu sync.Mutex
 			var notices []string
 			failed := false

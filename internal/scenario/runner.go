@@ -61,13 +61,17 @@ type Progress struct {
 	Repetition, Repetitions int
 	Phase                   Phase
 	// Notice, when not empty, is a one-line message about the run in Phase,
-	// which has not changed: what the cluster reports that explains a
-	// wait (a container that fails to start or exits, with its exit code
-	// and last log lines, one that waits to restart, a failing probe, a
-	// hint at the likely cause), or, every 10 s, how many pods a long
-	// deploy has ready. Notices come from the cluster's events, in every
-	// phase unless [RunnerConfig.DeployNoticesOnly] is set; a pod's
-	// failing probe gives at most one every 10 s.
+	// which has not changed: at the deploy's start, before any pod does,
+	// each $(NAME) of a container that stays as written (see
+	// [cluster.UnresolvedRefs]), at its file and line, with the env entry
+	// to add; then what the cluster reports that explains a wait (a
+	// container that fails to start or exits, with its exit code and last
+	// log lines, one that waits to restart, a failing probe, a hint at the
+	// likely cause), or, every 10 s, how many pods a long deploy has ready
+	// and how the Service last failed to answer. Notices of the cluster
+	// come from its events, in every phase unless
+	// [RunnerConfig.DeployNoticesOnly] is set; a pod's failing probe gives
+	// at most one every 10 s.
 	Notice string
 }
 
@@ -264,6 +268,9 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 	// noticeInterval how many pods are ready and what the Service last
 	// answered.
 	progress(0, PhaseDeploy)
+	for _, n := range referenceNotices(s, objects) {
+		notice(n)
+	}
 	dctx, cancel := context.WithTimeout(ctx, st.rl)
 	defer cancel()
 	var answer lastAnswer
