@@ -63,6 +63,12 @@ HTML page with the table and a timeline per run (docs/report.md).
 --quick shortens the warm-up, the repetitions and the grace periods that
 would otherwise be waited out, keeping every phenomenon visible.
 
+A scenario whose workload does not deploy (its pods never all become
+ready, its Service never answers, or a container exits before the
+action; the scenarios that crash or fail probes on purpose do so only
+after it) is not measured: the lab stops, says why, writes no file and
+exits with status 3.
+
 --kube runs the scenarios on the real cluster of your kubeconfig instead,
 each in a namespace of its own (or all in -n, one at a time), the image
 closingtime being --image, with the traffic sent from load pods inside the
@@ -308,7 +314,8 @@ func runScenarios(ctx context.Context, streams Streams, command string, cfg scen
 }
 
 // runAll runs scenarios, parallel at a time (all if zero), and returns their
-// results in the order given.
+// results in the order given. The first scenario to fail stops the others,
+// and its error is returned: theirs only say that they were stopped.
 func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.Scenario, parallel int) (*scenario.Results, error) {
 	if parallel == 0 {
 		parallel = len(scenarios)
@@ -316,7 +323,8 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make([]scenario.Result, len(scenarios))
-	errs := make([]error, len(scenarios))
+	var mu sync.Mutex
+	var first error
 	slots := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	for i, s := range scenarios {
@@ -325,7 +333,11 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 			defer func() { <-slots }()
 			res, err := runner.Run(ctx, s)
 			if err != nil {
-				errs[i] = err
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
 				cancel()
 				return
 			}
@@ -333,10 +345,8 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
+	if first != nil {
+		return nil, first
 	}
 	return &scenario.Results{Scenarios: results}, nil
 }

@@ -58,7 +58,10 @@ did. The output and results file are those of closingtime lab.
 Exit status: 0 when at most --max-failures requests failed over all
 repetitions, 1 when more did (so that it can gate CI) or when the tool
 failed, 2 for a bad flag or a manifest that cannot be read or run (with
---local, a container without a command for its image), 130 when
+--local, a container without a command for its image), 3 when the setup
+did not run: the workload did not deploy (its pods never all became
+ready, its Service never answered, or a container exited before the
+rollout), so nothing was measured and no file is written; 130 when
 interrupted.
 
 With --kube, the same runs on the real cluster of your kubeconfig

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -67,6 +68,41 @@ func TestRolloutGate(t *testing.T) {
 			}
 			if !strings.Contains(out.String(), "refused") || !strings.Contains(out.String(), "old pod") {
 				t.Errorf("stdout lacks the table or the old pods:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestNotDeployed runs a rollout, and a lab scenario, whose containers
+// exit at their start: each ends at once with ExitSetup and an error that
+// quotes the exit, prints no table and writes neither the results nor
+// the report.
+func TestNotDeployed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs pods that crash")
+	}
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{name: "rollout", args: []string{"rollout", "-f", "testdata/rollout-crash.yaml", "--local"}},
+		{name: "lab", args: []string{"lab", "-f", "testdata/lab-crash.yaml"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			results, page := filepath.Join(dir, "results.json"), filepath.Join(dir, "report.html")
+			var out, errOut bytes.Buffer
+			args := append(tt.args, "--results", results, "--report", page)
+			code := Run(context.Background(), args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+			want := "closingtime: " + tt.name + ": scenario "
+			if code != ExitSetup || out.Len() > 0 || !strings.Contains(errOut.String(), want) ||
+				!strings.Contains(errOut.String(), ": deploy: a container exited before the action, which was not done: a workload that does not run is not measured (from the cluster: pod app-") {
+				t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s\nwant %d, nothing on stdout and an error %q… that quotes the exit", code, out.String(), errOut.String(), ExitSetup, want)
+			}
+			if left, _ := os.ReadDir(dir); len(left) > 0 {
+				t.Errorf("files written for a run that did not deploy: %v", left)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -197,17 +198,19 @@ func TestDiagnosis(t *testing.T) {
 	}
 }
 
-// TestRunnerNotices runs, on the local cluster, Deployments whose pods
-// never become ready, or whose Service never answers within the traffic's
-// response timeout, each within a short limit: the runner's progress gets
-// a notice that names the container and the cause before the run fails, a
-// readiness probe that never passes gives one within a few of its
-// periods, a deploy that waits past noticeInterval says how many pods are
-// ready and how the Service last failed to answer, and the run's error
-// quotes the cause.
+// TestRunnerNotices runs, on the local cluster, Deployments whose
+// containers exit, whose pods never become ready, or whose Service never
+// answers within the traffic's response timeout, each within a short
+// limit: the runner's progress gets a notice that names the container and
+// the cause before the run fails, a readiness probe that never passes
+// gives one within a few of its periods, a deploy that waits past
+// noticeInterval says how many pods are ready and how the Service last
+// failed to answer, and the run's error, a *DeployError, quotes the
+// cause. A container's exit ends the deploy at once, well within the
+// limit.
 func TestRunnerNotices(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs pods that never become ready, for 6 s and 12 s")
+		t.Skip("runs pods that never become ready, for up to 12 s")
 	}
 	t.Parallel()
 	// A port that nothing listens on now, which the pods of the second
@@ -230,24 +233,32 @@ func TestRunnerNotices(t *testing.T) {
 		// many pods are ready, after noticeInterval.
 		want  []string
 		early string
-		// why is what the error must quote.
-		why string
+		// why is what the error must quote; exits, that a container's
+		// exit ended the deploy.
+		why   string
+		exits bool
 	}{
-		{name: "unknown flag", args: []string{"serve", "--no-such-flag"}, limit: 6 * time.Second,
-			want: []string{"pod app-", "container app exited with code 2", "unknown flag: --no-such-flag", "restarts in"},
-			why:  "(from the cluster: pod app-"},
+		{name: "unknown flag", args: []string{"serve", "--no-such-flag"}, limit: noticeInterval + 2*time.Second,
+			want: []string{"container app exited with code 2"},
+			// The error quotes the exit with its log.
+			why:   "container app exited with code 2: closingtime: serve: unknown flag: --no-such-flag",
+			exits: true},
 		{name: "address in use", args: []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, limit: noticeInterval + 2*time.Second,
-			want: []string{"container app exited with code 1", "bind: address already in use", addressInUseHint, "s: 0 of 2 pods ready, ", "running but not ready (readiness or startup probe not passed); gives up after 12s"},
-			// The pod that binds the address listens on 127.0.0.1, not on
-			// its own address, where its readiness probe fails.
+			want:  []string{"container app exited with code 1"},
+			why:   "bind: address already in use; " + addressInUseHint + ")",
+			exits: true},
+		// The server listens on a port of its own, not the probe's.
+		{name: "probe never passes", args: []string{"serve", "--listen", "$(POD_IP):8081"}, limit: noticeInterval + 2*time.Second,
+			want:  []string{"readiness probe failed", "s: 0 of 2 pods ready, 2 running but not ready (readiness or startup probe not passed); gives up after 12s"},
 			early: ":8080: connect: connection refused",
-			why:   "bind: address already in use; " + addressInUseHint + ")"},
+			why:   "first rollout: rollout status of deployment default/app: context deadline exceeded (from the cluster: pod app-"},
 		// The app gets "$(POD_IP):8080": the notice says so before the
 		// pods start.
-		{name: "undefined POD_IP", args: []string{"serve", "--listen", "$(POD_IP):8080"}, noPodIP: true, limit: 6 * time.Second,
+		{name: "undefined POD_IP", args: []string{"serve", "--listen", "$(POD_IP):8080"}, noPodIP: true, limit: noticeInterval + 2*time.Second,
 			want: []string{"Deployment app: container app: args[2] refers to $(POD_IP), which is not defined in env: it stays as written, and the process gets the text \"$(POD_IP)\"; " +
-				"add the env entry {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}", "container app exited with code 1", "$(POD_IP)"},
-			why: "$(POD_IP)"},
+				"add the env entry {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}", "container app exited with code 1"},
+			why:   "lookup $(POD_IP)",
+			exits: true},
 		// Every pod ready, /work slower than the run's response timeout,
 		// though well within the default: the Service never answers.
 		{name: "slow answers", args: []string{"serve", "--work", "1s"}, traffic: Traffic{Path: "/work", ResponseTimeout: 200 * time.Millisecond}, limit: noticeInterval + 2*time.Second,
@@ -291,8 +302,12 @@ func TestRunnerNotices(t *testing.T) {
 			failed = true
 			defer mu.Unlock()
 			t.Logf("failed after %v: %v\nnotices:\n%s", time.Since(start), err, strings.Join(notices, "\n"))
-			if err == nil || !strings.Contains(err.Error(), tt.why) {
-				t.Errorf("run error %v, want one that quotes %q", err, tt.why)
+			var derr *DeployError
+			if !errors.As(err, &derr) || !strings.Contains(err.Error(), tt.why) {
+				t.Errorf("run error %v, want a *DeployError that quotes %q", err, tt.why)
+			}
+			if stopped := time.Since(start) < noticeInterval; tt.exits && (!stopped || !strings.Contains(err.Error(), "before the action, which was not done: a workload that does not run is not measured")) {
+				t.Errorf("run error after %v: %v, want one at the first exit, before the deploy waited %v", time.Since(start), err, noticeInterval)
 			}
 			for _, w := range tt.want {
 				if !slices.ContainsFunc(notices, func(n string) bool { return strings.Contains(n, w) }) {

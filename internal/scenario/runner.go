@@ -166,7 +166,11 @@ func cmpOr[T int | time.Duration | float64](vs ...T) T {
 // traffic on for the after period, stops it and computes the run's
 // figures. It returns when every repetition is done, or early with an
 // error; the cluster and the dependency are closed and their processes gone
-// either way.
+// either way. A workload that does not deploy is a *DeployError, and no
+// result: its first rollout or its Service's answers do not come within
+// the run's limit, or, from the deploy until the first action, a
+// container of the Deployment's pods exits (which stops the deploy at
+// once) or fewer pods than its replicas are ready.
 func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) {
 	st := r.settings(s)
 	res = &Result{Name: s.Name, Description: s.Description, Seed: s.Seed, Action: s.Action.Kind}
@@ -194,16 +198,6 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 		mu.Lock()
 		explanation = msg
 		mu.Unlock()
-	}
-	// deployError returns err of step, with the explanation.
-	deployError := func(step string, err error) error {
-		mu.Lock()
-		why := explanation
-		mu.Unlock()
-		if why != "" {
-			return fmt.Errorf("scenario %s: %s: %w (from the cluster: %s)", s.Name, step, err, why)
-		}
-		return fmt.Errorf("scenario %s: %s: %w", s.Name, step, err)
 	}
 	var dep *dependency
 	env := map[string]string{}
@@ -266,15 +260,40 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 
 	// Deploy, and wait until the Service answers, telling every
 	// noticeInterval how many pods are ready and what the Service last
-	// answered.
+	// answered. A container of the Deployment's pods that exits means a
+	// workload that does not run: the deploy stops at once.
 	progress(0, PhaseDeploy)
 	for _, n := range referenceNotices(s, objects) {
 		notice(n)
 	}
-	dctx, cancel := context.WithTimeout(ctx, st.rl)
+	dctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	dctx, cancel := context.WithTimeout(dctx, st.rl)
 	defer cancel()
+	// deployError returns err of step, with the explanation, or the
+	// error of the exit that stopped the deploy.
+	deployError := func(step string, err error) error {
+		if errors.Is(context.Cause(dctx), errExited) {
+			if derr := deployed(ctx, s, c, rec, deployment); derr != nil {
+				return derr
+			}
+		}
+		mu.Lock()
+		why := explanation
+		mu.Unlock()
+		return &DeployError{Scenario: s.Name, Step: step, Err: err, Cause: why}
+	}
 	var answer lastAnswer
 	deployFollowers.Go(func() { waiting(deployCtx, rec, deployment, st.rl, &answer, notice) })
+	deployFollowers.Go(func() {
+		exited := func(events []cluster.Event) bool {
+			exits, _ := setupOf(events, deployment.Name)
+			return len(exits) > 0
+		}
+		if rec.wait(deployCtx, exited) == nil {
+			abort(errExited)
+		}
+	})
 	if err := c.Apply(dctx, objects); err != nil {
 		return nil, deployError("apply", err)
 	}
@@ -296,7 +315,16 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 			}
 		}
 		a := &actor{c: c, rec: rec, action: s.Action, d: deployment, dep: dep, duration: st.duration, timeout: st.timeout}
+		// The first action is done only to a workload that runs: until
+		// then, a container's exit is the deploy's failure.
+		if rep == 1 {
+			a.before = func(ctx context.Context) error { return deployed(ctx, s, c, rec, deployment) }
+		}
 		run, err := r.repeat(ctx, st, a, traffic, cfg, func(p Phase) { progress(rep, p) })
+		var derr *DeployError
+		if errors.As(err, &derr) {
+			return nil, derr
+		}
 		if err != nil {
 			return nil, fmt.Errorf("scenario %s: repetition %d: %w", s.Name, rep, err)
 		}
@@ -427,6 +455,11 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 	if err := sleep(ctx, st.warmUp); err != nil {
 		return fail(err)
 	}
+	if a.before != nil {
+		if err := a.before(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	progress(PhaseAct)
 	run := &Run{Start: time.Now()}
 	if err := a.act(ctx, run); err != nil {
@@ -479,6 +512,9 @@ type actor struct {
 	d      *appsv1.Deployment
 	// dep is the scenario's dependency; nil if it has none.
 	dep *dependency
+	// before, if not nil, is called before the action; its error ends the
+	// repetition, with the action not done.
+	before func(context.Context) error
 	// duration and timeout are the action's, after quick overrides.
 	duration, timeout time.Duration
 	// acted, if not nil, matches the event that the action's last change
@@ -752,9 +788,7 @@ func podsOf(events []cluster.Event) []string {
 // stream of its own, in order, which the recording's follower does not
 // wait for.
 func explain(ctx context.Context, c cluster.Backend, notice, explained func(string)) {
-	d := newDiagnosis(func(namespace, pod, container string, restart int32) []cluster.LogLine {
-		return instanceLogs(ctx, c, namespace, pod, container, restart)
-	})
+	d := newClusterDiagnosis(ctx, c)
 	for e := range c.Events(ctx) {
 		notices := d.notices(e)
 		for _, n := range notices {
@@ -764,6 +798,14 @@ func explain(ctx context.Context, c cluster.Backend, notice, explained func(stri
 			explained(d.explanation())
 		}
 	}
+}
+
+// newClusterDiagnosis returns a diagnosis that reads the logs of c, until
+// ctx ends.
+func newClusterDiagnosis(ctx context.Context, c cluster.Backend) *diagnosis {
+	return newDiagnosis(func(namespace, pod, container string, restart int32) []cluster.LogLine {
+		return instanceLogs(ctx, c, namespace, pod, container, restart)
+	})
 }
 
 // logSettle is the wait between two reads of an exited container's logs,
