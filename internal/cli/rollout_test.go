@@ -42,32 +42,47 @@ func TestRolloutUsage(t *testing.T) {
 
 // TestRolloutGate runs a rollout of a Deployment without a readiness probe,
 // which fails requests: the exit status is 1 with the default allowance
-// and 0 with a large one.
+// and 0 with a large one. Either way, standard error says at the end
+// which files were written, with their absolute paths, or that none was.
 func TestRolloutGate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs rollouts under load")
 	}
 	t.Parallel()
+	dir := t.TempDir()
+	results, page := filepath.Join(dir, "results.json"), filepath.Join(dir, "report.html")
 	tests := []struct {
 		name        string
 		maxFailures string
+		files       []string
 		wantCode    int
+		wantWrote   string
 	}{
-		{name: "over the allowance", maxFailures: "0", wantCode: rolloutExitFailures},
-		{name: "within the allowance", maxFailures: "1000000", wantCode: ExitOK},
+		{name: "over the allowance", maxFailures: "0", wantCode: rolloutExitFailures,
+			wantWrote: "rollout: no file written: --results FILE keeps the results as JSON, --report FILE as an HTML page\n"},
+		{name: "within the allowance", maxFailures: "1000000", files: []string{"--results", results, "--report", page}, wantCode: ExitOK,
+			wantWrote: "rollout: wrote the results to " + results + " and the HTML report to " + page + "\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var out, errOut bytes.Buffer
-			code := Run(context.Background(), []string{"rollout", "-f", "testdata/rollout-plain.yaml", "--local", "--path", "/work",
-				"--warm-up", "1s", "--after", "2s", "--max-failures", tt.maxFailures},
+			code := Run(context.Background(), append([]string{"rollout", "-f", "testdata/rollout-plain.yaml", "--local", "--path", "/work",
+				"--warm-up", "1s", "--after", "2s", "--max-failures", tt.maxFailures}, tt.files...),
 				Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
 			if code != tt.wantCode {
 				t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, tt.wantCode, out.String(), errOut.String())
 			}
 			if !strings.Contains(out.String(), "refused") || !strings.Contains(out.String(), "old pod") {
 				t.Errorf("stdout lacks the table or the old pods:\n%s", out.String())
+			}
+			if !strings.Contains(errOut.String(), tt.wantWrote) {
+				t.Errorf("stderr:\n%s\nwant %q", errOut.String(), tt.wantWrote)
+			}
+			for i := 1; i < len(tt.files); i += 2 {
+				if st, err := os.Stat(tt.files[i]); err != nil || st.Size() == 0 {
+					t.Errorf("%s: %v, want it written", tt.files[i], err)
+				}
 			}
 		})
 	}
