@@ -113,7 +113,7 @@ func TestNotDeployed(t *testing.T) {
 			code := Run(context.Background(), args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
 			want := "closingtime: " + tt.name + ": scenario "
 			if code != ExitSetup || out.Len() > 0 || !strings.Contains(errOut.String(), want) ||
-				!strings.Contains(errOut.String(), ": deploy: a container exited before the action, which was not done: a workload that does not run is not measured (from the cluster: pod app-") {
+				!strings.Contains(errOut.String(), ": deploy: a container exited before the rollout-restart, which was not done: a workload that does not run is not measured (from the cluster: pod app-") {
 				t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s\nwant %d, nothing on stdout and an error %q… that quotes the exit", code, out.String(), errOut.String(), ExitSetup, want)
 			}
 			if left, _ := os.ReadDir(dir); len(left) > 0 {

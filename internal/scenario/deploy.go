@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -98,7 +99,7 @@ func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recordin
 		cause = exits[len(exits)-1]
 	}
 	return &DeployError{Scenario: s.Name, Step: "deploy",
-		Err:   fmt.Errorf("%s before the action, which was not done: a workload that does not run is not measured", why),
+		Err:   fmt.Errorf("%s before the %s, which was not done: a workload that does not run is not measured", why, cmp.Or(s.Action.Kind, "action")),
 		Cause: cause}
 }
 

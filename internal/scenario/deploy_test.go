@@ -75,7 +75,7 @@ func TestRunnerCrashBeforeAction(t *testing.T) {
 	defer mu.Unlock()
 	var derr *DeployError
 	if res != nil || !errors.As(err, &derr) || derr.Step != "deploy" ||
-		!strings.Contains(err.Error(), " before the action, which was not done") || !strings.Contains(derr.Cause, "container app exited with code 3") {
+		!strings.Contains(err.Error(), " before the rollout-restart, which was not done") || !strings.Contains(derr.Cause, "container app exited with code 3") {
 		t.Fatalf("Run = %v, %v; want no result and a *DeployError of the exit with code 3 before the action", res, err)
 	}
 	if slices.Contains(phases, PhaseAct) {

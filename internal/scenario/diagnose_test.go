@@ -306,7 +306,7 @@ func TestRunnerNotices(t *testing.T) {
 			if !errors.As(err, &derr) || !strings.Contains(err.Error(), tt.why) {
 				t.Errorf("run error %v, want a *DeployError that quotes %q", err, tt.why)
 			}
-			if stopped := time.Since(start) < noticeInterval; tt.exits && (!stopped || !strings.Contains(err.Error(), "before the action, which was not done: a workload that does not run is not measured")) {
+			if stopped := time.Since(start) < noticeInterval; tt.exits && (!stopped || !strings.Contains(err.Error(), "before the rollout-restart, which was not done: a workload that does not run is not measured")) {
 				t.Errorf("run error after %v: %v, want one at the first exit, before the deploy waited %v", time.Since(start), err, noticeInterval)
 			}
 			for _, w := range tt.want {
