@@ -18,17 +18,13 @@ func TestReferenceNotices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objects []runtime.Object
-	for _, o := range s.Objects {
-		objects = append(objects, o.Obj)
-	}
 	want := []string{
 		file + ":35: Deployment app: container app: env LISTEN_ADDR refers to $(MY_POD_IP), which is not defined before it in env: " +
 			`it stays as written, and the process gets the text "$(MY_POD_IP)"; add the env entry {name: MY_POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}} before LISTEN_ADDR`,
 		file + ":33: Deployment app: container app: args[4] refers to $(WORK), which is not defined in env: " +
 			`it stays as written, and the process gets the text "$(WORK)"; define WORK in env`,
 	}
-	if diff := cmp.Diff(want, referenceNotices(s, objects)); diff != "" {
+	if diff := cmp.Diff(want, referenceNotices(s, objectsOf(s))); diff != "" {
 		t.Errorf("notices (-want +got):\n%s", diff)
 	}
 }
@@ -42,12 +38,18 @@ func TestCatalogReferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range catalog {
-		var objects []runtime.Object
-		for _, o := range s.Objects {
-			objects = append(objects, o.Obj)
-		}
-		if notices := referenceNotices(s, objects); len(notices) > 0 {
+		if notices := referenceNotices(s, objectsOf(s)); len(notices) > 0 {
 			t.Errorf("%s: %q", s.Name, notices)
 		}
 	}
+}
+
+// objectsOf returns the objects of s, as the runner would apply them
+// without its changes.
+func objectsOf(s *Scenario) []runtime.Object {
+	var objects []runtime.Object
+	for _, o := range s.Objects {
+		objects = append(objects, o.Obj)
+	}
+	return objects
 }
