@@ -49,8 +49,9 @@ var errExited = errors.New("a container exited")
 
 // setupOf returns, after events, the exits of containers of Deployment
 // d's pods while their pod was not terminating, a line each ("pod web-1:
-// container web exited with code 1"), and how many of its pods are ready.
-func setupOf(events []cluster.Event, d string) (exits []string, ready int) {
+// container web exited with code 1"), how many of its pods are ready, and
+// how many of its pods events saw created.
+func setupOf(events []cluster.Event, d string) (exits []string, ready, known int) {
 	tr := newReadiness(d)
 	for _, e := range events {
 		tr.add(e)
@@ -58,26 +59,29 @@ func setupOf(events []cluster.Event, d string) (exits []string, ready int) {
 			exits = append(exits, fmt.Sprintf("pod %s: container %s exited with code %s", e.Pod, e.Container, e.Fields["code"]))
 		}
 	}
-	return exits, tr.ready()
+	return exits, tr.ready(), len(tr.ours)
 }
 
 // deployed returns nil if Deployment d of scenario s is one to measure, as
 // rec shows it: no container of its pods has exited while its pod was not
 // terminating, and its replicas are ready. It waits up to catchUpTimeout
 // for rec, which follows the cluster's events a little behind, to show
-// them ready, or an exit. Otherwise it returns a *DeployError whose cause
-// is a diagnosis of rec's events, which reads c's logs; or ctx.Err() if
-// ctx ends.
+// them ready, or an exit. Readiness is judged only of pods that rec saw
+// created: the pods of a Deployment that ran before the run (rollout
+// --kube deploy/NAME) come without events, and its completed first
+// rollout vouches for them. Otherwise it returns a *DeployError whose
+// cause is a diagnosis of rec's events, which reads c's logs; or
+// ctx.Err() if ctx ends.
 func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recording, d *appsv1.Deployment) error {
 	want := int(replicas(d))
 	var exits []string
-	var ready int
+	var ready, known int
 	wctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	// A wait that times out leaves fewer ready than want: the answer.
 	_ = rec.wait(wctx, func(events []cluster.Event) bool {
-		exits, ready = setupOf(events, d.Name)
-		return len(exits) > 0 || ready >= want
+		exits, ready, known = setupOf(events, d.Name)
+		return len(exits) > 0 || ready >= want || known == 0
 	})
 	if err := ctx.Err(); err != nil {
 		return err
@@ -88,7 +92,7 @@ func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recordin
 		why = fmt.Sprintf("containers exited %d times", len(exits))
 	case len(exits) == 1:
 		why = "a container exited"
-	case ready < want:
+	case known > 0 && ready < want:
 		why = fmt.Sprintf("%d of %d pods ready", ready, want)
 	default:
 		return nil

@@ -287,7 +287,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 	deployFollowers.Go(func() { waiting(deployCtx, rec, deployment, st.rl, &answer, notice) })
 	deployFollowers.Go(func() {
 		exited := func(events []cluster.Event) bool {
-			exits, _ := setupOf(events, deployment.Name)
+			exits, _, _ := setupOf(events, deployment.Name)
 			return len(exits) > 0
 		}
 		if rec.wait(deployCtx, exited) == nil {
