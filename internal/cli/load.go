@@ -210,9 +210,13 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	default:
 		err = load.WriteText(streams.Out, report)
 	}
+	// A stream of -o jsonl is a program's to read, such as the runner of
+	// rollout --kube, which warns of its own: a load pod's log carries
+	// standard error too, where a line after the report would break the
+	// stream.
 	statuses := map[int]int64{}
 	addStatuses(statuses, report.Clients)
-	if u, perr := url.Parse(target); perr == nil {
+	if u, perr := url.Parse(target); perr == nil && flags.output != "jsonl" {
 		if w := clientErrorsWarning(statuses, cmp.Or(u.Path, "/"), "give the path it serves in the URL, http://HOST:PORT/PATH"); w != "" {
 			fmt.Fprintf(streams.Err, "load: %s\n", w)
 		}

