@@ -3,7 +3,6 @@ package scenario
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -55,10 +54,7 @@ func TestSetupOf(t *testing.T) {
 // check passes at once; an exit of a pod seen created does not.
 func TestDeployedExisting(t *testing.T) {
 	t.Parallel()
-	s, err := ReadFile(filepath.Join("testdata", "valid-inline.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := noticeScenario(t, nil, time.Minute)
 	d, err := s.Deployment()
 	if err != nil {
 		t.Fatal(err)
