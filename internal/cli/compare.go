@@ -43,13 +43,21 @@ func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scen
 		}
 	}
 	sides := []report.Side{{Cluster: sideEmbedded, Results: embedded}, {Cluster: sideCluster, Results: real}}
-	if err := writeComparisonFiles(flags.results, flags.report, sides); err != nil {
+	if err := writeComparisonFiles(flags.out.results, flags.out.report, sides); err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}
-	if flags.output == "json" {
-		return report.WriteComparisonJSON(streams.Out, sides)
+	if flags.out.format == "json" {
+		err = report.WriteComparisonJSON(streams.Out, sides)
+	} else {
+		err = report.WriteComparison(streams.Out, sides)
 	}
-	return report.WriteComparison(streams.Out, sides)
+	if err != nil {
+		return err
+	}
+	flags.out.wrote(streams.Err, "lab")
+	// The paths are the same on both sides.
+	warnClientErrors(streams.Err, scenarios, embedded)
+	return nil
 }
 
 // runOnCluster runs scenarios on the `closingtime cluster` of
@@ -82,16 +90,9 @@ func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Sc
 
 // writeComparisonFiles writes the comparison to resultsPath as JSON and,
 // to reportPath, the HTML report of both sides' runs, each scenario named
-// with its side; an empty path writes nothing.
+// with its side, both whole or neither (writeAll); an empty path writes
+// nothing.
 func writeComparisonFiles(resultsPath, reportPath string, sides []report.Side) error {
-	if resultsPath != "" {
-		if err := writeAtomically(resultsPath, func(w io.Writer) error { return report.WriteComparisonJSON(w, sides) }); err != nil {
-			return err
-		}
-	}
-	if reportPath == "" {
-		return nil
-	}
 	both := &scenario.Results{}
 	for _, side := range sides {
 		for _, s := range side.Results.Scenarios {
@@ -99,5 +100,7 @@ func writeComparisonFiles(resultsPath, reportPath string, sides []report.Side) e
 			both.Scenarios = append(both.Scenarios, s)
 		}
 	}
-	return writeAtomically(reportPath, func(w io.Writer) error { return report.WriteHTML(w, both) })
+	return writeAll(
+		output{resultsPath, func(w io.Writer) error { return report.WriteComparisonJSON(w, sides) }},
+		output{reportPath, func(w io.Writer) error { return report.WriteHTML(w, both) }})
 }

@@ -9,11 +9,13 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
@@ -26,9 +28,7 @@ type labFlags struct {
 	files    []string
 	repeat   int
 	quick    bool
-	output   string
-	results  string
-	report   string
+	out      resultsOutput
 	parallel int
 	list     bool
 	images   []string
@@ -58,10 +58,17 @@ Progress goes to standard error. Then the comparison table, a row per
 scenario, and per run the seconds with failures and the old pods' figures
 go to standard output (-o json writes the results instead); the results
 are written to --results as JSON, and to --report as one self-contained
-HTML page with the table and a timeline per run (docs/report.md).
+HTML page with the table and a timeline per run (docs/report.md), both
+whole or neither. The last line on standard error says where.
 
 --quick shortens the warm-up, the repetitions and the grace periods that
 would otherwise be waited out, keeping every phenomenon visible.
+
+A scenario whose workload does not deploy (its pods never all become
+ready, its Service never answers, or a container exits before the
+action; the scenarios that crash or fail probes on purpose do so only
+after it) is not measured: the lab stops, says why, writes no file and
+exits with status 3.
 
 --kube runs the scenarios on the real cluster of your kubeconfig instead,
 each in a namespace of its own (or all in -n, one at a time), the image
@@ -96,9 +103,7 @@ shows the runs of both.`,
 	f.StringArrayVarP(&flags.files, "filename", "f", nil, "a scenario file to run, instead of the built-in scenarios; repeatable")
 	f.IntVar(&flags.repeat, "repeat", 0, "repetitions of each scenario (default: the scenario's own)")
 	f.BoolVar(&flags.quick, "quick", false, "shorter periods and one repetition, every phenomenon still shown")
-	f.StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
-	f.StringVar(&flags.results, "results", "results.json", "file to write the results to as JSON; empty for none")
-	f.StringVar(&flags.report, "report", "report.html", "file to write the HTML report to (docs/report.md); empty for none")
+	flags.out.bind(f, "results.json", "report.html")
 	f.StringArrayVar(&flags.images, "image-command", nil, imageCommandUsage)
 	f.BoolVar(&flags.list, "list", false, "list the built-in scenarios, with their group, the published experiment they replay (seed) and description, and exit")
 	f.IntVar(&flags.parallel, "parallel", 0, "scenarios run at once, each on a cluster of its own (default: all)")
@@ -109,8 +114,8 @@ shows the runs of both.`,
 }
 
 func runLab(ctx context.Context, streams Streams, names []string, flags labFlags) error {
-	if flags.output != "text" && flags.output != "json" {
-		return usagef("lab: invalid --output %q: accepted values are text, json", flags.output)
+	if err := flags.out.check("lab"); err != nil {
+		return err
 	}
 	if err := cmp.Or(nonNegative("lab", "--repeat", flags.repeat), nonNegative("lab", "--parallel", flags.parallel)); err != nil {
 		return err
@@ -120,7 +125,7 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		return err
 	}
 	if flags.list {
-		return listScenarios(streams.Out, scenarios, flags.output)
+		return listScenarios(streams.Out, scenarios, flags.out.format)
 	}
 	images, err := imageCommands("lab", flags.images)
 	if err != nil {
@@ -159,13 +164,32 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		return err
 	}
 	fmt.Fprintf(streams.Err, "lab: %d scenarios in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
-	if err := writeFiles(flags.results, flags.report, results); err != nil {
-		return fmt.Errorf("lab: %w", err)
+	if err := flags.out.write(streams, "lab", results); err != nil {
+		return err
 	}
-	if flags.output == "json" {
-		return report.WriteJSON(streams.Out, results)
+	warnClientErrors(streams.Err, scenarios, results)
+	return nil
+}
+
+// warnClientErrors writes on w the lab's warning for each scenario of
+// scenarios whose result, in results at the same index, had mostly 4xx
+// responses (clientErrorsWarning), naming its traffic's path and file.
+func warnClientErrors(w io.Writer, scenarios []*scenario.Scenario, results *scenario.Results) {
+	for i, s := range scenarios {
+		set := "set traffic.path in " + s.File + " to one it serves"
+		if warning := clientErrorsWarning(statusesOf(&results.Scenarios[i]), cmp.Or(s.Traffic.Path, scenario.DefaultPath), set); warning != "" {
+			fmt.Fprintf(w, "lab: scenario %s: %s\n", s.Name, warning)
+		}
 	}
-	return report.WriteText(streams.Out, results)
+}
+
+// statusesOf returns the responses of r's runs by status.
+func statusesOf(r *scenario.Result) map[int]int64 {
+	statuses := map[int]int64{}
+	for _, run := range r.Runs {
+		addStatuses(statuses, run.Clients)
+	}
+	return statuses
 }
 
 // kubeScenarios returns those of scenarios that can run on a real
@@ -284,7 +308,8 @@ func runScenarios(ctx context.Context, streams Streams, command string, cfg scen
 }
 
 // runAll runs scenarios, parallel at a time (all if zero), and returns their
-// results in the order given.
+// results in the order given. The first scenario to fail stops the others,
+// and its error is returned: theirs only say that they were stopped.
 func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.Scenario, parallel int) (*scenario.Results, error) {
 	if parallel == 0 {
 		parallel = len(scenarios)
@@ -292,7 +317,8 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make([]scenario.Result, len(scenarios))
-	errs := make([]error, len(scenarios))
+	var mu sync.Mutex
+	var first error
 	slots := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	for i, s := range scenarios {
@@ -301,7 +327,11 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 			defer func() { <-slots }()
 			res, err := runner.Run(ctx, s)
 			if err != nil {
-				errs[i] = err
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
 				cancel()
 				return
 			}
@@ -309,10 +339,8 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
+	if first != nil {
+		return nil, first
 	}
 	return &scenario.Results{Scenarios: results}, nil
 }
@@ -383,42 +411,144 @@ func imageCommands(command string, values []string) (map[string][]string, error)
 // imageCommandUsage is the help of the --image-command flag.
 const imageCommandUsage = "run the local command CMD for containers of image IMAGE that give no command of their own, as IMAGE=CMD ARGS... (docs/local-cluster.md); repeatable"
 
-// writeFiles writes results as JSON to resultsPath and as HTML to
-// reportPath, skipping an empty path. Each file appears whole or not at
-// all: it is written to a temporary file beside it, then renamed.
-func writeFiles(resultsPath, reportPath string, r *scenario.Results) error {
-	for _, out := range []struct {
-		path  string
-		write func(io.Writer, *scenario.Results) error
-	}{{resultsPath, report.WriteJSON}, {reportPath, report.WriteHTML}} {
+// resultsOutput are the flags of the commands whose runs end with
+// scenario results, lab and rollout: what standard output shows of them
+// (-o), and the files they are written to (--results, --report).
+type resultsOutput struct {
+	format, results, report string
+}
+
+// bind binds the flags on f, with results and report the files written by
+// default ("" for none).
+func (o *resultsOutput) bind(f *pflag.FlagSet, results, report string) {
+	f.StringVarP(&o.format, "output", "o", "text", "output format: text or json")
+	f.StringVar(&o.results, "results", results, "file to write the results to as JSON; empty for none")
+	f.StringVar(&o.report, "report", report, "file to write the HTML report to (docs/report.md); empty for none")
+}
+
+// check returns a usage error, named by command, for an -o other than
+// text and json.
+func (o resultsOutput) check(command string) error {
+	if o.format != "text" && o.format != "json" {
+		return usagef("%s: invalid --output %q: accepted values are text, json", command, o.format)
+	}
+	return nil
+}
+
+// write writes r to the files, all of them whole or none, then shows it on
+// streams.Out as -o says, and tells on streams.Err, named by command,
+// which files it wrote (see wrote).
+func (o resultsOutput) write(streams Streams, command string, r *scenario.Results) error {
+	err := writeAll(
+		output{o.results, func(w io.Writer) error { return report.WriteJSON(w, r) }},
+		output{o.report, func(w io.Writer) error { return report.WriteHTML(w, r) }})
+	if err != nil {
+		return fmt.Errorf("%s: %w", command, err)
+	}
+	if o.format == "json" {
+		err = report.WriteJSON(streams.Out, r)
+	} else {
+		err = report.WriteText(streams.Out, r)
+	}
+	if err != nil {
+		return err
+	}
+	o.wrote(streams.Err, command)
+	return nil
+}
+
+// wrote tells on w, named by command, where the files were written, as
+// absolute paths, or that none was and how to keep the results: on
+// standard error, so that standard output stays the results alone.
+func (o resultsOutput) wrote(w io.Writer, command string) {
+	var files []string
+	if o.results != "" {
+		files = append(files, "the results to "+absolute(o.results))
+	}
+	if o.report != "" {
+		files = append(files, "the HTML report to "+absolute(o.report))
+	}
+	if len(files) == 0 {
+		fmt.Fprintf(w, "%s: no file written: --results FILE keeps the results as JSON, --report FILE as an HTML page\n", command)
+		return
+	}
+	fmt.Fprintf(w, "%s: wrote %s\n", command, strings.Join(files, " and "))
+}
+
+// absolute returns path made absolute, or path as it is if it cannot be.
+func absolute(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
+// output is a file to write whole: its path ("" for none) and what writes
+// it.
+type output struct {
+	path  string
+	write func(io.Writer) error
+}
+
+// writeAtomically writes path with write, through a temporary file in the
+// same directory renamed over path once complete.
+func writeAtomically(path string, write func(io.Writer) error) error {
+	return writeAll(output{path, write})
+}
+
+// writeAll writes each of outputs that has a path to a temporary file in
+// its directory, and once every one is complete renames them over their
+// paths: either every file appears whole, or none is written. Only a
+// rename that fails after the others succeeded leaves some written.
+func writeAll(outputs ...output) error {
+	var temps []string
+	defer func() {
+		for _, t := range temps {
+			os.Remove(t)
+		}
+	}()
+	for _, out := range outputs {
+		if out.path == "" {
+			temps = append(temps, "")
+			continue
+		}
+		temp, err := writeTemp(out.path, out.write)
+		if err != nil {
+			return err
+		}
+		temps = append(temps, temp)
+	}
+	for i, out := range outputs {
 		if out.path == "" {
 			continue
 		}
-		if err := writeAtomically(out.path, func(w io.Writer) error { return out.write(w, r) }); err != nil {
+		if err := os.Rename(temps[i], out.path); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// writeAtomically writes path with write, through a temporary file in the
-// same directory renamed over path once complete.
-func writeAtomically(path string, write func(io.Writer) error) error {
+// writeTemp writes a temporary file in path's directory with write, and
+// returns its name.
+func writeTemp(path string, write func(io.Writer) error) (string, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer os.Remove(f.Name())
 	if err := write(f); err != nil {
 		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+		os.Remove(f.Name())
+		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Chmod(0o644); err != nil {
 		f.Close()
-		return err
+		os.Remove(f.Name())
+		return "", err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		os.Remove(f.Name())
+		return "", err
 	}
-	return os.Rename(f.Name(), path)
+	return f.Name(), nil
 }

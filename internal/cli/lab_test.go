@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,6 +72,9 @@ func TestLabQuick(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "1-plain") || !strings.Contains(errOut.String(), "warm-up") {
 		t.Errorf("no progress on stderr:\n%s", errOut.String())
+	}
+	if want := "lab: wrote the results to " + path + " and the HTML report to " + page + "\n"; !strings.HasSuffix(errOut.String(), want) {
+		t.Errorf("stderr ends:\n%s\nwant %q", errOut.String()[max(0, errOut.Len()-300):], want)
 	}
 	saved, err := os.ReadFile(path)
 	if err != nil {
@@ -140,5 +145,34 @@ func TestCatalogEntrypoints(t *testing.T) {
 	}
 	if err := checkEntrypoints("lab", catalog, nil); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestWriteAll: files appear whole or not at all; a file whose writing
+// fails leaves none of them, nor a temporary file.
+func TestWriteAll(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.html")
+	write := func(text string) func(io.Writer) error {
+		return func(w io.Writer) error { _, err := io.WriteString(w, text); return err }
+	}
+	failing := func(io.Writer) error { return errors.New("disk full") }
+	if err := writeAll(output{a, write("a")}, output{"", failing}, output{b, failing}); err == nil || !strings.Contains(err.Error(), "write "+b+": disk full") {
+		t.Errorf("writeAll with a failing file: %v, want its error", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) > 0 {
+		t.Errorf("files left after a failed writeAll: %v", left)
+	}
+	if err := writeAll(output{a, write("a")}, output{b, write("b")}); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{a: "a", b: "b"} {
+		if got, err := os.ReadFile(path); err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %q", path, got, err, want)
+		}
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 2 {
+		t.Errorf("files after writeAll: %v, want a.json and b.html only", left)
 	}
 }

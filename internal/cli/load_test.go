@@ -68,7 +68,8 @@ func TestLoadUsageErrors(t *testing.T) {
 		{name: "rate not a number", args: []string{"load", "http://127.0.0.1:1/", "--rate", "fast"}, wantErr: "invalid argument"},
 		{name: "client rate zero", args: []string{"load", "http://127.0.0.1:1/", "--client", "keep-alive=0"}, wantErr: "invalid rate"},
 		{name: "unparsable URL", args: []string{"load", "http://[::1"}, wantErr: "target URL"},
-		{name: "URL without scheme", args: []string{"load", "127.0.0.1:8080/work"}, wantErr: "target URL"},
+		{name: "URL without scheme", args: []string{"load", "127.0.0.1:18080/work"},
+			wantErr: `closingtime: load: target URL "127.0.0.1:18080/work": want http://HOST:PORT/PATH, such as http://127.0.0.1:18080/work` + "\n"},
 		{name: "unknown client kind", args: []string{"load", "http://127.0.0.1:1/", "--client", "http2"}, wantErr: `unknown client kind "http2"`},
 		{name: "client twice", args: []string{"load", "http://127.0.0.1:1/", "--client", "new-conn", "--client", "new-conn=5"}, wantErr: "given twice"},
 		{name: "bad output", args: []string{"load", "http://127.0.0.1:1/", "-o", "yaml"}, wantErr: "invalid --output"},
@@ -133,6 +134,58 @@ func TestLoadJSON(t *testing.T) {
 	}
 	if len(ids) != 30 {
 		t.Errorf("%d distinct request ids in the events file, want 30", len(ids))
+	}
+}
+
+// TestLoadClientErrors: a run whose responses are mostly 4xx warns on
+// standard error, naming the status, the path and how to request
+// another; one whose responses are mostly ok, or only a few 4xx, does
+// not. Standard output has the report either way.
+func TestLoadClientErrors(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/work" {
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	for _, tt := range []struct {
+		name, path, output, want string
+	}{
+		{name: "404", path: "/", output: "text", want: "load: warning: 10 of 10 responses (100%) had a 4xx status, most often 404 Not Found: they count as ok, but path / is likely not one the server serves; give the path it serves in the URL, http://HOST:PORT/PATH\n"},
+		{name: "ok", path: "/work", output: "text"},
+		// A load pod's stream, whose reader warns of its own.
+		{name: "jsonl", path: "/", output: "jsonl"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			status, stdout, stderr := runCLI(context.Background(), "load", srv.URL+tt.path, "--rate", "20", "--duration", "500ms", "-o", tt.output)
+			if status != ExitOK || stderr != tt.want || !strings.Contains(stdout, "ok") {
+				t.Errorf("exit status %d, stderr %q, stdout:\n%s\nwant %d, stderr %q and the report", status, stderr, stdout, ExitOK, tt.want)
+			}
+		})
+	}
+}
+
+// TestClientErrorsWarning: the warning comes when more than half of the
+// responses had a 4xx status, and names the commonest.
+func TestClientErrorsWarning(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		statuses map[int]int64
+		want     string
+	}{
+		{statuses: nil},
+		{statuses: map[int]int64{200: 5, 404: 5}},
+		// Half is not most; a 5xx is a response too.
+		{statuses: map[int]int64{200: 4, 503: 1, 401: 2, 404: 3}},
+		{statuses: map[int]int64{200: 4, 401: 3, 404: 3}, want: "warning: 6 of 10 responses (60%) had a 4xx status, most often 401 Unauthorized: they count as ok, but path /x is likely not one the server serves; set it"},
+		{statuses: map[int]int64{200: 1, 401: 2, 404: 3}, want: "most often 404 Not Found"},
+	} {
+		got := clientErrorsWarning(tt.statuses, "/x", "set it")
+		if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+			t.Errorf("clientErrorsWarning(%v) = %q, want %q", tt.statuses, got, tt.want)
+		}
 	}
 }
 

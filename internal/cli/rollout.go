@@ -14,7 +14,6 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
-	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -36,9 +35,7 @@ type rolloutFlags struct {
 	service         string
 	path            string
 	warmUp, after   time.Duration
-	output          string
-	results         string
-	report          string
+	out             resultsOutput
 	images          []string
 	kubeFlags
 }
@@ -53,12 +50,18 @@ own server as the pods (the containers' command and args, as written), send
 traffic through the Service, restart the Deployment's rollout --repeat times
 (deploy/NAME picks it when the files hold several),
 and count every failed request by kind and by second, with what each old pod
-did. The output and results file are those of closingtime lab.
+did. The output and files are those of closingtime lab: -o json writes
+the results on standard output, --results FILE as JSON and --report FILE
+as an HTML page (neither by default); standard error says at the end
+which files were written and where.
 
 Exit status: 0 when at most --max-failures requests failed over all
 repetitions, 1 when more did (so that it can gate CI) or when the tool
 failed, 2 for a bad flag or a manifest that cannot be read or run (with
---local, a container without a command for its image), 130 when
+--local, a container without a command for its image), 3 when the setup
+did not run: the workload did not deploy (its pods never all became
+ready, its Service never answered, or a container exited before the
+rollout), so nothing was measured and no file is written; 130 when
 interrupted.
 
 With --kube, the same runs on the real cluster of your kubeconfig
@@ -111,9 +114,7 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
 	f.StringVar(&flags.path, "path", scenario.DefaultPath, "the HTTP path to request")
 	f.DurationVar(&flags.warmUp, "warm-up", scenario.DefaultWarmUp, "traffic before each rollout")
 	f.DurationVar(&flags.after, "after", scenario.DefaultAfter, "traffic after each rollout is complete and its old pods are gone")
-	f.StringVarP(&flags.output, "output", "o", "text", "output format: text or json")
-	f.StringVar(&flags.results, "results", "", "file to write the results to as JSON")
-	f.StringVar(&flags.report, "report", "", "file to write the HTML report to (docs/report.md)")
+	flags.out.bind(f, "", "")
 	f.StringArrayVar(&flags.images, "image-command", nil, imageCommandUsage)
 	flags.kubeFlags.bind(f)
 	return cmd
@@ -127,12 +128,11 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		return usagef("rollout: %s: a Deployment that runs already is rolled out with --kube; with --local, give -f FILE", ref)
 	case ref == "" && len(flags.files) == 0:
 		return usagef("rollout: no manifests: give -f FILE (or, with --kube, deploy/NAME)")
-	case flags.output != "text" && flags.output != "json":
-		return usagef("rollout: invalid --output %q: accepted values are text, json", flags.output)
 	case flags.kube && len(flags.images) > 0:
 		return usagef("rollout: --image-command is for --local: with --kube, the nodes run the images")
 	}
 	if err := cmp.Or(
+		flags.out.check("rollout"),
 		positive("rollout", "--repeat", flags.repeat),
 		positive("rollout", "--rate", flags.rate),
 		positive("rollout", "--connections", flags.connections),
@@ -199,16 +199,11 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	if err != nil {
 		return err
 	}
-	if err := writeFiles(flags.results, flags.report, results); err != nil {
-		return fmt.Errorf("rollout: %w", err)
-	}
-	if flags.output == "json" {
-		err = report.WriteJSON(streams.Out, results)
-	} else {
-		err = report.WriteText(streams.Out, results)
-	}
-	if err != nil {
+	if err := flags.out.write(streams, "rollout", results); err != nil {
 		return err
+	}
+	if w := clientErrorsWarning(statusesOf(&results.Scenarios[0]), flags.path, "give the path your app serves with --path PATH"); w != "" {
+		fmt.Fprintf(streams.Err, "rollout: %s\n", w)
 	}
 	if failed := results.Scenarios[0].Totals.Failed(); failed > flags.maxFailures {
 		fmt.Fprintf(streams.Err, "rollout: %d requests failed, more than --max-failures %d\n", failed, flags.maxFailures)

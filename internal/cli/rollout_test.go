@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,32 +42,121 @@ func TestRolloutUsage(t *testing.T) {
 
 // TestRolloutGate runs a rollout of a Deployment without a readiness probe,
 // which fails requests: the exit status is 1 with the default allowance
-// and 0 with a large one.
+// and 0 with a large one. Either way, standard error says at the end
+// which files were written, with their absolute paths, or that none was.
 func TestRolloutGate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs rollouts under load")
 	}
 	t.Parallel()
+	dir := t.TempDir()
+	results, page := filepath.Join(dir, "results.json"), filepath.Join(dir, "report.html")
 	tests := []struct {
 		name        string
 		maxFailures string
+		files       []string
 		wantCode    int
+		wantWrote   string
 	}{
-		{name: "over the allowance", maxFailures: "0", wantCode: rolloutExitFailures},
-		{name: "within the allowance", maxFailures: "1000000", wantCode: ExitOK},
+		{name: "over the allowance", maxFailures: "0", wantCode: rolloutExitFailures,
+			wantWrote: "rollout: no file written: --results FILE keeps the results as JSON, --report FILE as an HTML page\n"},
+		{name: "within the allowance", maxFailures: "1000000", files: []string{"--results", results, "--report", page}, wantCode: ExitOK,
+			wantWrote: "rollout: wrote the results to " + results + " and the HTML report to " + page + "\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var out, errOut bytes.Buffer
-			code := Run(context.Background(), []string{"rollout", "-f", "testdata/rollout-plain.yaml", "--local", "--path", "/work",
-				"--warm-up", "1s", "--after", "2s", "--max-failures", tt.maxFailures},
+			code := Run(context.Background(), append([]string{"rollout", "-f", "testdata/rollout-plain.yaml", "--local", "--path", "/work",
+				"--warm-up", "1s", "--after", "2s", "--max-failures", tt.maxFailures}, tt.files...),
 				Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
 			if code != tt.wantCode {
 				t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, tt.wantCode, out.String(), errOut.String())
 			}
 			if !strings.Contains(out.String(), "refused") || !strings.Contains(out.String(), "old pod") {
 				t.Errorf("stdout lacks the table or the old pods:\n%s", out.String())
+			}
+			if !strings.Contains(errOut.String(), tt.wantWrote) {
+				t.Errorf("stderr:\n%s\nwant %q", errOut.String(), tt.wantWrote)
+			}
+			for i := 1; i < len(tt.files); i += 2 {
+				if st, err := os.Stat(tt.files[i]); err != nil || st.Size() == 0 {
+					t.Errorf("%s: %v, want it written", tt.files[i], err)
+				}
+			}
+		})
+	}
+}
+
+// TestNotDeployed runs a rollout, and a lab scenario, whose containers
+// exit at their start: each ends at once with ExitSetup and an error that
+// quotes the exit, prints no table and writes neither the results nor
+// the report.
+func TestNotDeployed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs pods that crash")
+	}
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{name: "rollout", args: []string{"rollout", "-f", "testdata/rollout-crash.yaml", "--local"}},
+		{name: "lab", args: []string{"lab", "-f", "testdata/lab-crash.yaml"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			results, page := filepath.Join(dir, "results.json"), filepath.Join(dir, "report.html")
+			var out, errOut bytes.Buffer
+			args := append(tt.args, "--results", results, "--report", page)
+			code := Run(context.Background(), args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+			want := "closingtime: " + tt.name + ": scenario "
+			if code != ExitSetup || out.Len() > 0 || !strings.Contains(errOut.String(), want) ||
+				!strings.Contains(errOut.String(), ": deploy: a container exited before the rollout-restart, which was not done: a workload that does not run is not measured (from the cluster: pod app-") {
+				t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s\nwant %d, nothing on stdout and an error %q… that quotes the exit", code, out.String(), errOut.String(), ExitSetup, want)
+			}
+			if left, _ := os.ReadDir(dir); len(left) > 0 {
+				t.Errorf("files written for a run that did not deploy: %v", left)
+			}
+		})
+	}
+}
+
+// TestRolloutClientErrors runs a rollout whose traffic requests a path
+// that the pods answer with 404: nothing fails, and standard error warns
+// that most responses were 4xx, with the path and the flag that sets it.
+// The lab, whose warning names the scenario file instead, runs the same.
+func TestRolloutClientErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs rollouts under load")
+	}
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "rollout", args: []string{"rollout", "-f", "testdata/rollout-plain.yaml", "--local", "--path", "/nope", "--warm-up", "1s", "--after", "1s", "--max-failures", "1000000"},
+			want: "had a 4xx status, most often 404 Not Found: they count as ok, but path /nope is likely not one the server serves; give the path your app serves with --path PATH\n"},
+		{name: "lab", args: []string{"lab", "-f", "testdata/lab-404.yaml", "--results", "", "--report", ""},
+			want: "had a 4xx status, most often 404 Not Found: they count as ok, but path /nope is likely not one the server serves; set traffic.path in testdata/lab-404.yaml to one it serves\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			code := Run(context.Background(), tt.args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+			if code != ExitOK {
+				t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+			}
+			prefix := tt.name + ": warning: "
+			if tt.name == "lab" {
+				prefix = "lab: scenario not-found: warning: "
+			}
+			line := errOut.String()[max(0, strings.LastIndex(errOut.String(), prefix)):]
+			if !strings.HasPrefix(line, prefix) || !strings.Contains(line, "responses (100%) "+tt.want) {
+				t.Errorf("stderr:\n%s\nwant a line %q…%q", errOut.String(), prefix, tt.want)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/closingtime-dev/closingtime/internal/manifest"
+	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
 // Streams are the standard streams a command reads and writes, so that tests
@@ -39,6 +40,11 @@ const (
 	ExitError = 1
 	// ExitUsage means a flag, argument or environment value was invalid.
 	ExitUsage = 2
+	// ExitSetup means the setup did not run, so nothing was measured: the
+	// workload of a run that sends traffic did not deploy (pods that never
+	// all became ready, a Service that never answered, containers that
+	// exited before the action: scenario.DeployError).
+	ExitSetup = 3
 )
 
 // usageError marks an error in the command line or environment; it maps to
@@ -106,9 +112,11 @@ func Run(ctx context.Context, args []string, streams Streams) int {
 		return int(status)
 	}
 	fmt.Fprintf(streams.Err, "closingtime: %v\n", err)
-	var usage *usageError
-	if errors.As(err, &usage) {
+	switch {
+	case errors.As(err, new(*usageError)):
 		return ExitUsage
+	case errors.As(err, new(*scenario.DeployError)):
+		return ExitSetup
 	}
 	return ExitError
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,12 +156,9 @@ type stream struct {
 // New checks cfg and returns a Generator for it. Every error it returns is
 // about cfg.
 func New(cfg Config) (*Generator, error) {
-	target, err := url.Parse(cfg.URL)
+	target, err := parseTarget(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("target URL: %w", err)
-	}
-	if target.Scheme != "http" || target.Host == "" {
-		return nil, fmt.Errorf("target URL %q: want http://host[:port][/path]", cfg.URL)
+		return nil, err
 	}
 	if cfg.Duration < 0 || cfg.ConnectTimeout < 0 || cfg.ResponseTimeout < 0 {
 		return nil, errors.New("duration and timeouts must not be negative")
@@ -220,6 +218,30 @@ func New(cfg Config) (*Generator, error) {
 		g.clients = append(g.clients, s)
 	}
 	return g, nil
+}
+
+// parseTarget parses raw, the target of a run: an http URL with a host.
+// The error for anything else says which form is wanted, and, for an
+// address without its scheme ("127.0.0.1:8080/work", which net/url takes
+// for a scheme or rejects with "first path segment in URL cannot contain
+// colon"), the URL it likely stands for.
+func parseTarget(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err == nil && u.Scheme == "http" && u.Host != "" {
+		return u, nil
+	}
+	msg := fmt.Sprintf("target URL %q: want http://HOST:PORT/PATH", raw)
+	switch {
+	case !strings.Contains(raw, "://"):
+		if u, err := url.Parse("http://" + raw); err == nil && u.Host != "" {
+			msg += ", such as " + u.String()
+		}
+	case err != nil:
+		msg += ": " + strings.TrimPrefix(err.Error(), fmt.Sprintf("parse %q: ", raw))
+	case u.Scheme != "http":
+		msg += ": the requests are plain HTTP/1.1, not " + u.Scheme
+	}
+	return nil, errors.New(msg)
 }
 
 // userAgent is the User-Agent of the generator's requests.

@@ -16,7 +16,7 @@ import (
 // The reports must have the same URL. Clients are matched by kind, in the
 // order in which the reports first name them; a client's rate and
 // connections are the sums of its parts', its counts, seconds and pods add
-// up, and its Latency and ScheduleLag are the percentiles of the merged
+// up (statuses too), and its Latency and ScheduleLag are the percentiles of the merged
 // histograms, so a client report without its histograms is an error. Start
 // is the earliest start, End the latest end. The reports are not changed.
 func Merge(reports ...*Report) (*Report, error) {
@@ -52,7 +52,7 @@ func Merge(reports ...*Report) (*Report, error) {
 			j := slices.IndexFunc(clients, func(c *client) bool { return c.report.Kind == cr.Kind })
 			if j < 0 {
 				clients = append(clients, &client{
-					report:  ClientReport{Kind: cr.Kind, Pods: map[string]int64{}},
+					report:  ClientReport{Kind: cr.Kind, Pods: map[string]int64{}, Statuses: map[int]int64{}},
 					seconds: map[time.Time]*Counts{}, latency: newHistogram(), lag: newHistogram(),
 				})
 				j = len(clients) - 1
@@ -71,6 +71,9 @@ func Merge(reports ...*Report) (*Report, error) {
 			}
 			for pod, n := range cr.Pods {
 				c.report.Pods[pod] += n
+			}
+			for status, n := range cr.Statuses {
+				c.report.Statuses[status] += n
 			}
 			c.latency.h.Merge(latency.h)
 			c.lag.h.Merge(lag.h)

@@ -100,7 +100,7 @@ func TestMergeGenerators(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, c := reports[0].Clients[0], reports[1].Clients[0], m.Clients[0]
-	if c.Totals[OK] != a.Totals[OK]+b.Totals[OK] || c.Totals[OK] == 0 || c.Pods["web-a"] != c.Totals[OK] || c.Rate != 200 {
+	if c.Totals[OK] != a.Totals[OK]+b.Totals[OK] || c.Totals[OK] == 0 || c.Pods["web-a"] != c.Totals[OK] || c.Statuses[http.StatusOK] != c.Totals[OK] || c.Rate != 200 {
 		t.Errorf("merged %+v from %+v and %+v", c, a, b)
 	}
 	if c.Latency.Max != max(a.Latency.Max, b.Latency.Max) ||

@@ -171,6 +171,11 @@ type ClientReport struct {
 	// Pods counts the responses by the X-Pod-Name that served them;
 	// responses without the header are not counted.
 	Pods map[string]int64 `json:"pods"`
+	// Statuses counts the responses (ok and http5xx) by status code. A 4xx
+	// is ok, as the server answered; a run whose answers are mostly 4xx
+	// likely requested a path that the server does not serve. Empty in a
+	// report that does not carry them.
+	Statuses map[int]int64 `json:"statuses,omitempty"`
 	// LatencyHistogram and ScheduleLagHistogram are the distributions
 	// behind Latency and ScheduleLag: HDR histograms of microseconds, from
 	// 1 µs to one hour with three significant digits, in HdrHistogram's
@@ -279,15 +284,17 @@ type recorder struct {
 	latency  histogram
 	lag      histogram
 	pods     map[string]int64
+	statuses map[int]int64
 }
 
 func newRecorder(client Client) *recorder {
 	return &recorder{
-		client:  client,
-		seconds: make(map[int64]*Counts),
-		latency: newHistogram(),
-		lag:     newHistogram(),
-		pods:    make(map[string]int64),
+		client:   client,
+		seconds:  make(map[int64]*Counts),
+		latency:  newHistogram(),
+		lag:      newHistogram(),
+		pods:     make(map[string]int64),
+		statuses: make(map[int]int64),
 	}
 }
 
@@ -308,6 +315,7 @@ func (r *recorder) record(res *Result) {
 	counts[res.Class]++
 	if res.Class == OK || res.Class == HTTP5xx {
 		r.latency.record(res.Total)
+		r.statuses[res.Status]++
 		if res.Pod != "" {
 			r.pods[res.Pod]++
 		}
@@ -328,6 +336,7 @@ func (r *recorder) report() ClientReport {
 		Latency:     r.latency.percentiles(),
 		ScheduleLag: r.lag.percentiles(),
 		Pods:        maps.Clone(r.pods),
+		Statuses:    maps.Clone(r.statuses),
 
 		LatencyHistogram:     r.latency.encode(),
 		ScheduleLagHistogram: r.lag.encode(),

@@ -2,9 +2,12 @@ package load
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -16,15 +19,17 @@ const (
 	// servingRetryDelay is the pause after a failed request before the
 	// next one.
 	servingRetryDelay = 100 * time.Millisecond
-	// servingTimeout bounds each request: connect and response.
-	servingTimeout = DefaultConnectTimeout + DefaultResponseTimeout
 )
 
-// WaitServing waits until target, an http URL, answers: until
+// WaitServing waits until cfg.URL, an http URL, answers: until
 // [ServingInARow] GET requests in a row get a complete response with a
-// status below 500 (class [OK]), each on a new connection made by dial (nil
-// means a net.Dialer), each bounded by the default connect and response
-// timeouts. After a failed request it waits 100 ms and counts from zero
+// status below 500 (class [OK]), each on a new connection made by cfg.Dial
+// (nil means a net.Dialer), each bounded as a run of cfg bounds its
+// requests: the connect by cfg.ConnectTimeout, the response, from the
+// connection on, by cfg.ResponseTimeout (zero means their defaults). The
+// other fields of cfg are ignored. After a failed request it calls failed,
+// if not nil, with what failed (the status, or the connect's or response's
+// error, a timeout named as such), waits 100 ms and counts from zero
 // again. It is the rule by which the runner starts a scenario's traffic,
 // whichever the backend: a generator that starts before its target answers
 // counts the target's start-up as failures.
@@ -34,29 +39,54 @@ const (
 // pod's own network (`closingtime load --wait-serving`) on a real one.
 //
 // If ctx ends first, WaitServing returns an error that wraps ctx.Err() and
-// gives the last failure.
-func WaitServing(ctx context.Context, dial Dialer, target string) error {
-	if _, err := http.NewRequest(http.MethodGet, target, nil); err != nil {
-		return fmt.Errorf("wait for the target to answer: %w", err)
+// quotes the last failure. An invalid cfg.URL is an error at once.
+func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
+	target, err := parseTarget(cfg.URL)
+	if err != nil {
+		return err
 	}
-	transport := &http.Transport{DialContext: dial, DisableKeepAlives: true}
+	if cfg.ConnectTimeout < 0 || cfg.ResponseTimeout < 0 {
+		return errors.New("timeouts must not be negative")
+	}
+	connectTimeout := orDefault(cfg.ConnectTimeout, DefaultConnectTimeout)
+	responseTimeout := orDefault(cfg.ResponseTimeout, DefaultResponseTimeout)
+	dial := cfg.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	transport := &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			dctx, cancel := context.WithTimeout(ctx, connectTimeout)
+			defer cancel()
+			c, err := dial(dctx, network, address)
+			if err != nil {
+				return nil, &connectError{err}
+			}
+			// The response's time counts from the connection, as the
+			// generator's client counts it.
+			c.SetDeadline(time.Now().Add(responseTimeout))
+			return c, nil
+		}}
 	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport, Timeout: servingTimeout}
+	client := &http.Client{Transport: transport}
 	var last error // the last failure before ctx ended
 	for good := 0; good < ServingInARow; {
-		err := askServing(ctx, client, target)
+		err := askServing(ctx, client, target.String(), connectTimeout, responseTimeout)
 		if err == nil {
 			good++
 			continue
 		}
 		if ctx.Err() == nil {
 			last = err
+			if failed != nil {
+				failed(err)
+			}
 		}
 		good = 0
 		select {
 		case <-time.After(servingRetryDelay):
 		case <-ctx.Done():
-			err := fmt.Errorf("wait for %s to answer %d requests in a row: %w", target, ServingInARow, ctx.Err())
+			err := fmt.Errorf("wait for %s to answer %d requests in a row: %w", cfg.URL, ServingInARow, ctx.Err())
 			if last != nil {
 				err = fmt.Errorf("%w (last failure: %v)", err, last)
 			}
@@ -66,24 +96,44 @@ func WaitServing(ctx context.Context, dial Dialer, target string) error {
 	return nil
 }
 
+// connectError marks an error of WaitServing's dial.
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
 // askServing sends one request of WaitServing: nil if it got a complete
-// response with a status below 500.
-func askServing(ctx context.Context, client *http.Client, target string) error {
+// response with a status below 500; otherwise an error that gives the
+// status, or the connect's or the exchange's error (not wrapped in the
+// *url.Error that names the URL again), a timeout as the one of
+// connectTimeout and responseTimeout that passed.
+func askServing(ctx context.Context, client *http.Client, target string, connectTimeout, responseTimeout time.Duration) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("User-Agent", userAgent)
 	resp, err := client.Do(req)
-	if err != nil {
-		return err
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return err
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
 	}
-	if resp.StatusCode >= 500 {
+	var ce *connectError
+	switch {
+	case err == nil && resp.StatusCode >= 500:
 		return fmt.Errorf("status %s", resp.Status)
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return err
+	case errors.As(err, &ce) && timedOut(err):
+		return fmt.Errorf("no connection within %v, the connect timeout", connectTimeout)
+	case timedOut(err):
+		return fmt.Errorf("no complete response within %v of connecting, the response timeout", responseTimeout)
 	}
-	return nil
+	return err
 }

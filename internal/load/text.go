@@ -13,8 +13,9 @@ import (
 // WriteText writes the human summary of r, in the spirit of the seeds' load
 // scripts: for each client, only the seconds that had failures, as
 // "13:43:30 ok=33 refused=12 reset=1", then the totals, the requests that
-// retries absorbed, the latency and schedule lag, and the responses per
-// pod, by the X-Pod-Name header that named the pod. Times are UTC.
+// retries absorbed, the latency and schedule lag, the responses by status
+// and the responses per pod, by the X-Pod-Name header that named the pod.
+// Times are UTC.
 func WriteText(w io.Writer, r *Report) error {
 	var b strings.Builder
 	for i, c := range r.Clients {
@@ -41,6 +42,13 @@ func WriteText(w io.Writer, r *Report) error {
 			b.WriteString("latency none: no responses\n")
 		}
 		fmt.Fprintf(&b, "schedule lag %s\n", formatPercentiles(c.ScheduleLag))
+		if len(c.Statuses) > 0 {
+			b.WriteString("statuses")
+			for _, status := range slices.Sorted(maps.Keys(c.Statuses)) {
+				fmt.Fprintf(&b, " %d=%d", status, c.Statuses[status])
+			}
+			b.WriteByte('\n')
+		}
 		if len(c.Pods) > 0 {
 			b.WriteString("responses per pod (X-Pod-Name):")
 			for _, pod := range slices.Sorted(maps.Keys(c.Pods)) {

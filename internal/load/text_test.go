@@ -32,6 +32,7 @@ func goldenReport() *Report {
 				Latency:     Percentiles{P50: 201 * time.Millisecond, P90: 204 * time.Millisecond, P99: 1210 * time.Millisecond, Max: 2003 * time.Millisecond},
 				ScheduleLag: Percentiles{P50: 80 * time.Microsecond, P90: 150 * time.Microsecond, P99: 260 * time.Microsecond, Max: 640 * time.Microsecond},
 				Pods:        map[string]int64{"app-69d5b57d4d-cxr7s": 141, "app-5f657484ff-np5gl": 134},
+				Statuses:    map[int]int64{200: 410, 404: 4},
 			},
 			{
 				Kind:        KeepAlive,

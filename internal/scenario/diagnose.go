@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/load"
 )
 
 // noticeInterval is the least time between two notices of one pod's
@@ -214,14 +215,20 @@ func clip(s string) string {
 // ready, and running others run without being ready: those whose
 // readiness or startup probe has not passed yet, whether or not a failed
 // run of it gave a notice. With every pod ready, the deploy waits for the
-// rollout's end (minReadySeconds) and for the Service to answer.
-func waitingNotice(elapsed time.Duration, ready, want, running int32, limit time.Duration) string {
+// rollout's end (minReadySeconds) and for the Service to answer; last,
+// when not empty, is how the Service last failed to.
+func waitingNotice(elapsed time.Duration, ready, want, running int32, last string, limit time.Duration) string {
 	msg := fmt.Sprintf("deploying for %s: %d of %d pods ready", elapsed.Round(time.Second), ready, want)
 	switch {
 	case running > 0:
 		msg += fmt.Sprintf(", %d running but not ready (readiness or startup probe not passed)", running)
+	case ready >= want && last != "":
+		msg += fmt.Sprintf(", waiting for the Service to answer %d requests in a row", load.ServingInARow)
 	case ready >= want:
 		msg += ", waiting for the Deployment to be available and the Service to answer"
+	}
+	if last != "" {
+		msg += "; its last answer: " + clip(last)
 	}
 	return msg + fmt.Sprintf("; gives up after %s", limit)
 }

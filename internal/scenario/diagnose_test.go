@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -197,15 +198,19 @@ func TestDiagnosis(t *testing.T) {
 	}
 }
 
-// TestRunnerNotices runs, on the local cluster, Deployments whose pods
-// never become ready, each within a short limit: the runner's progress
-// gets a notice that names the container and the cause before the run
-// fails, a readiness probe that never passes gives one within a few of
-// its periods, a deploy that waits past noticeInterval says how many pods
-// are ready, and the run's error quotes the cause.
+// TestRunnerNotices runs, on the local cluster, Deployments whose
+// containers exit, whose pods never become ready, or whose Service never
+// answers within the traffic's response timeout, each within a short
+// limit: the runner's progress gets a notice that names the container and
+// the cause before the run fails, a readiness probe that never passes
+// gives one within a few of its periods, a deploy that waits past
+// noticeInterval says how many pods are ready and how the Service last
+// failed to answer, and the run's error, a *DeployError, quotes the
+// cause. A container's exit ends the deploy at once, well within the
+// limit.
 func TestRunnerNotices(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs pods that never become ready, for 6 s and 12 s")
+		t.Skip("runs pods that never become ready, for up to 12 s")
 	}
 	t.Parallel()
 	// A port that nothing listens on now, which the pods of the second
@@ -217,31 +222,61 @@ func TestRunnerNotices(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	tests := []struct {
-		name  string
-		args  []string
-		limit time.Duration
+		name string
+		args []string
+		// noPodIP leaves POD_IP out of the container's env.
+		noPodIP bool
+		traffic Traffic
+		limit   time.Duration
 		// want are strings that notices must have, each in one notice;
 		// early, one that a notice has before the first that says how
 		// many pods are ready, after noticeInterval.
 		want  []string
 		early string
-		// why is what the error must quote.
-		why string
+		// why is what the error must quote; exits, that a container's
+		// exit ended the deploy.
+		why   string
+		exits bool
 	}{
-		{name: "unknown flag", args: []string{"serve", "--no-such-flag"}, limit: 6 * time.Second,
-			want: []string{"pod app-", "container app exited with code 2", "unknown flag: --no-such-flag", "restarts in"},
-			why:  "(from the cluster: pod app-"},
+		{name: "unknown flag", args: []string{"serve", "--no-such-flag"}, limit: noticeInterval + 2*time.Second,
+			want: []string{"container app exited with code 2"},
+			// The error quotes the exit with its log.
+			why:   "container app exited with code 2: closingtime: serve: unknown flag: --no-such-flag",
+			exits: true},
 		{name: "address in use", args: []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, limit: noticeInterval + 2*time.Second,
-			want: []string{"container app exited with code 1", "bind: address already in use", addressInUseHint, "s: 0 of 2 pods ready, ", "running but not ready (readiness or startup probe not passed); gives up after 12s"},
-			// The pod that binds the address listens on 127.0.0.1, not on
-			// its own address, where its readiness probe fails.
+			want:  []string{"container app exited with code 1"},
+			why:   "bind: address already in use; " + addressInUseHint + ")",
+			exits: true},
+		// The server listens on a port of its own, not the probe's.
+		{name: "probe never passes", args: []string{"serve", "--listen", "$(POD_IP):8081"}, limit: noticeInterval + 2*time.Second,
+			want:  []string{"readiness probe failed", "s: 0 of 2 pods ready, 2 running but not ready (readiness or startup probe not passed); gives up after 12s"},
 			early: ":8080: connect: connection refused",
-			why:   "bind: address already in use; " + addressInUseHint + ")"},
+			why:   "first rollout: rollout status of deployment default/app: context deadline exceeded (from the cluster: pod app-"},
+		// The app gets "$(POD_IP):8080": the notice says so before the
+		// pods start.
+		{name: "undefined POD_IP", args: []string{"serve", "--listen", "$(POD_IP):8080"}, noPodIP: true, limit: noticeInterval + 2*time.Second,
+			want: []string{"Deployment app: container app: args[2] refers to $(POD_IP), which is not defined in env: it stays as written, and the process gets the text \"$(POD_IP)\"; " +
+				"add the env entry {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}", "container app exited with code 1"},
+			why:   "lookup $(POD_IP)",
+			exits: true},
+		// Every pod ready, /work slower than the run's response timeout,
+		// though well within the default: the Service never answers.
+		{name: "slow answers", args: []string{"serve", "--work", "1s"}, traffic: Traffic{Path: "/work", ResponseTimeout: 200 * time.Millisecond}, limit: noticeInterval + 2*time.Second,
+			want: []string{"s: 2 of 2 pods ready, waiting for the Service to answer 10 requests in a row; its last answer: no complete response within 200ms of connecting, the response timeout; gives up after 12s"},
+			why:  "wait for the service to answer: wait for http://app.default:80/work to answer 10 requests in a row: context deadline exceeded (last failure: no complete response within 200ms of connecting, the response timeout)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s := noticeScenario(t, tt.args, tt.limit)
+			s.Traffic = tt.traffic
+			if tt.noPodIP {
+				d, err := s.Deployment()
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.Spec.Template.Spec.Containers[0].Env = nil
+			}
 			var mu sync.Mutex
 			var notices []string
 			failed := false
@@ -267,8 +302,12 @@ func TestRunnerNotices(t *testing.T) {
 			failed = true
 			defer mu.Unlock()
 			t.Logf("failed after %v: %v\nnotices:\n%s", time.Since(start), err, strings.Join(notices, "\n"))
-			if err == nil || !strings.Contains(err.Error(), tt.why) {
-				t.Errorf("run error %v, want one that quotes %q", err, tt.why)
+			var derr *DeployError
+			if !errors.As(err, &derr) || !strings.Contains(err.Error(), tt.why) {
+				t.Errorf("run error %v, want a *DeployError that quotes %q", err, tt.why)
+			}
+			if stopped := time.Since(start) < noticeInterval; tt.exits && (!stopped || !strings.Contains(err.Error(), "before the rollout-restart, which was not done: a workload that does not run is not measured")) {
+				t.Errorf("run error after %v: %v, want one at the first exit, before the deploy waited %v", time.Since(start), err, noticeInterval)
 			}
 			for _, w := range tt.want {
 				if !slices.ContainsFunc(notices, func(n string) bool { return strings.Contains(n, w) }) {
@@ -286,8 +325,9 @@ func TestRunnerNotices(t *testing.T) {
 }
 
 // noticeScenario returns the scenario of testdata/valid-inline.yaml with
-// two pods that run closingtime with args, a readiness probe on port 8080,
-// and a limit of limit.
+// two pods that run closingtime with args, with POD_IP in their
+// environment (where serve listens unless args say otherwise), a readiness
+// probe on port 8080, the Service's port on it, and a limit of limit.
 func noticeScenario(t *testing.T, args []string, limit time.Duration) *Scenario {
 	t.Helper()
 	s, err := ReadFile(filepath.Join("testdata", "valid-inline.yaml"))
@@ -301,24 +341,34 @@ func noticeScenario(t *testing.T, args []string, limit time.Duration) *Scenario 
 	d.Spec.Replicas = ptr(int32(2))
 	c := &d.Spec.Template.Spec.Containers[0]
 	c.Args = args
+	c.Env = []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}
 	c.ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
 		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8080)}}}
+	svc, err := s.Service()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Ports[0].TargetPort = intstr.FromInt32(8080)
 	s.Limits.Run = limit
 	return s
 }
 
 // TestWaitingNotice: a long deploy's notice says what it still waits for.
 func TestWaitingNotice(t *testing.T) {
+	const timeout = "no complete response within 2s of connecting, the response timeout"
 	for _, tt := range []struct {
 		ready, running int32
+		last           string
 		want           string
 	}{
-		{1, 0, "deploying for 10s: 1 of 3 pods ready; gives up after 5m0s"},
-		{1, 2, "deploying for 10s: 1 of 3 pods ready, 2 running but not ready (readiness or startup probe not passed); gives up after 5m0s"},
-		{3, 0, "deploying for 10s: 3 of 3 pods ready, waiting for the Deployment to be available and the Service to answer; gives up after 5m0s"},
+		{1, 0, "", "deploying for 10s: 1 of 3 pods ready; gives up after 5m0s"},
+		{1, 2, "", "deploying for 10s: 1 of 3 pods ready, 2 running but not ready (readiness or startup probe not passed); gives up after 5m0s"},
+		{3, 0, "", "deploying for 10s: 3 of 3 pods ready, waiting for the Deployment to be available and the Service to answer; gives up after 5m0s"},
+		{3, 0, timeout, "deploying for 10s: 3 of 3 pods ready, waiting for the Service to answer 10 requests in a row; its last answer: " + timeout + "; gives up after 5m0s"},
+		{2, 0, "status 503 Service Unavailable", "deploying for 10s: 2 of 3 pods ready; its last answer: status 503 Service Unavailable; gives up after 5m0s"},
 	} {
-		if got := waitingNotice(10*time.Second, tt.ready, 3, tt.running, 5*time.Minute); got != tt.want {
-			t.Errorf("waitingNotice(%d ready, %d running) = %q, want %q", tt.ready, tt.running, got, tt.want)
+		if got := waitingNotice(10*time.Second, tt.ready, 3, tt.running, tt.last, 5*time.Minute); got != tt.want {
+			t.Errorf("waitingNotice(%d ready, %d running, last %q) = %q, want %q", tt.ready, tt.running, tt.last, got, tt.want)
 		}
 	}
 }

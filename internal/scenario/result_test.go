@@ -307,8 +307,8 @@ type headerless struct {
 	t    *testing.T
 }
 
-func (h headerless) WaitServing(ctx context.Context, url string) error {
-	return LocalTraffic(h.dial).WaitServing(ctx, url)
+func (h headerless) WaitServing(ctx context.Context, cfg load.Config, failed func(error)) error {
+	return LocalTraffic(h.dial).WaitServing(ctx, cfg, failed)
 }
 
 func (h headerless) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Event, error) {

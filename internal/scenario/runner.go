@@ -61,13 +61,17 @@ type Progress struct {
 	Repetition, Repetitions int
 	Phase                   Phase
 	// Notice, when not empty, is a one-line message about the run in Phase,
-	// which has not changed: what the cluster reports that explains a
-	// wait (a container that fails to start or exits, with its exit code
-	// and last log lines, one that waits to restart, a failing probe, a
-	// hint at the likely cause), or, every 10 s, how many pods a long
-	// deploy has ready. Notices come from the cluster's events, in every
-	// phase unless [RunnerConfig.DeployNoticesOnly] is set; a pod's
-	// failing probe gives at most one every 10 s.
+	// which has not changed: at the deploy's start, before any pod does,
+	// each $(NAME) of a container that stays as written (see
+	// [cluster.UnresolvedRefs]), at its file and line, with the env entry
+	// to add; then what the cluster reports that explains a wait (a
+	// container that fails to start or exits, with its exit code and last
+	// log lines, one that waits to restart, a failing probe, a hint at the
+	// likely cause), or, every 10 s, how many pods a long deploy has ready
+	// and how the Service last failed to answer. Notices of the cluster
+	// come from its events, in every phase unless
+	// [RunnerConfig.DeployNoticesOnly] is set; a pod's failing probe gives
+	// at most one every 10 s.
 	Notice string
 }
 
@@ -162,7 +166,11 @@ func cmpOr[T int | time.Duration | float64](vs ...T) T {
 // traffic on for the after period, stops it and computes the run's
 // figures. It returns when every repetition is done, or early with an
 // error; the cluster and the dependency are closed and their processes gone
-// either way.
+// either way. A workload that does not deploy is a *DeployError, and no
+// result: its first rollout or its Service's answers do not come within
+// the run's limit, or, from the deploy until the first action, a
+// container of the Deployment's pods exits (which stops the deploy at
+// once) or fewer pods than its replicas are ready.
 func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) {
 	st := r.settings(s)
 	res = &Result{Name: s.Name, Description: s.Description, Seed: s.Seed, Action: s.Action.Kind}
@@ -190,16 +198,6 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 		mu.Lock()
 		explanation = msg
 		mu.Unlock()
-	}
-	// deployError returns err of step, with the explanation.
-	deployError := func(step string, err error) error {
-		mu.Lock()
-		why := explanation
-		mu.Unlock()
-		if why != "" {
-			return fmt.Errorf("scenario %s: %s: %w (from the cluster: %s)", s.Name, step, err, why)
-		}
-		return fmt.Errorf("scenario %s: %s: %w", s.Name, step, err)
 	}
 	var dep *dependency
 	env := map[string]string{}
@@ -255,19 +253,54 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 		followers.Go(func() { explain(ectx, c, notice, explained) })
 	}
 
+	cfg, err := loadConfig(s.Traffic, target, st.rl)
+	if err != nil {
+		return nil, err
+	}
+
 	// Deploy, and wait until the Service answers, telling every
-	// noticeInterval how many pods are ready.
+	// noticeInterval how many pods are ready and what the Service last
+	// answered. A container of the Deployment's pods that exits means a
+	// workload that does not run: the deploy stops at once.
 	progress(0, PhaseDeploy)
-	dctx, cancel := context.WithTimeout(ctx, st.rl)
+	for _, n := range referenceNotices(s, objects) {
+		notice(n)
+	}
+	dctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	dctx, cancel := context.WithTimeout(dctx, st.rl)
 	defer cancel()
-	deployFollowers.Go(func() { waiting(deployCtx, rec, deployment, st.rl, notice) })
+	// deployError returns err of step, with the explanation, or the
+	// error of the exit that stopped the deploy.
+	deployError := func(step string, err error) error {
+		if errors.Is(context.Cause(dctx), errExited) {
+			if derr := deployed(ctx, s, c, rec, deployment); derr != nil {
+				return derr
+			}
+		}
+		mu.Lock()
+		why := explanation
+		mu.Unlock()
+		return &DeployError{Scenario: s.Name, Step: step, Err: err, Cause: why}
+	}
+	var answer lastAnswer
+	deployFollowers.Go(func() { waiting(deployCtx, rec, deployment, st.rl, &answer, notice) })
+	deployFollowers.Go(func() {
+		exited := func(events []cluster.Event) bool {
+			exits, _, _ := setupOf(events, deployment.Name)
+			return len(exits) > 0
+		}
+		if rec.wait(deployCtx, exited) == nil {
+			abort(errExited)
+		}
+	})
 	if err := c.Apply(dctx, objects); err != nil {
 		return nil, deployError("apply", err)
 	}
 	if _, err := c.RolloutStatus(dctx, deployment.Namespace, deployment.Name); err != nil {
 		return nil, deployError("first rollout", err)
 	}
-	if err := traffic.WaitServing(dctx, target); err != nil {
+	if err := traffic.WaitServing(dctx, cfg, answer.set); err != nil {
 		return nil, deployError("wait for the service to answer", err)
 	}
 	// Their last notices come before the next phase.
@@ -282,7 +315,16 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 			}
 		}
 		a := &actor{c: c, rec: rec, action: s.Action, d: deployment, dep: dep, duration: st.duration, timeout: st.timeout}
-		run, err := r.repeat(ctx, s, st, a, traffic, target, func(p Phase) { progress(rep, p) })
+		// The first action is done only to a workload that runs: until
+		// then, a container's exit is the deploy's failure.
+		if rep == 1 {
+			a.before = func(ctx context.Context) error { return deployed(ctx, s, c, rec, deployment) }
+		}
+		run, err := r.repeat(ctx, st, a, traffic, cfg, func(p Phase) { progress(rep, p) })
+		var derr *DeployError
+		if errors.As(err, &derr) {
+			return nil, derr
+		}
 		if err != nil {
 			return nil, fmt.Errorf("scenario %s: repetition %d: %w", s.Name, rep, err)
 		}
@@ -375,15 +417,12 @@ func setEnv(spec *corev1.PodSpec, env map[string]string) {
 	}
 }
 
-// repeat runs one repetition of a's action, with traffic from traffic.
-func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor, traffic TrafficSource, target string, progress func(Phase)) (*Run, error) {
+// repeat runs one repetition of a's action, with the traffic of cfg from
+// traffic.
+func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic TrafficSource, cfg load.Config, progress func(Phase)) (*Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, st.rl)
 	defer cancel()
 	c, rec, d := a.c, a.rec, a.d
-	cfg, err := loadConfig(s.Traffic, target, st.rl)
-	if err != nil {
-		return nil, err
-	}
 	firstEvent := rec.len()
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
@@ -415,6 +454,11 @@ func (r *Runner) repeat(ctx context.Context, s *Scenario, st settings, a *actor,
 	progress(PhaseWarmUp)
 	if err := sleep(ctx, st.warmUp); err != nil {
 		return fail(err)
+	}
+	if a.before != nil {
+		if err := a.before(ctx); err != nil {
+			return fail(err)
+		}
 	}
 	progress(PhaseAct)
 	run := &Run{Start: time.Now()}
@@ -468,6 +512,9 @@ type actor struct {
 	d      *appsv1.Deployment
 	// dep is the scenario's dependency; nil if it has none.
 	dep *dependency
+	// before, if not nil, is called before the action; its error ends the
+	// repetition, with the action not done.
+	before func(context.Context) error
 	// duration and timeout are the action's, after quick overrides.
 	duration, timeout time.Duration
 	// acted, if not nil, matches the event that the action's last change
@@ -741,9 +788,7 @@ func podsOf(events []cluster.Event) []string {
 // stream of its own, in order, which the recording's follower does not
 // wait for.
 func explain(ctx context.Context, c cluster.Backend, notice, explained func(string)) {
-	d := newDiagnosis(func(namespace, pod, container string, restart int32) []cluster.LogLine {
-		return instanceLogs(ctx, c, namespace, pod, container, restart)
-	})
+	d := newClusterDiagnosis(ctx, c)
 	for e := range c.Events(ctx) {
 		notices := d.notices(e)
 		for _, n := range notices {
@@ -753,6 +798,14 @@ func explain(ctx context.Context, c cluster.Backend, notice, explained func(stri
 			explained(d.explanation())
 		}
 	}
+}
+
+// newClusterDiagnosis returns a diagnosis that reads the logs of c, until
+// ctx ends.
+func newClusterDiagnosis(ctx context.Context, c cluster.Backend) *diagnosis {
+	return newDiagnosis(func(namespace, pod, container string, restart int32) []cluster.LogLine {
+		return instanceLogs(ctx, c, namespace, pod, container, restart)
+	})
 }
 
 // logSettle is the wait between two reads of an exited container's logs,
@@ -785,9 +838,34 @@ func instanceLogs(ctx context.Context, c cluster.Backend, namespace, pod, contai
 	return lines
 }
 
+// lastAnswer holds the last failure of a wait for the Service to answer.
+// It is safe for concurrent use.
+type lastAnswer struct {
+	mu  sync.Mutex
+	err error
+}
+
+// set records err as the last failure.
+func (l *lastAnswer) set(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = err
+}
+
+// String returns the last failure's text, "" if there was none.
+func (l *lastAnswer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		return ""
+	}
+	return l.err.Error()
+}
+
 // waiting sends notice a waitingNotice every noticeInterval, with the
-// pods of Deployment d ready in rec's events, until ctx ends.
-func waiting(ctx context.Context, rec *recording, d *appsv1.Deployment, limit time.Duration, notice func(string)) {
+// pods of Deployment d ready in rec's events and the Service's last
+// failure in answer, until ctx ends.
+func waiting(ctx context.Context, rec *recording, d *appsv1.Deployment, limit time.Duration, answer *lastAnswer, notice func(string)) {
 	start := time.Now()
 	t := time.NewTicker(noticeInterval)
 	defer t.Stop()
@@ -799,6 +877,6 @@ func waiting(ctx context.Context, rec *recording, d *appsv1.Deployment, limit ti
 		case <-t.C:
 		}
 		ready, running := waitingPods(rec.since(0), d.Name)
-		notice(waitingNotice(time.Since(start), ready, replicas(d), running, limit))
+		notice(waitingNotice(time.Since(start), ready, replicas(d), running, answer.String(), limit))
 	}
 }

@@ -16,13 +16,15 @@ import (
 // returns is the same either way. A TrafficSource is used by one
 // repetition at a time.
 type TrafficSource interface {
-	// WaitServing waits until the Service at url answers, or returns an
+	// WaitServing waits until the Service at cfg.URL answers, with the
+	// timeouts of cfg (its Dial is the source's to set), or returns an
 	// error that wraps ctx.Err() (with the last failure) if ctx ends
-	// first. "Answers" is load.WaitServing's rule, judged from where the
-	// traffic comes from; a source that cannot judge it from here does as
-	// much as it can, and its Run then waits for the rule before its
-	// requests begin (package kube's load pods).
-	WaitServing(ctx context.Context, url string) error
+	// first; it calls failed, if not nil, with each failure on the way.
+	// "Answers" is load.WaitServing's rule, judged from where the traffic
+	// comes from; a source that cannot judge it from here does as much as
+	// it can, and its Run then waits for the rule before its requests
+	// begin (package kube's load pods).
+	WaitServing(ctx context.Context, cfg load.Config, failed func(error)) error
 
 	// Run sends the requests that cfg describes (its Dial and Events are
 	// the source's to set) until cfg.Duration has passed or ctx ends,
@@ -39,10 +41,11 @@ func LocalTraffic(dial load.Dialer) TrafficSource { return localTraffic{dial} }
 
 type localTraffic struct{ dial load.Dialer }
 
-// WaitServing waits until url answers through the local cluster's routing,
-// by load.WaitServing's rule.
-func (l localTraffic) WaitServing(ctx context.Context, url string) error {
-	return load.WaitServing(ctx, l.dial, url)
+// WaitServing waits until cfg.URL answers through the local cluster's
+// routing, by load.WaitServing's rule.
+func (l localTraffic) WaitServing(ctx context.Context, cfg load.Config, failed func(error)) error {
+	cfg.Dial = l.dial
+	return load.WaitServing(ctx, cfg, failed)
 }
 
 // Run runs a load generator in this process.

@@ -21,9 +21,9 @@ type splitTraffic struct {
 	runs       atomic.Int32
 }
 
-func (s *splitTraffic) WaitServing(ctx context.Context, url string) error {
+func (s *splitTraffic) WaitServing(ctx context.Context, cfg load.Config, failed func(error)) error {
 	s.waits.Add(1)
-	return LocalTraffic(s.dial).WaitServing(ctx, url)
+	return LocalTraffic(s.dial).WaitServing(ctx, cfg, failed)
 }
 
 func (s *splitTraffic) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Event, error) {

@@ -128,10 +128,12 @@ func cmpOr[T comparable](v, def T) T {
 // loadContainer is the name of a load pod's container.
 const loadContainer = "load"
 
-// WaitServing waits until the Service that url names (http://NAME.NAMESPACE[.svc…]:PORT/…)
-// has a ready endpoint in its EndpointSlices: the first moment a client
-// inside the cluster can reach it. It looks every half second; it returns
-// an error that wraps ctx.Err() if ctx ends first.
+// WaitServing waits until the Service that cfg.URL names
+// (http://NAME.NAMESPACE[.svc…]:PORT/…) has a ready endpoint in its
+// EndpointSlices: the first moment a client inside the cluster can reach
+// it. It looks every half second, and calls failed, if not nil, after each
+// look that found none; it returns an error that wraps ctx.Err() if ctx
+// ends first. The other fields of cfg are for the load pods' own wait.
 //
 // That is not yet the runner's rule, that the Service answers
 // (load.WaitServing): a pod without a readiness probe is a ready endpoint
@@ -141,8 +143,8 @@ const loadContainer = "load"
 // begins, and [LoadPods.Run] calls started only once every pod has begun.
 // WaitServing is the cheap part that fails with a clear error when the
 // Service never gets an endpoint.
-func (l *LoadPods) WaitServing(ctx context.Context, target string) error {
-	name, namespace, err := serviceOf(target)
+func (l *LoadPods) WaitServing(ctx context.Context, cfg load.Config, failed func(error)) error {
+	name, namespace, err := serviceOf(cfg.URL)
 	if err != nil {
 		return err
 	}
@@ -162,6 +164,9 @@ func (l *LoadPods) WaitServing(ctx context.Context, target string) error {
 					}
 				}
 			}
+		}
+		if err == nil && failed != nil {
+			failed(fmt.Errorf("service %s/%s has no ready endpoint", namespace, name))
 		}
 		if err := l.c.sleep(ctx, loadPollInterval); err != nil {
 			return fmt.Errorf("%s: %w", op, err)

@@ -562,7 +562,7 @@ func TestLoadWaitServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- lp.WaitServing(ctx, "http://web.shop:80/work") }()
+	go func() { done <- lp.WaitServing(ctx, load.Config{URL: "http://web.shop:80/work"}, nil) }()
 	select {
 	case err := <-done:
 		t.Fatalf("WaitServing returned %v before an endpoint was ready", err)
@@ -576,7 +576,7 @@ func TestLoadWaitServing(t *testing.T) {
 		t.Errorf("WaitServing: %v", err)
 	}
 	for _, bad := range []string{"http://127.0.0.1:80/", "http://web/", "::"} {
-		if err := lp.WaitServing(ctx, bad); err == nil {
+		if err := lp.WaitServing(ctx, load.Config{URL: bad}, nil); err == nil {
 			t.Errorf("WaitServing(%q): no error, want one", bad)
 		}
 	}

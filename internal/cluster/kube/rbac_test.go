@@ -176,7 +176,7 @@ func TestRBAC(t *testing.T) {
 	_, _, err = c.Workload(ctx, ns, "web", "web")
 	forbidden(t, "workload with its service", err)
 	lp := c.LoadPods(LoadConfig{StartTimeout: 30 * time.Second})
-	forbidden(t, "wait serving", lp.WaitServing(ctx, "http://web."+ns+":80/"))
+	forbidden(t, "wait serving", lp.WaitServing(ctx, load.Config{URL: "http://web." + ns + ":80/"}, nil))
 	// The nodes are played: the load pods run but have no log to follow.
 	_, _, err = lp.Run(ctx, load.Config{URL: "http://web." + ns + ":80/"}, func() {})
 	forbidden(t, "load pods", err)

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
 // containerEnv returns the environment of container c of pod, as the
@@ -45,7 +47,7 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP string, nodeEnv []
 		value := e.Value
 		switch {
 		case e.ValueFrom == nil:
-			value = expand(value, defined)
+			value = cluster.Expand(value, defined)
 		case e.ValueFrom.FieldRef != nil:
 			switch path := e.ValueFrom.FieldRef.FieldPath; path {
 			case "metadata.name":
@@ -101,10 +103,10 @@ func commandLine(pod *corev1.Pod, c *corev1.Container, env map[string]string, im
 	}
 	argv := make([]string, 0, len(command)+len(c.Args))
 	for _, s := range command {
-		argv = append(argv, expand(s, env))
+		argv = append(argv, cluster.Expand(s, env))
 	}
 	for _, s := range c.Args {
-		argv = append(argv, expand(s, env))
+		argv = append(argv, cluster.Expand(s, env))
 	}
 	return argv, nil
 }
@@ -211,43 +213,4 @@ func splitWords(s string) ([]string, error) {
 		return nil, errors.New("no command")
 	}
 	return words, nil
-}
-
-// expand replaces each $(NAME) in s by the value of NAME in vars, as
-// Kubernetes expands env values, commands and args (k8s.io/kubernetes
-// third_party/forked/golang/expansion/expand.go, Expand): $$ is a literal
-// $, and a reference to an undefined name, or one left unclosed, stays as
-// it is written.
-func expand(s string, vars map[string]string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch next := s[i+1]; next {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				b.WriteString("$(")
-				i++
-				continue
-			}
-			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString("$(" + name + ")")
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-			b.WriteByte(next)
-			i++
-		}
-	}
-	return b.String()
 }

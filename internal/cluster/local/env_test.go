@@ -11,27 +11,6 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
-func TestExpand(t *testing.T) {
-	t.Parallel()
-	vars := map[string]string{"POD_IP": "127.77.0.5", "EMPTY": ""}
-	tests := []struct{ in, want string }{
-		{"$(POD_IP):8080", "127.77.0.5:8080"},
-		{"a$(EMPTY)b", "ab"},
-		{"$(UNDEFINED)", "$(UNDEFINED)"},
-		{"$$(POD_IP)", "$(POD_IP)"},
-		{"$$$(POD_IP)", "$127.77.0.5"},
-		{"$(POD_IP", "$(POD_IP"},
-		{"cost $5", "cost $5"},
-		{"end $", "end $"},
-		{"", ""},
-	}
-	for _, tt := range tests {
-		if got := expand(tt.in, vars); got != tt.want {
-			t.Errorf("expand(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestContainerEnv(t *testing.T) {
 	t.Parallel()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop"}}

@@ -1,0 +1,114 @@
+package cluster
+
+import (
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Expand replaces each $(NAME) in s by the value of NAME in vars, as
+// Kubernetes expands env values, commands and args (k8s.io/kubernetes
+// third_party/forked/golang/expansion/expand.go, Expand): $$ is a literal
+// $, and a reference to a name vars lacks, or one left unclosed, stays as
+// it is written.
+func Expand(s string, vars map[string]string) string {
+	return expand(s, func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	})
+}
+
+// expand is Expand with the values of lookup, which reports whether a
+// name is defined.
+func expand(s string, lookup func(name string) (string, bool)) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch next := s[i+1]; next {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString("$(")
+				i++
+				continue
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := lookup(name); ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString("$(" + name + ")")
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+			b.WriteByte(next)
+			i++
+		}
+	}
+	return b.String()
+}
+
+// An UnresolvedRef is a $(NAME) in a container's env value, command or
+// args that names no variable defined where it is written. Kubernetes
+// leaves such a reference as it is written (k8s.io/kubernetes
+// pkg/kubelet/kubelet_pods.go, makeEnvironmentVariables: an env entry's
+// value sees the entries before it; pkg/kubelet/container/helpers.go,
+// ExpandContainerCommandAndArgs: command and args see them all), so the
+// process gets the text "$(NAME)": an app told to listen on
+// "$(POD_IP):8080" without POD_IP in its env fails to resolve the host
+// "$(POD_IP)".
+type UnresolvedRef struct {
+	// Field is the reference's place in the container, as kubectl names
+	// fields: "env[2]", "command[0]", "args[1]".
+	Field string
+	// Env is the name of the env entry at Field; empty for command and
+	// args.
+	Env string
+	// Name is the variable referred to.
+	Name string
+}
+
+// UnresolvedRefs returns the references of container c that stay as
+// written, in the order of its fields (env, command, args), each once per
+// field. It knows the variables of c's env only: none is reported for a
+// container with envFrom, whose names only its sources know, nor for
+// variables that the kubelet adds, such as a real cluster's Service
+// variables (WEB_SERVICE_HOST).
+func UnresolvedRefs(c *corev1.Container) []UnresolvedRef {
+	if len(c.EnvFrom) > 0 {
+		return nil
+	}
+	var refs []UnresolvedRef
+	defined := map[string]bool{}
+	// unresolved adds the references of s, at field, that defined lacks.
+	unresolved := func(s, field, env string) {
+		seen := map[string]bool{}
+		expand(s, func(name string) (string, bool) {
+			if !defined[name] && !seen[name] {
+				seen[name] = true
+				refs = append(refs, UnresolvedRef{Field: field, Env: env, Name: name})
+			}
+			return "", true
+		})
+	}
+	for i, e := range c.Env {
+		if e.ValueFrom == nil {
+			unresolved(e.Value, "env["+strconv.Itoa(i)+"]", e.Name)
+		}
+		defined[e.Name] = true
+	}
+	for i, s := range c.Command {
+		unresolved(s, "command["+strconv.Itoa(i)+"]", "")
+	}
+	for i, s := range c.Args {
+		unresolved(s, "args["+strconv.Itoa(i)+"]", "")
+	}
+	return refs
+}

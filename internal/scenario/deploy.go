@@ -1,0 +1,118 @@
+package scenario
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+)
+
+// DeployError is the error of a run whose workload did not deploy: the
+// cluster refused it, its first rollout did not complete or its Service
+// did not answer within the run's limit, or, before the first action, a
+// container of the Deployment's pods exited (while its pod was not
+// terminating) or fewer pods than its replicas were ready. Such a run
+// would measure a workload that does not run, not a rollout: the runner
+// stops it and returns no result.
+type DeployError struct {
+	// Scenario is the scenario's name.
+	Scenario string
+	// Step is what did not happen: "apply", "first rollout", "wait for
+	// the service to answer", or "deploy" for a workload found not to run
+	// before the action.
+	Step string
+	// Err says why.
+	Err error
+	// Cause is the cluster's explanation: the latest notice of a
+	// container that failed to start or exited, or else of a failing
+	// probe, with a hint at the likely cause (see [Progress.Notice]);
+	// empty if there was none.
+	Cause string
+}
+
+func (e *DeployError) Error() string {
+	msg := fmt.Sprintf("scenario %s: %s: %v", e.Scenario, e.Step, e.Err)
+	if e.Cause != "" {
+		msg += " (from the cluster: " + e.Cause + ")"
+	}
+	return msg
+}
+
+func (e *DeployError) Unwrap() error { return e.Err }
+
+// errExited is the cause of a deploy stopped by a container's exit.
+var errExited = errors.New("a container exited")
+
+// setupOf returns, after events, the exits of containers of Deployment
+// d's pods while their pod was not terminating, a line each ("pod web-1:
+// container web exited with code 1"), how many of its pods are ready, and
+// how many of its pods events saw created.
+func setupOf(events []cluster.Event, d string) (exits []string, ready, known int) {
+	tr := newReadiness(d)
+	for _, e := range events {
+		tr.add(e)
+		if e.Kind == cluster.ContainerExited && tr.ours[e.Pod] && !tr.ended[e.Pod] {
+			exits = append(exits, fmt.Sprintf("pod %s: container %s exited with code %s", e.Pod, e.Container, e.Fields["code"]))
+		}
+	}
+	return exits, tr.ready(), len(tr.ours)
+}
+
+// deployed returns nil if Deployment d of scenario s is one to measure, as
+// rec shows it: no container of its pods has exited while its pod was not
+// terminating, and its replicas are ready. It waits up to catchUpTimeout
+// for rec, which follows the cluster's events a little behind, to show
+// them ready, or an exit. Readiness is judged only of pods that rec saw
+// created: the pods of a Deployment that ran before the run (rollout
+// --kube deploy/NAME) come without events, and its completed first
+// rollout vouches for them. Otherwise it returns a *DeployError whose
+// cause is a diagnosis of rec's events, which reads c's logs; or
+// ctx.Err() if ctx ends.
+func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recording, d *appsv1.Deployment) error {
+	want := int(replicas(d))
+	var exits []string
+	var ready, known int
+	wctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
+	// A wait that times out leaves fewer ready than want: the answer.
+	_ = rec.wait(wctx, func(events []cluster.Event) bool {
+		exits, ready, known = setupOf(events, d.Name)
+		return len(exits) > 0 || ready >= want || known == 0
+	})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var why string
+	switch {
+	case len(exits) > 1:
+		why = fmt.Sprintf("containers exited %d times", len(exits))
+	case len(exits) == 1:
+		why = "a container exited"
+	case known > 0 && ready < want:
+		why = fmt.Sprintf("%d of %d pods ready", ready, want)
+	default:
+		return nil
+	}
+	// The cause names the latest exit, with its log.
+	cause := explanationOf(ctx, c, rec.since(0))
+	if cause == "" && len(exits) > 0 {
+		cause = exits[len(exits)-1]
+	}
+	return &DeployError{Scenario: s.Name, Step: "deploy",
+		Err:   fmt.Errorf("%s before the %s, which was not done: a workload that does not run is not measured", why, cmp.Or(s.Action.Kind, "action")),
+		Cause: cause}
+}
+
+// explanationOf returns the explanation of a diagnosis of events, which
+// reads the logs of c.
+func explanationOf(ctx context.Context, c cluster.Backend, events []cluster.Event) string {
+	d := newClusterDiagnosis(ctx, c)
+	for _, e := range events {
+		d.notices(e)
+	}
+	return d.explanation()
+}
