@@ -76,7 +76,10 @@ type htmlRun struct {
 	// Figures are the run's disruption lines of the text report.
 	Figures []string
 	Chart   timelineChart
-	OldPods []oldPodRow
+	// Unlogged says why the pods' lanes have no line for their process
+	// listening; empty when they have one.
+	Unlogged string
+	OldPods  []oldPodRow
 	// Unattributed says why the old pods' request figures are unknown;
 	// empty when they are known.
 	Unattributed string
@@ -160,6 +163,9 @@ func newHTMLRun(run scenario.Run) htmlRun {
 	}
 	if unattributed(run) {
 		h.Unattributed = unattributedNote
+	}
+	if !listenLogged(run) {
+		h.Unlogged = unloggedNote
 	}
 	return h
 }
@@ -456,18 +462,20 @@ var phaseNames = map[string]string{
 // podTrack follows one pod along the timeline.
 type podTrack struct {
 	name, node string
-	first      float64
 	created    bool
-	phase      string
-	since      float64
-	ended      bool
-	bars       []chartBar
-	marks      []chartMark
-	listening  bool // since listenAt
-	listenAt   float64
-	listenBars []chartBar
-	terminate  float64
-	terminated bool
+	// listed is a pod of the run's Running; readyAtStart one ready, and
+	// so routed to, when the recording began.
+	listed, readyAtStart bool
+	phase                string
+	since                float64
+	ended                bool
+	bars                 []chartBar
+	marks                []chartMark
+	listening            bool // since listenAt
+	listenAt             float64
+	listenBars           []chartBar
+	terminate            float64
+	terminated           bool
 }
 
 // Lane rows, relative to the lane's top.
@@ -525,7 +533,7 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 	track := func(e scenario.Entry) *podTrack {
 		p := tracks[e.Pod]
 		if p == nil {
-			p = &podTrack{name: e.Pod, first: e.AtMS}
+			p = &podTrack{name: e.Pod}
 			tracks[e.Pod] = p
 			order = append(order, p)
 		}
@@ -534,10 +542,16 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 		}
 		return p
 	}
-	// A pod whose creation the run did not see already ran: it starts
-	// ready at its first entry, unless the first cluster event of it is
+	// A pod whose creation the run did not see already ran when the
+	// recording began: in the state that the run's Running gives it, or,
+	// if Running lacks it, ready; unless the first cluster event of it is
 	// one of its start.
 	decided := map[string]bool{}
+	for _, rp := range run.Running {
+		p := track(scenario.Entry{Pod: rp.Name, Node: rp.Node})
+		p.listed, p.readyAtStart = true, rp.Ready
+		decided[p.name] = true
+	}
 	for _, e := range run.Timeline {
 		if e.Pod == "" || (e.Source != "cluster" && e.Source != "pod") {
 			continue
@@ -554,8 +568,13 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 	}
 	recorded := recordingStart(run)
 	for _, p := range order {
-		if !p.created {
-			p.phase, p.since = phaseReady, max(p.first, recorded)
+		if p.created {
+			continue
+		}
+		p.readyAtStart = p.readyAtStart || !p.listed
+		p.phase, p.since = phaseUnready, recorded
+		if p.readyAtStart {
+			p.phase = phaseReady
 		}
 	}
 	for _, e := range run.Timeline {
@@ -655,6 +674,7 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 		return false
 	})
 	routed := routedSpans(run, order, s)
+	logged := listenLogged(run)
 	lastRequest := map[string]float64{}
 	for _, op := range run.OldPods {
 		if op.LastRequestMS != nil {
@@ -673,7 +693,10 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 		if p.node != "" {
 			title += " on " + p.node
 		}
-		title += ": the bar is its phase, the upper thin line when the nodes route new connections to it, the lower one when its process listens"
+		title += ": the bar is its phase, the upper thin line when the nodes route new connections to it"
+		if logged {
+			title += ", the lower one when its process listens"
+		}
 		l := chartLane{Height: laneHeight, Label: label, Title: title}
 		l.Bars = append(l.Bars, p.bars...)
 		l.Bars = append(l.Bars, routed[p.name]...)
@@ -682,6 +705,15 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 		lanes = append(lanes, l)
 	}
 	return lanes
+}
+
+// unloggedNote says why a run's pod lanes draw no listening line.
+const unloggedNote = "when each pod's process listened is not drawn: no pod of this run logged a listening event, as closingtime serve does in its JSON log"
+
+// listenLogged reports whether a pod of the run logged a listening event,
+// from which its lane draws when its process listens.
+func listenLogged(run scenario.Run) bool {
+	return slices.ContainsFunc(run.Timeline, func(e scenario.Entry) bool { return e.Source == "pod" && e.Kind == "listening" })
 }
 
 // recordingStart returns when the run's recording began, as an offset
@@ -745,10 +777,15 @@ func routedTo(eps []endpoint) []endpoint {
 	return fallback
 }
 
-// podIPs maps the pods' IPs to their names, from pod_started events and
-// the pods' listening log events.
+// podIPs maps the pods' IPs to their names, from the run's Running, its
+// pod_started events and the pods' listening log events.
 func podIPs(run scenario.Run) map[string]string {
 	names := map[string]string{}
+	for _, p := range run.Running {
+		if p.IP != "" {
+			names[p.IP] = p.Name
+		}
+	}
 	for _, e := range run.Timeline {
 		ip := ""
 		switch {
@@ -767,7 +804,7 @@ func podIPs(run scenario.Run) map[string]string {
 // routedSpans returns, per pod, the bars of its routed row: the spans when
 // one or more nodes' routing views send new connections to it. Before a
 // node's first applied change, its view is taken to route to the pods
-// that already ran when the recording started.
+// that were ready when the recording started.
 func routedSpans(run scenario.Run, pods []*podTrack, s timeScale) map[string][]chartBar {
 	names := podIPs(run)
 	views := map[string]map[string]bool{} // node → pod → routed
@@ -783,7 +820,7 @@ func routedSpans(run scenario.Run, pods []*podTrack, s timeScale) map[string][]c
 	}
 	sort.Strings(nodes)
 	for _, p := range pods {
-		if !p.created {
+		if p.readyAtStart {
 			for _, n := range nodes {
 				views[n][p.name] = true
 			}

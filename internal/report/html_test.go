@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/closingtime-dev/closingtime/internal/golden"
+	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -602,5 +603,64 @@ func TestHTMLRedMeansFailure(t *testing.T) {
 				t.Errorf("%q is styled in a failure's colour: %s", sel, strings.TrimSpace(rule[0]))
 			}
 		}
+	}
+}
+
+// startedBefore is a rollout's run of a server that logs nothing, as
+// `rollout --local` records it: the old pods started before the
+// recording, so its timeline has no event of their start, no log event,
+// and their first entry is their deletion; the endpoints events name them
+// by the addresses that Running gives.
+func startedBefore() scenario.Run {
+	cl := func(at float64, kind, pod, node string, detail map[string]string) scenario.Entry {
+		return scenario.Entry{AtMS: at, Source: "cluster", Kind: kind, Pod: pod, Node: node, Detail: detail}
+	}
+	applied := func(at float64, node, eps string) scenario.Entry {
+		return cl(at, "endpoints_applied", "", node, map[string]string{"object": "Service/default/app", "endpoints": eps})
+	}
+	last := 1899.0
+	return scenario.Run{
+		Repetition: 1, Start: time.Date(2026, 12, 1, 21, 35, 48, 0, time.UTC),
+		Clients: []load.ClientReport{{Kind: load.NewConn, Rate: 50, Seconds: []load.Second{{Time: time.Date(2026, 12, 1, 21, 35, 45, 0, time.UTC)}}}},
+		OldPods: []scenario.OldPod{{Name: "app-old-1", LastRequestMS: &last, ExitCode: 0}},
+		Running: []scenario.RunningPod{{Name: "app-old-1", Node: "node-1", IP: "10.0.1.1", Ready: true}, {Name: "app-old-2", Node: "node-2", IP: "10.0.2.1", Ready: true}},
+		Timeline: []scenario.Entry{
+			cl(0.2, "pod_created", "app-new-1", "", nil),
+			cl(0.4, "pod_started", "app-new-1", "node-2", map[string]string{"ip": "10.0.2.2"}),
+			applied(400, "node-1", "10.0.1.1=1/1/0,10.0.2.1=1/1/0,10.0.2.2=0/0/0"),
+			applied(500, "node-2", "10.0.1.1=1/1/0,10.0.2.1=1/1/0,10.0.2.2=0/0/0"),
+			cl(2000, "pod_ready", "app-new-1", "node-2", nil),
+			cl(2005, "pod_deleted", "app-old-1", "node-1", nil),
+			cl(2006, "pod_terminating", "app-old-1", "node-1", nil),
+			cl(2009, "container_exited", "app-old-1", "node-1", map[string]string{"code": "0"}),
+			applied(2800, "node-1", "10.0.2.1=1/1/0,10.0.2.2=1/1/0"),
+			applied(2850, "node-2", "10.0.2.1=1/1/0,10.0.2.2=1/1/0"),
+		},
+	}
+}
+
+// TestHTMLStartedBefore: pods that ran before the recording are ready
+// from its start, and routed to from it until the routing views dropped
+// their addresses, not until the views' first change; with no listening
+// event logged, the page says that line is not drawn instead of
+// promising it.
+func TestHTMLStartedBefore(t *testing.T) {
+	run := startedBefore()
+	page := html.UnescapeString(renderHTML(t, &scenario.Results{Scenarios: []scenario.Result{{Name: "rollout", Runs: []scenario.Run{run}}}}))
+	for _, want := range []string{
+		"app-old-1: ready from -3.000 s to +2.006 s",
+		"app-old-1: new connections routed to it by node-1, node-2 from -3.000 s to +2.800 s",
+		"app-old-1: new connections routed to it by node-2 from +2.800 s to +2.850 s",
+		"app-old-2: ready from -3.000 s to +3.000 s",
+		"app-old-2: new connections routed to it by node-1, node-2 from -3.000 s to +3.000 s",
+		"app-new-1: new connections routed to it by node-1 from +2.800 s to +2.850 s",
+		unloggedNote,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "when its process listens") {
+		t.Error("a lane's title promises a listening line that the page does not draw")
 	}
 }

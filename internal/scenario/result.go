@@ -125,9 +125,27 @@ type Run struct {
 	// RolledBackMS is when a set-env rollout that had not completed within
 	// the action's timeout was rolled back; absent if it was not.
 	RolledBackMS *float64 `json:"rolledBackMs,omitempty"`
+	// Running are the Deployment's pods that ran when the run's recording
+	// began, in the order they started, as the cluster's events before
+	// it left them: the timeline holds none of their start. Absent when
+	// the recording saw none start (a Deployment that ran before
+	// `rollout --kube` has its pods listed without events) and in results
+	// files written before the field existed.
+	Running []RunningPod `json:"running,omitempty"`
 	// Timeline is every cluster event, pod log event, failed request and
 	// step of the runner's action of the run, in order.
 	Timeline []Entry `json:"timeline"`
+}
+
+// RunningPod is a pod that ran when a run's recording began.
+type RunningPod struct {
+	Name string `json:"name"`
+	Node string `json:"node,omitempty"`
+	// IP is its address, from its pod_started event: the endpoints
+	// events of the timeline name it by it.
+	IP string `json:"ip,omitempty"`
+	// Ready is its Ready condition then.
+	Ready bool `json:"ready"`
 }
 
 // Capacity is the fewest ready pods of a Deployment during a run, against
@@ -615,6 +633,33 @@ func rolloutAllowed(d *appsv1.Deployment, replicas int32, action string) *int {
 		return nil
 	}
 	return ptr(max(0, int(replicas-u)))
+}
+
+// runningOf returns the pods of Deployment d that events, a recording's
+// events before a run, leave running: started, not terminating nor gone,
+// in the order they started.
+func runningOf(events []cluster.Event, d string) []RunningPod {
+	tr := newReadiness(d)
+	var order []string
+	started := map[string]RunningPod{}
+	for _, e := range events {
+		tr.add(e)
+		if e.Kind == cluster.PodStarted && tr.ours[e.Pod] {
+			if _, ok := started[e.Pod]; !ok {
+				order = append(order, e.Pod)
+			}
+			started[e.Pod] = RunningPod{Name: e.Pod, Node: e.Node, IP: e.Fields["ip"]}
+		}
+	}
+	var pods []RunningPod
+	for _, name := range order {
+		if !tr.ended[name] {
+			p := started[name]
+			p.Ready = tr.readyNow[name]
+			pods = append(pods, p)
+		}
+	}
+	return pods
 }
 
 // readiness follows the Ready condition of one Deployment's pods through a

@@ -361,3 +361,28 @@ func deref[T any](p *T) any {
 	}
 	return *p
 }
+
+// TestRunningOf: the pods a run's recording begins with are the
+// Deployment's started and not ended, with their node, address and
+// readiness then; another Deployment's pods and the pods gone are not.
+func TestRunningOf(t *testing.T) {
+	t.Parallel()
+	created := func(pod, rs string) cluster.Event {
+		return cluster.Event{Kind: cluster.PodCreated, Pod: pod, Object: "ReplicaSet/" + rs}
+	}
+	started := func(pod, node, ip string) cluster.Event {
+		return cluster.Event{Kind: cluster.PodStarted, Pod: pod, Node: node, Fields: map[string]string{"ip": ip}}
+	}
+	events := []cluster.Event{
+		created("app-a1-1", "app-a1"), started("app-a1-1", "node-1", "10.0.1.1"),
+		created("app-a1-2", "app-a1"), started("app-a1-2", "node-2", "10.0.2.1"),
+		created("app-a1-3", "app-a1"), started("app-a1-3", "node-1", "10.0.1.2"),
+		created("app-db-b2-1", "app-db-b2"), started("app-db-b2-1", "node-2", "10.0.2.9"),
+		{Kind: cluster.PodReady, Pod: "app-a1-1"}, {Kind: cluster.PodReady, Pod: "app-a1-3"},
+		{Kind: cluster.PodTerminating, Pod: "app-a1-3"}, {Kind: cluster.PodTerminated, Pod: "app-a1-3"},
+	}
+	want := []RunningPod{{Name: "app-a1-1", Node: "node-1", IP: "10.0.1.1", Ready: true}, {Name: "app-a1-2", Node: "node-2", IP: "10.0.2.1"}}
+	if got := runningOf(events, "app"); !cmp.Equal(got, want) {
+		t.Errorf("runningOf = %+v, want %+v", got, want)
+	}
+}

@@ -491,6 +491,7 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 		logs[pod] = l
 	}
 	figures(run, out.report, lines, events, podAddressesOf(all), logs, goneAt)
+	run.Running = runningOf(all[:firstEvent], d.Name)
 	disruption(run, all, d.Name, replicas(d), rolloutAllowed(d, replicas(d), a.action.Kind))
 	return run, nil
 }
