@@ -64,7 +64,10 @@ Arguments are files, directories (read recursively for *.yaml, *.yml,
 input (manifests). A directory with a kustomization.yaml is built, and one
 with a Chart.yaml rendered with --values, in process: no kustomize or helm
 binary is needed, and findings point at the resource files and templates
-the objects came from. A file that cannot be read is reported
+the objects came from. A JSON or YAML file found in a directory that holds
+no Kubernetes object (no apiVersion, kind or metadata: a package.json, a
+values file, results of closingtime rollout) is skipped, and said so on
+standard error. A file that cannot be read is reported
 with its reason and the others are still checked. Suppress a rule for one
 object with the annotation closingtime.dev/ignore: RULE[,RULE], and by file
 or object in the configuration file (--config, by default
@@ -144,6 +147,9 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 	}
 
 	in, errs := lint.Read(manifest.Reader{Values: flags.values, Stdin: streams.In}, args)
+	if len(in.Skipped) > 0 {
+		fmt.Fprintf(streams.Err, "closingtime: lint: skipped, as they hold no Kubernetes object: %s\n", strings.Join(in.Skipped, ", "))
+	}
 	report := lint.Report{Version: buildVersion().String(), Rules: linter.Rules(), Findings: linter.Lint(in), Errors: errs}
 	if err := write(streams.Out, report); err != nil {
 		return fmt.Errorf("lint: write report: %w", err)

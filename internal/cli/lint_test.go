@@ -85,6 +85,10 @@ func TestLint(t *testing.T) {
 			wantErr: "--measured " + results + "invalid-not-results.json: no scenarios: not the results of closingtime rollout or lab"},
 		{name: "measured file truncated", args: []string{"lint", "--measured", results + "invalid-truncated.json", clean}, wantCode: 2,
 			wantErr: "invalid-truncated.json: read results: unexpected EOF"},
+		{name: "directory with results files", args: []string{"lint", "--enable", "prestop-shorter-than-measured", measured}, wantCode: 0,
+			wantOut: []string{"0 errors"}, wantErr: "closingtime: lint: skipped, as they hold no Kubernetes object: " + measured + "invalid-exec-sleep-short.results.json, "},
+		{name: "results file named", args: []string{"lint", measured + "valid-long-enough.results.json"}, wantCode: 2,
+			wantOut: []string{"valid-long-enough.results.json:1: cannot read: not a Kubernetes object"}},
 		{name: "list rules", args: []string{"lint", "--list-rules"}, wantCode: 0, wantOut: []string{"shell-pid1  ", "pdb-blocks-drain  "}},
 	}
 	for _, tt := range tests {

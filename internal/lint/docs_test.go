@@ -63,6 +63,12 @@ func docsIndex(rules []Rule) string {
 		"`Dockerfile.dockerignore`) and supervisord configurations (`*.conf`, `*.ini` with `[program:…]` sections); " +
 		"a directory with a kustomization is built, and one with a `Chart.yaml` rendered (with the `--values` files). A file named as an argument " +
 		"is a Dockerfile or supervisord configuration by the same names, and manifests otherwise.\n\n" +
+		"A JSON or YAML file found in a directory that holds no Kubernetes object is not a manifest, and is skipped " +
+		"with a note on standard error that lists it: a `package.json`, a `tsconfig.json`, a Helm values file, the " +
+		"`--results` of `closingtime rollout`. A file holds a Kubernetes object, or means to, when one of its documents " +
+		"has an `apiVersion`, `kind` or `metadata` key at its top (in any case, so `apiversion:` counts), or is not valid " +
+		"YAML and writes one of those keys anywhere: a manifest with a mistake in it is read, and its mistake reported, " +
+		"never skipped. A file named as an argument is read as manifests whatever it holds.\n\n" +
 		"The objects of a kustomization or a chart are related to each other as one cluster's, and their findings point " +
 		"at the files they were written in, as code scanning needs:\n\n" +
 		"- A kustomization's object is reported in the resource file that holds it (in a base or a component too), at the " +
