@@ -150,6 +150,10 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 	if len(in.Skipped) > 0 {
 		fmt.Fprintf(streams.Err, "closingtime: lint: skipped, as they hold no Kubernetes object: %s\n", strings.Join(in.Skipped, ", "))
 	}
+	for _, d := range lint.Duplicates(in) {
+		fmt.Fprintf(streams.Err, "closingtime: lint: note: %s is written %d times among objects related as one cluster's (%s); a cluster holds one, so each copy was related to the Services and budgets of every copy\n",
+			d.Object, len(d.At), strings.Join(d.At, ", "))
+	}
 	report := lint.Report{Version: buildVersion().String(), Rules: linter.Rules(), Findings: linter.Lint(in), Errors: errs}
 	if err := write(streams.Out, report); err != nil {
 		return fmt.Errorf("lint: write report: %w", err)

@@ -69,6 +69,11 @@ func docsIndex(rules []Rule) string {
 		"has an `apiVersion`, `kind` or `metadata` key at its top (in any case, so `apiversion:` counts), or is not valid " +
 		"YAML and writes one of those keys anywhere: a manifest with a mistake in it is read, and its mistake reported, " +
 		"never skipped. A file named as an argument is read as manifests whatever it holds.\n\n" +
+		"The objects of one directory are related to each other as one cluster's. A cluster holds one object of a kind, " +
+		"namespace and name, so an object written more than once among them (variants of one manifest side by side, " +
+		"`deploy.yaml` and `deploy-canary.yaml`) is noted on standard error with where each copy is written: each copy is " +
+		"related to the Services and budgets of every copy, and a finding that depends on those relations may be one " +
+		"that no single variant applied would have. Lint such variants one at a time, or from directories of their own.\n\n" +
 		"The objects of a kustomization or a chart are related to each other as one cluster's, and their findings point " +
 		"at the files they were written in, as code scanning needs:\n\n" +
 		"- A kustomization's object is reported in the resource file that holds it (in a base or a component too), at the " +
