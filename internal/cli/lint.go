@@ -143,6 +143,10 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 		return listRules(streams.Out, linter.Rules())
 	}
 	if len(args) == 0 {
+		if manifests := valuesManifests(flags.values); len(manifests) > 0 {
+			names := strings.Join(manifests, " ")
+			return usagef("lint: no input: -f is --values, Helm values for a chart; to lint %s, name it: closingtime lint %s", names, names)
+		}
 		return usagef("lint: no input: name files, directories, or - for standard input")
 	}
 
@@ -176,6 +180,19 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 		return exitStatus(lintExitFindings)
 	}
 	return nil
+}
+
+// valuesManifests returns the --values files that hold Kubernetes
+// objects: manifests given with -f, as rollout takes its manifest, rather
+// than Helm values.
+func valuesManifests(values []string) []string {
+	var out []string
+	for _, name := range values {
+		if data, err := os.ReadFile(name); err == nil && manifest.HoldsObject(data) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // readLintConfig reads the configuration file at name, or

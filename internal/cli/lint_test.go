@@ -37,6 +37,10 @@ func TestLint(t *testing.T) {
 		config    string // a configuration file's content, given with --config
 	}{
 		{name: "no input", args: []string{"lint"}, wantCode: 2, wantErr: "no input"},
+		{name: "no input but a manifest given with -f", args: []string{"lint", "-f", missing}, wantCode: 2,
+			wantErr: "lint: no input: -f is --values, Helm values for a chart; to lint " + missing + ", name it: closingtime lint " + missing + "\n"},
+		{name: "no input but values", args: []string{"lint", "-f", "../manifest/testdata/helm/prod-values.yaml"}, wantCode: 2,
+			wantErr: "lint: no input: name files, directories, or - for standard input"},
 		{name: "bad output", args: []string{"lint", "-o", "yaml", clean}, wantCode: 2, wantErr: `invalid --output "yaml"`},
 		{name: "bad threshold", args: []string{"lint", "--threshold", "fatal", clean}, wantCode: 2, wantErr: `unknown severity "fatal"`},
 		{name: "unknown rule", args: []string{"lint", "--disable", "no-such-rule", clean}, wantCode: 2, wantErr: `unknown rule "no-such-rule"`},
