@@ -56,8 +56,10 @@ namespace and name: how long after their termination started the old pods
 still received requests on new connections (kept-alive ones stay on their
 pod whatever the endpoints say), plus a margin of ` + fmt.Sprint(lint.MeasuredMarginSeconds) + ` s, is the delay they need,
 and requests that failed around SIGTERM show a delay too short
-(prestop-shorter-than-measured). A measured Deployment that no manifest
-has is reported, with exit status 2.
+(prestop-shorter-than-measured). With -o text, a line on standard error
+for each measured container says what was compared with what, finding or
+not. A measured Deployment that no manifest has is reported, with exit
+status 2.
 
 Arguments are files, directories (read recursively for *.yaml, *.yml,
 *.json, Dockerfiles and supervisord *.conf/*.ini files) and - for standard
@@ -162,7 +164,13 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 	if err := write(streams.Out, report); err != nil {
 		return fmt.Errorf("lint: write report: %w", err)
 	}
-	if flags.output != "text" {
+	if flags.output == "text" {
+		// Say what the measurement was compared with, finding or not;
+		// a machine's report carries the findings only.
+		for _, c := range linter.MeasuredChecks(in) {
+			fmt.Fprintf(streams.Err, "closingtime: lint: measured: %s\n", c)
+		}
+	} else {
 		// The report on stdout is for machines; say on stderr what could
 		// not be read, as the text report does.
 		for _, e := range errs {

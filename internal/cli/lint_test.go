@@ -32,6 +32,7 @@ func TestLint(t *testing.T) {
 		wantCode  int
 		wantOut   []string // substrings of stdout
 		wantErr   string   // substring of stderr
+		notInErr  string
 		notInOut  string
 		checkJSON bool
 		config    string // a configuration file's content, given with --config
@@ -80,7 +81,10 @@ func TestLint(t *testing.T) {
 		{name: "measured too short", args: []string{"lint", "--measured", measured + "invalid-no-prestop.results.json", measured + "invalid-no-prestop.yaml"},
 			wantCode: 1, wantOut: []string{"invalid-no-prestop.yaml:18: error [prestop-shorter-than-measured] Deployment app", "(1 run, 3 old pods)"}},
 		{name: "measured long enough", args: []string{"lint", "--enable", "prestop-shorter-than-measured",
-			"--measured", measured + "valid-long-enough.results.json", measured + "valid-long-enough.yaml"}, wantCode: 0, wantOut: []string{"0 errors"}},
+			"--measured", measured + "valid-long-enough.results.json", measured + "valid-long-enough.yaml"}, wantCode: 0, wantOut: []string{"0 errors"},
+			wantErr: "closingtime: lint: measured: Deployment app (1 run, 3 old pods): its old pods got new connections until 0."},
+		{name: "measured long enough, JSON", args: []string{"lint", "-o", "json", "--enable", "prestop-shorter-than-measured",
+			"--measured", measured + "valid-long-enough.results.json", measured + "valid-long-enough.yaml"}, wantCode: 0, checkJSON: true, notInErr: "measured:"},
 		{name: "measured Deployment not in the inputs", args: []string{"lint", "--measured", measured + "invalid-no-prestop.results.json", measured + "valid-other-namespace.yaml"},
 			wantCode: 2, wantOut: []string{"[prestop-delay-missing] Deployment shop/app"}, notInOut: "[prestop-shorter-than-measured]",
 			wantErr: "--measured " + measured + "invalid-no-prestop.results.json: no input has Deployment default/app"},
@@ -124,6 +128,9 @@ func TestLint(t *testing.T) {
 			}
 			if !strings.Contains(errOut.String(), tt.wantErr) {
 				t.Errorf("stderr = %q, want it to contain %q", errOut.String(), tt.wantErr)
+			}
+			if tt.notInErr != "" && strings.Contains(errOut.String(), tt.notInErr) {
+				t.Errorf("stderr has %q:\n%s", tt.notInErr, errOut.String())
 			}
 			if tt.checkJSON && !json.Valid(out.Bytes()) {
 				t.Errorf("stdout is not JSON:\n%s", out.String())
