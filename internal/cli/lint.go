@@ -56,15 +56,20 @@ namespace and name: how long after their termination started the old pods
 still received requests on new connections (kept-alive ones stay on their
 pod whatever the endpoints say), plus a margin of ` + fmt.Sprint(lint.MeasuredMarginSeconds) + ` s, is the delay they need,
 and requests that failed around SIGTERM show a delay too short
-(prestop-shorter-than-measured). A measured Deployment that no manifest
-has is reported, with exit status 2.
+(prestop-shorter-than-measured). With -o text, a line on standard error
+for each measured container says what was compared with what, finding or
+not. A measured Deployment that no manifest has is reported, with exit
+status 2.
 
 Arguments are files, directories (read recursively for *.yaml, *.yml,
 *.json, Dockerfiles and supervisord *.conf/*.ini files) and - for standard
 input (manifests). A directory with a kustomization.yaml is built, and one
 with a Chart.yaml rendered with --values, in process: no kustomize or helm
 binary is needed, and findings point at the resource files and templates
-the objects came from. A file that cannot be read is reported
+the objects came from. A JSON or YAML file found in a directory that holds
+no Kubernetes object (no apiVersion, kind or metadata: a package.json, a
+values file, results of closingtime rollout) is skipped, and said so on
+standard error. A file that cannot be read is reported
 with its reason and the others are still checked. Suppress a rule for one
 object with the annotation closingtime.dev/ignore: RULE[,RULE], and by file
 or object in the configuration file (--config, by default
@@ -140,15 +145,32 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 		return listRules(streams.Out, linter.Rules())
 	}
 	if len(args) == 0 {
+		if manifests := valuesManifests(flags.values); len(manifests) > 0 {
+			names := strings.Join(manifests, " ")
+			return usagef("lint: no input: -f is --values, Helm values for a chart; to lint %s, name it: closingtime lint %s", names, names)
+		}
 		return usagef("lint: no input: name files, directories, or - for standard input")
 	}
 
 	in, errs := lint.Read(manifest.Reader{Values: flags.values, Stdin: streams.In}, args)
+	if len(in.Skipped) > 0 {
+		fmt.Fprintf(streams.Err, "closingtime: lint: skipped, as they hold no Kubernetes object: %s\n", strings.Join(in.Skipped, ", "))
+	}
+	for _, d := range lint.Duplicates(in) {
+		fmt.Fprintf(streams.Err, "closingtime: lint: note: %s is written %d times among objects related as one cluster's (%s); a cluster holds one, so each copy was related to the Services and budgets of every copy\n",
+			d.Object, len(d.At), strings.Join(d.At, ", "))
+	}
 	report := lint.Report{Version: buildVersion().String(), Rules: linter.Rules(), Findings: linter.Lint(in), Errors: errs}
 	if err := write(streams.Out, report); err != nil {
 		return fmt.Errorf("lint: write report: %w", err)
 	}
-	if flags.output != "text" {
+	if flags.output == "text" {
+		// Say what the measurement was compared with, finding or not;
+		// a machine's report carries the findings only.
+		for _, c := range linter.MeasuredChecks(in) {
+			fmt.Fprintf(streams.Err, "closingtime: lint: measured: %s\n", c)
+		}
+	} else {
 		// The report on stdout is for machines; say on stderr what could
 		// not be read, as the text report does.
 		for _, e := range errs {
@@ -166,6 +188,19 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 		return exitStatus(lintExitFindings)
 	}
 	return nil
+}
+
+// valuesManifests returns the --values files that hold Kubernetes
+// objects: manifests given with -f, as rollout takes its manifest, rather
+// than Helm values.
+func valuesManifests(values []string) []string {
+	var out []string
+	for _, name := range values {
+		if data, err := os.ReadFile(name); err == nil && manifest.HoldsObject(data) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // readLintConfig reads the configuration file at name, or

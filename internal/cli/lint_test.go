@@ -32,11 +32,16 @@ func TestLint(t *testing.T) {
 		wantCode  int
 		wantOut   []string // substrings of stdout
 		wantErr   string   // substring of stderr
+		notInErr  string
 		notInOut  string
 		checkJSON bool
 		config    string // a configuration file's content, given with --config
 	}{
 		{name: "no input", args: []string{"lint"}, wantCode: 2, wantErr: "no input"},
+		{name: "no input but a manifest given with -f", args: []string{"lint", "-f", missing}, wantCode: 2,
+			wantErr: "lint: no input: -f is --values, Helm values for a chart; to lint " + missing + ", name it: closingtime lint " + missing + "\n"},
+		{name: "no input but values", args: []string{"lint", "-f", "../manifest/testdata/helm/prod-values.yaml"}, wantCode: 2,
+			wantErr: "lint: no input: name files, directories, or - for standard input"},
 		{name: "bad output", args: []string{"lint", "-o", "yaml", clean}, wantCode: 2, wantErr: `invalid --output "yaml"`},
 		{name: "bad threshold", args: []string{"lint", "--threshold", "fatal", clean}, wantCode: 2, wantErr: `unknown severity "fatal"`},
 		{name: "unknown rule", args: []string{"lint", "--disable", "no-such-rule", clean}, wantCode: 2, wantErr: `unknown rule "no-such-rule"`},
@@ -76,7 +81,10 @@ func TestLint(t *testing.T) {
 		{name: "measured too short", args: []string{"lint", "--measured", measured + "invalid-no-prestop.results.json", measured + "invalid-no-prestop.yaml"},
 			wantCode: 1, wantOut: []string{"invalid-no-prestop.yaml:18: error [prestop-shorter-than-measured] Deployment app", "(1 run, 3 old pods)"}},
 		{name: "measured long enough", args: []string{"lint", "--enable", "prestop-shorter-than-measured",
-			"--measured", measured + "valid-long-enough.results.json", measured + "valid-long-enough.yaml"}, wantCode: 0, wantOut: []string{"0 errors"}},
+			"--measured", measured + "valid-long-enough.results.json", measured + "valid-long-enough.yaml"}, wantCode: 0, wantOut: []string{"0 errors"},
+			wantErr: "closingtime: lint: measured: Deployment app (1 run, 3 old pods): its old pods got new connections until 0."},
+		{name: "measured long enough, JSON", args: []string{"lint", "-o", "json", "--enable", "prestop-shorter-than-measured",
+			"--measured", measured + "valid-long-enough.results.json", measured + "valid-long-enough.yaml"}, wantCode: 0, checkJSON: true, notInErr: "measured:"},
 		{name: "measured Deployment not in the inputs", args: []string{"lint", "--measured", measured + "invalid-no-prestop.results.json", measured + "valid-other-namespace.yaml"},
 			wantCode: 2, wantOut: []string{"[prestop-delay-missing] Deployment shop/app"}, notInOut: "[prestop-shorter-than-measured]",
 			wantErr: "--measured " + measured + "invalid-no-prestop.results.json: no input has Deployment default/app"},
@@ -85,6 +93,13 @@ func TestLint(t *testing.T) {
 			wantErr: "--measured " + results + "invalid-not-results.json: no scenarios: not the results of closingtime rollout or lab"},
 		{name: "measured file truncated", args: []string{"lint", "--measured", results + "invalid-truncated.json", clean}, wantCode: 2,
 			wantErr: "invalid-truncated.json: read results: unexpected EOF"},
+		{name: "directory with results files", args: []string{"lint", "--enable", "prestop-shorter-than-measured", measured}, wantCode: 0,
+			wantOut: []string{"0 errors"}, wantErr: "closingtime: lint: skipped, as they hold no Kubernetes object: " + measured + "invalid-exec-sleep-short.results.json, "},
+		{name: "variants side by side", args: []string{"lint", "--enable", "prestop-delay-missing", measured}, wantCode: 1,
+			wantOut: []string{`container "app" has no preStop hook, but Service app sends it traffic`},
+			wantErr: "closingtime: lint: note: Deployment app is written 7 times among objects related as one cluster's (" + measured + "invalid-exec-sleep-short.yaml:"},
+		{name: "results file named", args: []string{"lint", measured + "valid-long-enough.results.json"}, wantCode: 2,
+			wantOut: []string{"valid-long-enough.results.json:1: cannot read: not a Kubernetes object"}},
 		{name: "list rules", args: []string{"lint", "--list-rules"}, wantCode: 0, wantOut: []string{"shell-pid1  ", "pdb-blocks-drain  "}},
 	}
 	for _, tt := range tests {
@@ -113,6 +128,9 @@ func TestLint(t *testing.T) {
 			}
 			if !strings.Contains(errOut.String(), tt.wantErr) {
 				t.Errorf("stderr = %q, want it to contain %q", errOut.String(), tt.wantErr)
+			}
+			if tt.notInErr != "" && strings.Contains(errOut.String(), tt.notInErr) {
+				t.Errorf("stderr has %q:\n%s", tt.notInErr, errOut.String())
 			}
 			if tt.checkJSON && !json.Valid(out.Bytes()) {
 				t.Errorf("stdout is not JSON:\n%s", out.String())

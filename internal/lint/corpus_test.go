@@ -18,7 +18,7 @@ import (
 // TestCorpus lints real-world manifests, Dockerfiles, kustomizations and
 // charts (testdata/corpus) with every rule. It pins, in
 // testdata/corpus.golden, how many objects were read, every input that
-// could not be, and how many findings each rule made, so that a change to
+// could not be, every file skipped as no manifest, and how many findings each rule made, so that a change to
 // the parser or a rule shows its effect on real inputs.
 func TestCorpus(t *testing.T) {
 	t.Parallel()
@@ -60,6 +60,14 @@ func TestCorpus(t *testing.T) {
 		}
 		reason = strings.ReplaceAll(reason, abs+string(filepath.Separator), "")
 		fmt.Fprintf(&b, "  %s:%d: %s\n", filepath.ToSlash(rel), line, strings.ReplaceAll(reason, "\n", " "))
+	}
+	fmt.Fprintf(&b, "skipped, holding no Kubernetes object: %d\n", len(in.Skipped))
+	for _, name := range in.Skipped {
+		rel, err := filepath.Rel(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "  %s\n", filepath.ToSlash(rel))
 	}
 	golden.Check(t, filepath.Join("testdata", "corpus.golden"), []byte(b.String()))
 }

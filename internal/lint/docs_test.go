@@ -52,7 +52,10 @@ func docsIndex(rules []Rule) string {
 	b.WriteString("\n`closingtime lint --measured results.json` also compares each Deployment that a results file of " +
 		"`closingtime rollout` (or `lab`) measured, matched by namespace and name, with what was measured: " +
 		"[prestop-shorter-than-measured](prestop-shorter-than-measured.md). A results file that cannot be read, " +
-		"and a measured Deployment that is in none of the inputs, make the exit status 2.\n")
+		"and a measured Deployment that is in none of the inputs, make the exit status 2. With text output, a line on " +
+		"standard error for each measured container says what was compared with what, finding or not: `measured: Deployment app " +
+		"(3 runs, 9 old pods): its old pods got new connections until 0.94 s after their termination started; container \"app\"'s " +
+		"preStop of 5 s covers it, with the 1 s margin`; JSON and SARIF output leave it out.\n")
 	b.WriteString("\nSuppress a rule for one object with the annotation `" + IgnoreAnnotation + ": RULE[,RULE]`, " +
 		"for one Dockerfile instruction with a comment `# closingtime ignore=RULE[,RULE]` on the line above, " +
 		"for one supervisord program with a comment `; closingtime ignore=RULE[,RULE]` in its section, " +
@@ -63,6 +66,17 @@ func docsIndex(rules []Rule) string {
 		"`Dockerfile.dockerignore`) and supervisord configurations (`*.conf`, `*.ini` with `[program:…]` sections); " +
 		"a directory with a kustomization is built, and one with a `Chart.yaml` rendered (with the `--values` files). A file named as an argument " +
 		"is a Dockerfile or supervisord configuration by the same names, and manifests otherwise.\n\n" +
+		"A JSON or YAML file found in a directory that holds no Kubernetes object is not a manifest, and is skipped " +
+		"with a note on standard error that lists it: a `package.json`, a `tsconfig.json`, a Helm values file, the " +
+		"`--results` of `closingtime rollout`. A file holds a Kubernetes object, or means to, when one of its documents " +
+		"has an `apiVersion`, `kind` or `metadata` key at its top (in any case, so `apiversion:` counts), or is not valid " +
+		"YAML and writes one of those keys anywhere: a manifest with a mistake in it is read, and its mistake reported, " +
+		"never skipped. A file named as an argument is read as manifests whatever it holds.\n\n" +
+		"The objects of one directory are related to each other as one cluster's. A cluster holds one object of a kind, " +
+		"namespace and name, so an object written more than once among them (variants of one manifest side by side, " +
+		"`deploy.yaml` and `deploy-canary.yaml`) is noted on standard error with where each copy is written: each copy is " +
+		"related to the Services and budgets of every copy, and a finding that depends on those relations may be one " +
+		"that no single variant applied would have. Lint such variants one at a time, or from directories of their own.\n\n" +
 		"The objects of a kustomization or a chart are related to each other as one cluster's, and their findings point " +
 		"at the files they were written in, as code scanning needs:\n\n" +
 		"- A kustomization's object is reported in the resource file that holds it (in a base or a component too), at the " +

@@ -3,6 +3,7 @@ package lint
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -71,12 +72,26 @@ type hpa struct {
 	maxReplicas int32
 }
 
-// newIndexes returns one index per directory of in's objects, as if each
-// directory were applied to a cluster of its own: unrelated manifests in
-// sibling directories (overlays, environments, separate applications) must
-// not select each other's pods. The output of a kustomization or a chart is
-// a directory of its own. The Dockerfiles and programs go in the first.
+// newIndexes returns one index per group of in's objects (see
+// clusters). The Dockerfiles and programs go in the first.
 func newIndexes(in Input) []*index {
+	groups := clusters(in.Objects)
+	ixs := []*index{{dockerfiles: in.dockerfiles, programs: in.programs}}
+	for i, objs := range groups {
+		if i > 0 {
+			ixs = append(ixs, &index{})
+		}
+		ixs[i].addObjects(objs)
+	}
+	return ixs
+}
+
+// clusters groups objs by directory, in the order they first appear, as
+// if each directory were applied to a cluster of its own: unrelated
+// manifests in sibling directories (overlays, environments, separate
+// applications) must not select each other's pods. The output of a
+// kustomization or a chart is a directory of its own.
+func clusters(objs []manifest.Object) [][]manifest.Object {
 	// A directory of manifests, or a kustomization's or a chart's output.
 	type group struct {
 		dir   string
@@ -84,7 +99,7 @@ func newIndexes(in Input) []*index {
 	}
 	var dirs []group
 	byDir := make(map[group][]manifest.Object)
-	for _, o := range in.Objects {
+	for _, o := range objs {
 		dir := group{filepath.Dir(o.File), false}
 		if o.Build != "" {
 			dir = group{o.Build, true}
@@ -94,14 +109,44 @@ func newIndexes(in Input) []*index {
 		}
 		byDir[dir] = append(byDir[dir], o)
 	}
-	ixs := []*index{{dockerfiles: in.dockerfiles, programs: in.programs}}
+	out := make([][]manifest.Object, len(dirs))
 	for i, dir := range dirs {
-		if i > 0 {
-			ixs = append(ixs, &index{})
-		}
-		ixs[i].addObjects(byDir[dir])
+		out[i] = byDir[dir]
 	}
-	return ixs
+	return out
+}
+
+// Duplicate is an object that one group of objects lint relates as one
+// cluster's (a directory, a kustomization's or a chart's output) writes
+// more than once, such as variants of one manifest side by side. A
+// cluster holds one object of a kind, namespace and name, so lint relates
+// each copy to the others' Services and budgets, as no cluster would.
+type Duplicate struct {
+	// Object names it, as "Deployment shop/web".
+	Object string
+	// At lists where each copy is written, as "deploy.yaml:1".
+	At []string
+}
+
+// Duplicates returns the objects of in written more than once in one
+// group, in the order they first appear.
+func Duplicates(in Input) []Duplicate {
+	var out []Duplicate
+	for _, objs := range clusters(in.Objects) {
+		type key struct{ kind, namespace, name string }
+		byKey := make(map[key]int) // index in out
+		for _, o := range objs {
+			k := key{o.Kind(), namespace(o), o.Meta().GetName()}
+			at := fmt.Sprintf("%s:%d", o.File, o.Line)
+			if i, ok := byKey[k]; ok {
+				out[i].At = append(out[i].At, at)
+				continue
+			}
+			byKey[k] = len(out)
+			out = append(out, Duplicate{Object: o.String(), At: []string{at}})
+		}
+	}
+	return slices.DeleteFunc(out, func(d Duplicate) bool { return len(d.At) < 2 })
 }
 
 // addObjects adds objs to ix and relates them.
@@ -256,11 +301,15 @@ func (w *workload) annotationPath(key string) string {
 	return w.templatePath + ".metadata.annotations[" + key + "]"
 }
 
-// serviceNames lists the Services that select the workload, for messages.
+// serviceNames lists the Services that select the workload, for
+// messages, each name once: copies of one Service written side by side
+// (see Duplicate) all select it.
 func (w *workload) serviceNames() string {
-	names := make([]string, len(w.services))
-	for i, s := range w.services {
-		names[i] = s.obj.String()
+	var names []string
+	for _, s := range w.services {
+		if name := s.obj.String(); !slices.Contains(names, name) {
+			names = append(names, name)
+		}
 	}
 	return strings.Join(names, ", ")
 }

@@ -11,6 +11,11 @@ import (
 type Input struct {
 	// Objects are the Kubernetes objects.
 	Objects []manifest.Object
+	// Skipped are the files found in directories, by a manifest's name,
+	// that hold no Kubernetes object (see manifest.HoldsObject): a
+	// package.json, a Helm values file, the results of closingtime
+	// rollout. They are not read.
+	Skipped []string
 
 	dockerfiles []*dockerfile
 	programs    []*program
@@ -20,7 +25,9 @@ type Input struct {
 // but taking from directories the files that manifest.IsManifestName,
 // IsDockerfileName or IsSupervisordName accept, whatever r.Match says. A
 // file is a Dockerfile or supervisord configuration by its name, and
-// otherwise manifests (standard input is manifests). It returns everything
+// otherwise manifests (standard input is manifests); a file found in a
+// directory by a manifest's name that holds no Kubernetes object is
+// skipped, and listed in Input.Skipped. It returns everything
 // it could read, and an error naming each input, with a line where it has
 // one, that it could not.
 func Read(r manifest.Reader, paths []string) (Input, []error) {
@@ -40,6 +47,9 @@ func Read(r manifest.Reader, paths []string) (Input, []error) {
 func (in *Input) add(f manifest.File) []error {
 	switch {
 	case f.Built:
+	case f.Found && manifest.IsManifestName(f.Name) && !manifest.HoldsObject(f.Data):
+		in.Skipped = append(in.Skipped, f.Name)
+		return nil
 	case IsDockerfileName(f.Name):
 		in.dockerfiles = append(in.dockerfiles, parseDockerfile(f.Name, f.Data))
 		return nil

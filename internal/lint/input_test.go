@@ -1,6 +1,7 @@
 package lint
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -102,5 +103,62 @@ func TestReadDockerfileNames(t *testing.T) {
 				t.Errorf("files with a shell-pid1 finding mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestReadSkipsFilesThatAreNotManifests checks that a directory's JSON and
+// YAML files that hold no Kubernetes object are skipped and listed, while
+// a manifest with a mistake, even one that hides its kind, is read (an
+// error, or an object of a kind closingtime does not know),
+// and a file named in the paths is always read as manifests.
+func TestReadSkipsFilesThatAreNotManifests(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n        - name: web\n          image: web\n"
+	files := fstest.MapFS{
+		"app/deploy.yaml":    {Data: []byte(deployment)},
+		"app/r-1.json":       {Data: []byte(`{"scenarios": [{"name": "rollout", "deployment": "default/web", "runs": [{"timeline": [{"kind": "sigterm"}]}]}]}`)},
+		"app/package.json":   {Data: []byte(`{"name": "web", "scripts": {"start": "node server.js"}}`)},
+		"app/values.yaml":    {Data: []byte("replicas: 3\nimage:\n  tag: v1\n")},
+		"app/list.yaml":      {Data: []byte("- a\n- b\n")},
+		"app/typo-kind.yaml": {Data: []byte("apiVersion: apps/v1\nkind: Deploymnet\nmetadata:\n  name: web\n")},
+		"app/no-kind.yaml":   {Data: []byte("apiversion: apps/v1\nmetadata:\n  name: web\n")},
+		"app/syntax.yaml":    {Data: []byte("apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n spec: {}\n")},
+		"app/broken.json":    {Data: []byte(`{"apiVersion": "v1", "kind": "Service"`)},
+		"app/second.yaml":    {Data: []byte("replicas: 3\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n")},
+		"named/values.json":  {Data: []byte(`{"replicas": 3}`)},
+	}
+	if err := os.CopyFS(dir, files); err != nil {
+		t.Fatal(err)
+	}
+	rel := func(name string) string {
+		r, err := filepath.Rel(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return filepath.ToSlash(r)
+	}
+	in, errs := Read(manifest.Reader{}, []string{filepath.Join(dir, "app"), filepath.Join(dir, "named", "values.json")})
+	var skipped, failed []string
+	for _, name := range in.Skipped {
+		skipped = append(skipped, rel(name))
+	}
+	for _, err := range errs {
+		var e *manifest.Error
+		if !errors.As(err, &e) {
+			t.Fatalf("error %v is not a *manifest.Error", err)
+		}
+		failed = append(failed, rel(e.File))
+	}
+	slices.Sort(failed)
+	if diff := cmp.Diff([]string{"app/list.yaml", "app/package.json", "app/r-1.json", "app/values.yaml"}, skipped); diff != "" {
+		t.Errorf("skipped mismatch (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"app/broken.json", "app/no-kind.yaml", "app/second.yaml", "app/syntax.yaml", "named/values.json"}, failed); diff != "" {
+		t.Errorf("files with errors mismatch (-want +got):\n%s\nerrors: %v", diff, errs)
+	}
+	// A kind that closingtime does not know is a custom resource's.
+	if len(in.Objects) != 3 {
+		t.Errorf("read %d objects, want the Deployment, typo-kind.yaml's custom resource and second.yaml's Service", len(in.Objects))
 	}
 }

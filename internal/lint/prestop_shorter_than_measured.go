@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -169,28 +172,84 @@ func (l *Linter) Unmatched(in Input) []Measurement {
 
 func checkPreStopShorterThanMeasured(ix *index) []finding {
 	var out []finding
+	ix.eachMeasured(func(m Measurement, w *workload, i int) {
+		c := w.template.Spec.Containers[i]
+		seconds, known := preStopSeconds(c)
+		if !known || lacksPreStopDelay(w, c) {
+			// Unknown, or no delay at all, which prestop-delay-missing
+			// reports.
+			return
+		}
+		if f, ok := m.judge(seconds); ok {
+			f.at, f.field = object{w.obj}, w.containerPath(i)+".lifecycle.preStop"
+			f.message = fmt.Sprintf("container %q: %s", c.Name, f.message)
+			out = append(out, f)
+		}
+	})
+	return out
+}
+
+// eachMeasured calls f with each measurement of ix, each Deployment of
+// ix it measures, and the index of each of its serving containers.
+func (ix *index) eachMeasured(f func(m Measurement, w *workload, container int)) {
 	for _, m := range ix.measured {
 		for _, w := range ix.workloads {
 			if !m.measures(w) {
 				continue
 			}
 			for _, i := range w.servingContainers() {
-				c := w.template.Spec.Containers[i]
-				seconds, known := preStopSeconds(c)
-				if !known || lacksPreStopDelay(w, c) {
-					// Unknown, or no delay at all, which
-					// prestop-delay-missing reports.
-					continue
-				}
-				if f, ok := m.judge(seconds); ok {
-					f.at, f.field = object{w.obj}, w.containerPath(i)+".lifecycle.preStop"
-					f.message = fmt.Sprintf("container %q: %s", c.Name, f.message)
-					out = append(out, f)
-				}
+				f(m, w, i)
 			}
 		}
 	}
+}
+
+// MeasuredChecks says, one sentence for each serving container of each
+// Deployment of in that a measurement of l's Config concerns, what
+// prestop-shorter-than-measured compared with what and what it concluded,
+// so that a run without a finding still shows the measurement was used.
+// It returns none when l does not run that rule.
+func (l *Linter) MeasuredChecks(in Input) []string {
+	if !slices.Contains(l.rules, &preStopShorterThanMeasured) {
+		return nil
+	}
+	var out []string
+	for _, ix := range newIndexes(in) {
+		ix.measured = l.measured
+		ix.eachMeasured(func(m Measurement, w *workload, i int) {
+			out = append(out, m.check(w, w.template.Spec.Containers[i]))
+		})
+	}
 	return out
+}
+
+// check says what the measurement m says of the preStop delay of
+// container c of w, for MeasuredChecks.
+func (m Measurement) check(w *workload, c corev1.Container) string {
+	s := fmt.Sprintf("%s (%d %s, %d %s): ", w.obj, m.Runs, plural(m.Runs, "run"), m.OldPods, plural(m.OldPods, "old pod"))
+	if m.Served > 0 {
+		s += "its old pods got new connections until " + when(m.Tail, "their termination started")
+	} else {
+		s += "no old pod got a request on a new connection after its termination started"
+	}
+	if m.Failed > 0 {
+		s += fmt.Sprintf(", and %d %s failed within %d s of a SIGTERM", m.Failed, plural(m.Failed, "request"), MeasuredMarginSeconds)
+	}
+	seconds, known := preStopSeconds(c)
+	switch {
+	case !known:
+		return s + fmt.Sprintf("; container %q's preStop delay cannot be told from its hook, so it was not judged", c.Name)
+	case lacksPreStopDelay(w, c):
+		return s + fmt.Sprintf("; container %q has no preStop delay (%s)", c.Name, preStopDelayMissing.ID)
+	}
+	has := fmt.Sprintf("container %q's preStop of %d s", c.Name, seconds)
+	if seconds == 0 {
+		has = fmt.Sprintf("container %q, without a preStop delay,", c.Name)
+	}
+	if _, short := m.judge(seconds); short {
+		return s + fmt.Sprintf("; %s falls short (%s)", has, preStopShorterThanMeasured.ID)
+	}
+	return s + fmt.Sprintf("; %s covers it, with the %d s margin", has, MeasuredMarginSeconds)
 }
 
 // judge compares a preStop delay of seconds with m, and returns the

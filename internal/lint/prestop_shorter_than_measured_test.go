@@ -140,3 +140,44 @@ func TestMeasurementJudge(t *testing.T) {
 		})
 	}
 }
+
+// TestMeasuredChecks checks that each measured Deployment's serving
+// container gets a sentence saying what was compared and the verdict,
+// finding or not, and that none comes when the rule does not run.
+func TestMeasuredChecks(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("testdata", "prestop-shorter-than-measured")
+	tests := []struct {
+		name    string
+		enable  []string
+		want    string // a part of the only sentence; "" for none
+		wantNot string
+	}{
+		{name: "valid-long-enough", want: `Deployment app (1 run, 3 old pods): its old pods got new connections until 0.61 s after their termination started; container "app"'s preStop of 5 s covers it, with the 1 s margin`},
+		{name: "invalid-exec-sleep-short", want: `container "app"'s preStop of 1 s falls short (prestop-shorter-than-measured)`},
+		{name: "invalid-failures-at-sigterm", want: "3 requests failed within 1 s of a SIGTERM", wantNot: "covers"},
+		{name: "valid-no-prestop-behind-service", want: `container "app" has no preStop delay (prestop-delay-missing)`},
+		{name: "valid-long-enough", enable: []string{preStopDelayMissing.ID}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			file := filepath.Join(dir, tt.name+".yaml")
+			measured, err := readMeasured(t, filepath.Join(dir, tt.name)+measuredSuffix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := New(Config{Enable: tt.enable, Measured: measured})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := l.MeasuredChecks(readInput(t, file))
+			switch {
+			case tt.want == "" && len(got) > 0:
+				t.Errorf("MeasuredChecks(%s) = %q, want none", file, got)
+			case tt.want != "" && (len(got) != 1 || !strings.Contains(got[0], tt.want) || tt.wantNot != "" && strings.Contains(got[0], tt.wantNot)):
+				t.Errorf("MeasuredChecks(%s) = %q, want one sentence with %q and without %q", file, got, tt.want, tt.wantNot)
+			}
+		})
+	}
+}

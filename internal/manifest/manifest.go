@@ -210,6 +210,53 @@ func (e *Error) Unwrap() error { return e.Err }
 // apiVersion or kind.
 var ErrNoKind = errors.New("not a Kubernetes object: apiVersion and kind are required")
 
+// objectKeys are the top-level keys of a Kubernetes object that
+// [HoldsObject] looks for; its metadata too, for an object whose
+// apiVersion and kind are both missing or misspelt.
+var objectKeys = []string{"apiVersion", "kind", "metadata"}
+
+// objectKey matches an objectKeys key written as YAML or JSON, in a
+// document that is not valid YAML.
+var objectKey = regexp.MustCompile(`(?i)(^|[\s{,"'])(apiVersion|kind|metadata)["']?\s*:`)
+
+// HoldsObject reports whether data, a file's content, holds Kubernetes
+// objects or is meant to: one of its documents is a mapping (or a
+// sequence of mappings) with an apiVersion, kind or metadata key, in any
+// case, or is not valid YAML and writes one of those keys. A file of
+// which it reports false, such as a package.json, a Helm values file or
+// the results of closingtime rollout, is not a manifest at all; one of
+// which it reports true is, and [Parse] reports each of its mistakes.
+func HoldsObject(data []byte) bool {
+	for _, doc := range splitDocuments(data) {
+		var root yaml.Node
+		if err := yaml.Unmarshal(doc.text, &root); err != nil {
+			if objectKey.Match(doc.text) {
+				return true
+			}
+			continue
+		}
+		if len(root.Content) == 0 {
+			continue
+		}
+		n := resolveAlias(root.Content[0])
+		tops := []*yaml.Node{n}
+		if n.Kind == yaml.SequenceNode {
+			tops = n.Content
+		}
+		for _, top := range tops {
+			if top = resolveAlias(top); top.Kind != yaml.MappingNode {
+				continue
+			}
+			for i := 0; i+1 < len(top.Content); i += 2 {
+				if slices.ContainsFunc(objectKeys, func(k string) bool { return strings.EqualFold(k, top.Content[i].Value) }) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // scheme holds the types Parse decodes into; it is only read after init.
 var scheme = newScheme()
 

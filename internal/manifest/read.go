@@ -64,6 +64,9 @@ type File struct {
 	// its source: the resource file that holds it, or the template that
 	// rendered it (see [Object.Build]).
 	Built bool
+	// Found reports whether the file was found in a directory rather
+	// than named in the paths.
+	Found bool
 
 	docs []document // a build's documents, each with its source
 }
@@ -125,7 +128,7 @@ func (r Reader) ReadFiles(paths []string) ([]File, []error) {
 					errs = append(errs, fileError(name, err))
 					return nil
 				}
-				files = append(files, File{Name: name, Data: data})
+				files = append(files, File{Name: name, Data: data, Found: name != p})
 				return nil
 			}
 			if name != p && strings.HasPrefix(d.Name(), ".") {
