@@ -154,11 +154,12 @@ func TestReadSkipsFilesThatAreNotManifests(t *testing.T) {
 	if diff := cmp.Diff([]string{"app/list.yaml", "app/package.json", "app/r-1.json", "app/values.yaml"}, skipped); diff != "" {
 		t.Errorf("skipped mismatch (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"app/broken.json", "app/no-kind.yaml", "app/second.yaml", "app/syntax.yaml", "named/values.json"}, failed); diff != "" {
+	if diff := cmp.Diff([]string{"app/broken.json", "app/no-kind.yaml", "app/second.yaml", "app/syntax.yaml", "app/typo-kind.yaml", "named/values.json"}, failed); diff != "" {
 		t.Errorf("files with errors mismatch (-want +got):\n%s\nerrors: %v", diff, errs)
 	}
-	// A kind that closingtime does not know is a custom resource's.
-	if len(in.Objects) != 3 {
-		t.Errorf("read %d objects, want the Deployment, typo-kind.yaml's custom resource and second.yaml's Service", len(in.Objects))
+	// A kind misspelt in a built-in group is an error, not a custom
+	// resource.
+	if len(in.Objects) != 2 {
+		t.Errorf("read %d objects, want the Deployment and second.yaml's Service", len(in.Objects))
 	}
 }

@@ -277,6 +277,23 @@ func newScheme() *runtime.Scheme {
 	return s
 }
 
+// kindsOf returns the kinds of objects that scheme registers for gv, sorted,
+// without their lists.
+func kindsOf(gv schema.GroupVersion) []string {
+	var kinds []string
+	for kind := range scheme.KnownTypes(gv) {
+		obj, err := scheme.New(gv.WithKind(kind))
+		if err != nil || strings.HasSuffix(kind, "List") {
+			continue
+		}
+		if _, err := meta.Accessor(obj); err == nil {
+			kinds = append(kinds, kind)
+		}
+	}
+	slices.Sort(kinds)
+	return kinds
+}
+
 // Parse decodes the documents of one manifest file. file names it in
 // positions and errors. It returns every object it could decode, in the
 // order they appear, and an [*Error] for each problem in a document it could
@@ -291,7 +308,9 @@ func newScheme() *runtime.Scheme {
 // the field's line and naming its path as the API server does: `unknown
 // field "spec.template.spec.containers[0].readinesProbe"`. The fields of an
 // object of a kind without a k8s.io/api type (a custom resource) are not
-// checked, as kubectl leaves them to the resource's schema on the server.
+// checked, as kubectl leaves them to the resource's schema on the server;
+// but a kind that a built-in group version lacks (apps/v1 Deploymnet) is
+// an error at its line, listing the kinds it has.
 func Parse(file string, data []byte) ([]Object, []error) {
 	return parseDocuments(file, splitDocuments(data))
 }
@@ -477,6 +496,11 @@ func decode(file string, n *yaml.Node, data []byte) (Object, []error) {
 	}
 	obj, err := scheme.New(gv.WithKind(tm.Kind))
 	if err != nil {
+		// A group version whose types are all registered has no other
+		// kinds: a kind it lacks is a mistake, not a custom resource.
+		if scheme.IsVersionRegistered(gv) {
+			return fail(o.FieldLine("kind"), fmt.Errorf("%s has no kind %q; its kinds: %s", tm.APIVersion, tm.Kind, strings.Join(kindsOf(gv), ", ")))
+		}
 		obj = &unstructured.Unstructured{}
 	}
 	// The API server's decoding: keys match field names case-sensitively,
