@@ -107,6 +107,14 @@ func TestDiagnosis(t *testing.T) {
 			why: "pod web-c: container web exited with code 0; " + addressInUseHint,
 		},
 		{
+			name: "a probe failure names its target",
+			events: []cluster.Event{
+				ev(0, cluster.ProbeFailed, "web-a", "web", map[string]string{"probe": "readiness", "target": "GET :8080/healthz", "failures": "3", "output": "HTTP 404"}),
+			},
+			want: []string{"pod web-a: container web: readiness probe GET :8080/healthz failed: HTTP 404"},
+			why:  "pod web-a: container web: readiness probe GET :8080/healthz failed: HTTP 404",
+		},
+		{
 			name: "probe failures, once failing for 5 s in a row, at most one a pod and probe every 10 s",
 			events: []cluster.Event{
 				probe(0, "web-a", "readiness", "1"),

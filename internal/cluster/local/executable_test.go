@@ -5,6 +5,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
 // TestExecutable: a command resolves as the kubelet starts it, a bare
@@ -47,5 +52,24 @@ func TestExecutable(t *testing.T) {
 	// The kubelet starts a container by the same resolution.
 	if _, _, err := startProcess(nil, &isolator{}, nil, []string{"./myapp"}, nil, dir, nil, 0); err == nil || !strings.Contains(err.Error(), "is a directory") {
 		t.Errorf("startProcess(./myapp) = %v, want the error of Executable", err)
+	}
+}
+
+// TestProbeTarget: a failed probe names what it probed, a named port
+// resolved, in the text of notices and Unhealthy Events.
+func TestProbeTarget(t *testing.T) {
+	c := &containerWorker{spec: &corev1.Container{Name: "app", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}
+	for _, tt := range []struct {
+		h    corev1.ProbeHandler
+		want string
+	}{
+		{corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}, "readiness probe GET :8080/healthz failed"},
+		{corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Host: "127.0.0.1", Port: intstr.FromInt32(9090)}}, "readiness probe TCP 127.0.0.1:9090 failed"},
+		{corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/ready"}}}, "readiness probe exec cat /tmp/ready failed"},
+	} {
+		e := cluster.Event{Kind: cluster.ProbeFailed, Fields: map[string]string{"probe": "readiness", "target": c.probeTarget(tt.h)}}
+		if got := cluster.ProbeFailure(e); got != tt.want {
+			t.Errorf("ProbeFailure = %q, want %q", got, tt.want)
+		}
 	}
 }
