@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
@@ -371,7 +373,9 @@ func localCommands(exe string, images map[string][]string) map[string][]string {
 // checkEntrypoints returns a usage error, named by command, for the first
 // container of the scenarios' Deployments that the embedded cluster could
 // not start, with images as the commands of --image-command: one without a
-// command of its own, an annotation or a command for its image. It names
+// command of its own, an annotation or a command for its image, or one
+// whose command is no executable file where the kubelet would look it up
+// (local.Executable). It names
 // the container's file and line, so that a bad manifest is refused before
 // any cluster starts.
 func checkEntrypoints(command string, scenarios []*scenario.Scenario, images map[string][]string) error {
@@ -384,12 +388,37 @@ func checkEntrypoints(command string, scenarios []*scenario.Scenario, images map
 				continue
 			}
 			for i, c := range d.Spec.Template.Spec.Containers {
-				if _, err := local.Entrypoint(d.Spec.Template.Annotations, &c, commands); err != nil {
+				err := runnable(d.Spec.Template.Annotations, &c, commands, images)
+				if err != nil {
 					line := o.FieldLine(fmt.Sprintf("spec.template.spec.containers[%d]", i))
 					return &usageError{fmt.Errorf("%s: %w", command, &manifest.Error{File: o.File, Line: line, Err: fmt.Errorf("Deployment %s: %w", d.Name, err)})}
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// runnable returns why the embedded cluster could not start container c
+// of a pod template with annotations, or nil: it has no command
+// (local.Entrypoint, with commands), or its command is no executable file
+// in its workingDir or $PATH (local.Executable). A command that holds a
+// $(VAR) reference is known only once the kubelet expands it, and the
+// stand-in for closingtime's own image is closingtime itself: neither is
+// looked up.
+func runnable(annotations map[string]string, c *corev1.Container, commands, images map[string][]string) error {
+	argv, err := local.Entrypoint(annotations, c, commands)
+	if err != nil {
+		return err
+	}
+	if strings.Contains(argv[0], "$(") || (len(c.Command) == 0 && argv[0] == scenario.Image) {
+		return nil
+	}
+	if _, err := local.Executable(argv[0], c.WorkingDir); err != nil {
+		if command, ok := images[c.Image]; ok && len(c.Command) == 0 && slices.Equal(command, argv) {
+			return fmt.Errorf("container %s: --image-command for image %q: %w", c.Name, c.Image, err)
+		}
+		return fmt.Errorf("container %s: %w", c.Name, err)
 	}
 	return nil
 }

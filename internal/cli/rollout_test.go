@@ -9,6 +9,16 @@ import (
 	"testing"
 )
 
+// testdataDir returns the absolute path of testdata.
+func testdataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func TestRolloutUsage(t *testing.T) {
 	t.Parallel()
 	const plain = "testdata/rollout-plain.yaml"
@@ -27,6 +37,14 @@ func TestRolloutUsage(t *testing.T) {
 		{name: "container without command", args: []string{"rollout", "-f", "testdata/rollout-image.yaml", "--local"},
 			wantErr: "closingtime: rollout: testdata/rollout-image.yaml:29: Deployment app: container app has no command and its image \"registry.example/shop:1.4\" maps to no local command: " +
 				"map the image with --image-command 'registry.example/shop:1.4=CMD ARGS…', or annotate the pod template with closingtime.dev/command.app: 'CMD ARGS…'\n"},
+		// A command that is no executable file is refused before any
+		// cluster starts too, with what was looked up where.
+		{name: "command not in PATH", args: []string{"rollout", "-f", "testdata/rollout-image.yaml", "--local", "--image-command", "registry.example/shop:1.4=no-such-app-of-closingtime serve"},
+			wantErr: "closingtime: rollout: testdata/rollout-image.yaml:29: Deployment app: container app: --image-command for image \"registry.example/shop:1.4\": " +
+				"command \"no-such-app-of-closingtime\": no executable file of that name in $PATH ("},
+		{name: "command a directory", args: []string{"rollout", "-f", "testdata/rollout-image.yaml", "--local", "--image-command", "registry.example/shop:1.4=./testdata"},
+			wantErr: "testdata/rollout-image.yaml:29: Deployment app: container app: --image-command for image \"registry.example/shop:1.4\": command \"./testdata\": " +
+				testdataDir(t) + " (in working directory \".\") is a directory, not an executable file\n"},
 		{name: "two Deployments", args: []string{"rollout", "-f", plain, "-f", "testdata/rollout-no-service.yaml", "--local"},
 			wantErr: "closingtime: rollout: deploy/NAME: 2 Deployments (app, shop): name one\n"},
 		{name: "no such Deployment", args: []string{"rollout", "-f", plain, "deploy/web", "--local"},

@@ -29,9 +29,11 @@ const (
 	// ProbeFailed: one run of a probe failed, whether or not the run
 	// changed the stored result: the kubelet's Warning Event Unhealthy,
 	// which it posts at every failed run ("Readiness probe failed:
-	// output"). Fields: probe (startup, readiness, liveness), failures
-	// (the failed runs in a row, this one included: the stored result
-	// turns to failure when they reach failureThreshold), output.
+	// output"). Fields: probe (startup, readiness, liveness), target
+	// (what it probes: "GET :8080/healthz", "TCP :8080", "exec CMD…"; see
+	// [ProbeFailure]), failures (the failed runs in a row, this one
+	// included: the stored result turns to failure when they reach
+	// failureThreshold), output.
 	ProbeFailed EventKind = "probe_failed"
 	// ProbeResult: a probe's stored result changed (a run of identical
 	// results reached its threshold); the failed run that changes it
@@ -198,4 +200,16 @@ func (l *EventLog) Stream(ctx context.Context) <-chan Event {
 		}
 	}()
 	return ch
+}
+
+// ProbeFailure returns what failed of ProbeFailed event e, its probe and
+// target ("readiness probe GET :8080/healthz failed"): the text that
+// notices and the node agent's Unhealthy Events begin with, before the
+// probe's output.
+func ProbeFailure(e Event) string {
+	s := e.Fields["probe"] + " probe"
+	if t := e.Fields["target"]; t != "" {
+		s += " " + t
+	}
+	return s + " failed"
 }

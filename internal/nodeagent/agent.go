@@ -452,8 +452,8 @@ func kubeletEvent(e cluster.Event) (reason, message string, warning bool) {
 	case cluster.ContainerStartFailed:
 		return "Failed", "Error: " + e.Fields["error"], true
 	case cluster.ProbeFailed:
-		probe := e.Fields["probe"]
-		return "Unhealthy", strings.ToUpper(probe[:1]) + probe[1:] + " probe failed: " + e.Fields["output"], true
+		what := cluster.ProbeFailure(e)
+		return "Unhealthy", strings.ToUpper(what[:1]) + what[1:] + ": " + e.Fields["output"], true
 	case cluster.LivenessKill:
 		return "Killing", fmt.Sprintf("Container %s failed %s probe, will be restarted", e.Container, e.Fields["probe"]), false
 	case cluster.PodTerminating:

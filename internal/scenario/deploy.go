@@ -15,7 +15,8 @@ import (
 // cluster refused it, its first rollout did not complete or its Service
 // did not answer within the run's limit, or, before the first action, a
 // container of the Deployment's pods exited (while its pod was not
-// terminating) or fewer pods than its replicas were ready. Such a run
+// terminating) or failed to start, or fewer pods than its replicas were
+// ready. Such a run
 // would measure a workload that does not run, not a rollout: the runner
 // stops it and returns no result.
 type DeployError struct {
@@ -44,27 +45,37 @@ func (e *DeployError) Error() string {
 
 func (e *DeployError) Unwrap() error { return e.Err }
 
-// errExited is the cause of a deploy stopped by a container's exit.
-var errExited = errors.New("a container exited")
+// errExited is the cause of a deploy stopped by a container's exit or
+// failed start.
+var errExited = errors.New("a container exited or failed to start")
 
-// setupOf returns, after events, the exits of containers of Deployment
-// d's pods while their pod was not terminating, a line each ("pod web-1:
-// container web exited with code 1"), how many of its pods are ready, and
-// how many of its pods events saw created.
-func setupOf(events []cluster.Event, d string) (exits []string, ready, known int) {
+// setupOf returns, after events, the exits and failed starts of
+// containers of Deployment d's pods while their pod was not terminating,
+// a line each ("pod web-1: container web exited with code 1", "pod web-1:
+// container web failed to start: …"), how many of those were failed
+// starts, how many of its pods are ready, and how many of its pods events
+// saw created.
+func setupOf(events []cluster.Event, d string) (exits []string, failed, ready, known int) {
 	tr := newReadiness(d)
 	for _, e := range events {
 		tr.add(e)
-		if e.Kind == cluster.ContainerExited && tr.ours[e.Pod] && !tr.ended[e.Pod] {
+		if !tr.ours[e.Pod] || tr.ended[e.Pod] {
+			continue
+		}
+		switch e.Kind {
+		case cluster.ContainerExited:
 			exits = append(exits, fmt.Sprintf("pod %s: container %s exited with code %s", e.Pod, e.Container, e.Fields["code"]))
+		case cluster.ContainerStartFailed:
+			exits = append(exits, fmt.Sprintf("pod %s: container %s failed to start: %s", e.Pod, e.Container, e.Fields["error"]))
+			failed++
 		}
 	}
-	return exits, tr.ready(), len(tr.ours)
+	return exits, failed, tr.ready(), len(tr.ours)
 }
 
 // deployed returns nil if Deployment d of scenario s is one to measure, as
-// rec shows it: no container of its pods has exited while its pod was not
-// terminating, and its replicas are ready. It waits up to catchUpTimeout
+// rec shows it: no container of its pods has exited or failed to start
+// while its pod was not terminating, and its replicas are ready. It waits up to catchUpTimeout
 // for rec, which follows the cluster's events a little behind, to show
 // them ready, or an exit. Readiness is judged only of pods that rec saw
 // created: the pods of a Deployment that ran before the run (rollout
@@ -75,12 +86,12 @@ func setupOf(events []cluster.Event, d string) (exits []string, ready, known int
 func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recording, d *appsv1.Deployment) error {
 	want := int(replicas(d))
 	var exits []string
-	var ready, known int
+	var failed, ready, known int
 	wctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	// A wait that times out leaves fewer ready than want: the answer.
 	_ = rec.wait(wctx, func(events []cluster.Event) bool {
-		exits, ready, known = setupOf(events, d.Name)
+		exits, failed, ready, known = setupOf(events, d.Name)
 		return len(exits) > 0 || ready >= want || known == 0
 	})
 	if err := ctx.Err(); err != nil {
@@ -88,8 +99,12 @@ func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recordin
 	}
 	var why string
 	switch {
+	case failed == len(exits) && failed > 1:
+		why = fmt.Sprintf("containers failed to start %d times", failed)
+	case failed == len(exits) && failed == 1:
+		why = "a container failed to start"
 	case len(exits) > 1:
-		why = fmt.Sprintf("containers exited %d times", len(exits))
+		why = fmt.Sprintf("containers exited or failed to start %d times", len(exits))
 	case len(exits) == 1:
 		why = "a container exited"
 	case known > 0 && ready < want:

@@ -38,12 +38,16 @@ func TestSetupOf(t *testing.T) {
 		// An exit of a pod that terminates is its end, not a crash.
 		{Kind: cluster.PodTerminating, Pod: "app-a1b2c-3"},
 		exit("app-a1b2c-3", "143"),
+		// A failed start counts as an exit does.
+		{Kind: cluster.ContainerStartFailed, Pod: "app-a1b2c-1", Container: "app", Fields: map[string]string{"error": `exec: "myapp": executable file not found in $PATH`}},
 	}
-	exits, ready, known := setupOf(events, "app")
-	if want := []string{"pod app-a1b2c-2: container app exited with code 2"}; !cmp.Equal(exits, want) || ready != 1 || known != 3 {
-		t.Errorf("setupOf = %q, %d ready of %d known; want %q, 1 ready of 3", exits, ready, known, want)
+	exits, failed, ready, known := setupOf(events, "app")
+	want := []string{"pod app-a1b2c-2: container app exited with code 2",
+		`pod app-a1b2c-1: container app failed to start: exec: "myapp": executable file not found in $PATH`}
+	if !cmp.Equal(exits, want) || failed != 1 || ready != 1 || known != 3 {
+		t.Errorf("setupOf = %q (%d failed starts), %d ready of %d known; want %q (1 failed start), 1 ready of 3", exits, failed, ready, known, want)
 	}
-	if exits, ready, known := setupOf(events[:7], "app"); len(exits) > 0 || ready != 3 || known != 3 {
+	if exits, _, ready, known := setupOf(events[:7], "app"); len(exits) > 0 || ready != 3 || known != 3 {
 		t.Errorf("setupOf before the exits = %q, %d ready of %d known; want none, 3 ready of 3", exits, ready, known)
 	}
 }
@@ -77,6 +81,31 @@ func TestDeployedExisting(t *testing.T) {
 	var derr *DeployError
 	if err := deployed(ctx, s, c, rec, d); !errors.As(err, &derr) || derr.Cause != "pod app-f00-1: container app exited with code 1" {
 		t.Errorf("deployed after an exit: %v, want a *DeployError with the exit as its cause", err)
+	}
+}
+
+// TestRunnerStartFailure runs a Deployment whose command is no file: the
+// deploy stops at the first failed start, well before the run's limit,
+// with a *DeployError of the deploy that quotes the failure.
+func TestRunnerStartFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster")
+	}
+	t.Parallel()
+	s := noticeScenario(t, nil, 30*time.Second)
+	d, err := s.Deployment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Template.Spec.Containers[0].Command = []string{"/no/such/app"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := newRunner(t).Run(ctx, s)
+	var derr *DeployError
+	if res != nil || !errors.As(err, &derr) || derr.Step != "deploy" ||
+		!strings.Contains(err.Error(), "failed to start") ||
+		!strings.Contains(derr.Cause, "container app failed to start: ") || !strings.Contains(derr.Cause, "/no/such/app") {
+		t.Fatalf("Run = %v, %v; want no result and a *DeployError of the deploy that quotes the failed start", res, err)
 	}
 }
 

@@ -171,7 +171,7 @@ func (d *diagnosis) notices(e cluster.Event) []string {
 			return nil
 		}
 		d.probed[key] = e.Time
-		msg := who + ": " + probe + " probe failed"
+		msg := who + ": " + cluster.ProbeFailure(e)
 		if out := strings.TrimSpace(e.Fields["output"]); out != "" {
 			msg += ": " + clip(out)
 		}

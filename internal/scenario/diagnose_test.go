@@ -107,6 +107,14 @@ func TestDiagnosis(t *testing.T) {
 			why: "pod web-c: container web exited with code 0; " + addressInUseHint,
 		},
 		{
+			name: "a probe failure names its target",
+			events: []cluster.Event{
+				ev(0, cluster.ProbeFailed, "web-a", "web", map[string]string{"probe": "readiness", "target": "GET :8080/healthz", "failures": "3", "output": "HTTP 404"}),
+			},
+			want: []string{"pod web-a: container web: readiness probe GET :8080/healthz failed: HTTP 404"},
+			why:  "pod web-a: container web: readiness probe GET :8080/healthz failed: HTTP 404",
+		},
+		{
 			name: "probe failures, once failing for 5 s in a row, at most one a pod and probe every 10 s",
 			events: []cluster.Event{
 				probe(0, "web-a", "readiness", "1"),
@@ -249,7 +257,7 @@ func TestRunnerNotices(t *testing.T) {
 			exits: true},
 		// The server listens on a port of its own, not the probe's.
 		{name: "probe never passes", args: []string{"serve", "--listen", "$(POD_IP):8081"}, limit: noticeInterval + 2*time.Second,
-			want:  []string{"readiness probe failed", "s: 0 of 2 pods ready, 2 running but not ready (readiness or startup probe not passed); gives up after 12s"},
+			want:  []string{"readiness probe GET :8080/ready failed", "s: 0 of 2 pods ready, 2 running but not ready (readiness or startup probe not passed); gives up after 12s"},
 			early: ":8080: connect: connection refused",
 			why:   "first rollout: rollout status of deployment default/app: context deadline exceeded (from the cluster: pod app-"},
 		// The app gets "$(POD_IP):8080": the notice says so before the

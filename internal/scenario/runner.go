@@ -169,8 +169,8 @@ func cmpOr[T int | time.Duration | float64](vs ...T) T {
 // either way. A workload that does not deploy is a *DeployError, and no
 // result: its first rollout or its Service's answers do not come within
 // the run's limit, or, from the deploy until the first action, a
-// container of the Deployment's pods exits (which stops the deploy at
-// once) or fewer pods than its replicas are ready.
+// container of the Deployment's pods exits or fails to start (which stops
+// the deploy at once) or fewer pods than its replicas are ready.
 func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) {
 	st := r.settings(s)
 	res = &Result{Name: s.Name, Description: s.Description, Seed: s.Seed, Action: s.Action.Kind}
@@ -260,8 +260,9 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 
 	// Deploy, and wait until the Service answers, telling every
 	// noticeInterval how many pods are ready and what the Service last
-	// answered. A container of the Deployment's pods that exits means a
-	// workload that does not run: the deploy stops at once.
+	// answered. A container of the Deployment's pods that exits or fails
+	// to start means a workload that does not run: the deploy stops at
+	// once.
 	progress(0, PhaseDeploy)
 	for _, n := range referenceNotices(s, objects) {
 		notice(n)
@@ -287,7 +288,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 	deployFollowers.Go(func() { waiting(deployCtx, rec, deployment, st.rl, &answer, notice) })
 	deployFollowers.Go(func() {
 		exited := func(events []cluster.Event) bool {
-			exits, _, _ := setupOf(events, deployment.Name)
+			exits, _, _, _ := setupOf(events, deployment.Name)
 			return len(exits) > 0
 		}
 		if rec.wait(deployCtx, exited) == nil {

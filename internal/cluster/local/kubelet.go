@@ -892,12 +892,12 @@ func (c *containerWorker) exited(inst *instance) (int32, time.Time) {
 	return code, inst.proc.finishedAt
 }
 
-// probeFailed records a failed run of a probe, the latest of failures in
-// a row, with what the probe said.
-func (c *containerWorker) probeFailed(kind probeKind, failures int, output string) {
+// probeFailed records a failed run of a probe with handler h, the latest
+// of failures in a row, with what the probe said.
+func (c *containerWorker) probeFailed(kind probeKind, h corev1.ProbeHandler, failures int, output string) {
 	p := c.p
 	p.k.record(cluster.Event{Kind: cluster.ProbeFailed, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name,
-		Fields: map[string]string{"probe": string(kind), "failures": strconv.Itoa(failures), "output": output}})
+		Fields: map[string]string{"probe": string(kind), "target": c.probeTarget(h), "failures": strconv.Itoa(failures), "output": output}})
 }
 
 // probeResult stores a probe's new result for inst and acts on it (P5–P8).

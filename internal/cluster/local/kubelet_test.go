@@ -795,7 +795,7 @@ func TestKubeletProbeFailedEachRun(t *testing.T) {
 			failed = append(failed, e)
 		}
 		for j, e := range failed {
-			if e.Fields["probe"] != "readiness" || e.Fields["failures"] != strconv.Itoa(j+1) || !strings.Contains(e.Fields["output"], "connection refused") {
+			if e.Fields["probe"] != "readiness" || e.Fields["target"] != "TCP :8081" || e.Fields["failures"] != strconv.Itoa(j+1) || !strings.Contains(e.Fields["output"], "connection refused") {
 				t.Errorf("probe_failed %v, want the readiness probe's refused connection, failure %d in a row", e.Fields, j+1)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -107,7 +108,7 @@ func (w *probeWorker) doProbe(ctx context.Context) bool {
 		w.lastResult, w.resultRun = result, 1
 	}
 	if !result {
-		w.c.probeFailed(w.kind, w.resultRun, output)
+		w.c.probeFailed(w.kind, w.spec.ProbeHandler, w.resultRun, output)
 	}
 	threshold := valueOr(w.spec.FailureThreshold, cluster.DefaultProbeFailureThreshold)
 	if result {
@@ -131,6 +132,27 @@ func valueOr(v, def int32) int32 {
 		return def
 	}
 	return v
+}
+
+// probeTarget returns what handler h probes, as [cluster.ProbeFailure]
+// names it: "GET HOST:PORT/PATH" (HOST empty for the pod's address, a
+// named port resolved), "TCP HOST:PORT" or "exec CMD ARGS…".
+func (c *containerWorker) probeTarget(h corev1.ProbeHandler) string {
+	port := func(p intstr.IntOrString) string {
+		if n, err := c.port(p); err == nil {
+			return strconv.Itoa(n)
+		}
+		return p.String()
+	}
+	switch {
+	case h.HTTPGet != nil:
+		return "GET " + h.HTTPGet.Host + ":" + port(h.HTTPGet.Port) + h.HTTPGet.Path
+	case h.TCPSocket != nil:
+		return "TCP " + h.TCPSocket.Host + ":" + port(h.TCPSocket.Port)
+	case h.Exec != nil:
+		return "exec " + strings.Join(h.Exec.Command, " ")
+	}
+	return ""
 }
 
 // probe runs handler against the container and returns whether it

@@ -1,10 +1,13 @@
 package local
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -98,6 +101,45 @@ func isNamespaceRefusal(err error) bool {
 		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS)
 }
 
+// Executable returns the absolute path of the file a container's command
+// name runs when the kubelet starts it in dir (the container's
+// workingDir; "" for the kubelet's own), or an error that says what was
+// looked up where. A name without a slash is looked up in the kubelet's
+// $PATH, as exec.LookPath does; any other is a path, relative to dir if it
+// is relative. The file must be a regular file with an execute bit.
+func Executable(name, dir string) (string, error) {
+	if !strings.Contains(name, "/") {
+		path, err := exec.LookPath(name)
+		if err != nil {
+			return "", fmt.Errorf("command %q: no executable file of that name in $PATH (%s)", name, os.Getenv("PATH"))
+		}
+		return filepath.Abs(path)
+	}
+	path, err := filepath.Abs(filepath.Join(dir, name))
+	if filepath.IsAbs(name) {
+		path, err = name, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("command %q: %w", name, err)
+	}
+	where := path
+	if path != name {
+		where = fmt.Sprintf("%s (in working directory %q)", path, cmp.Or(dir, "."))
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("command %q: no file %s", name, where)
+	case err != nil:
+		return "", fmt.Errorf("command %q: %w", name, err)
+	case fi.IsDir():
+		return "", fmt.Errorf("command %q: %s is a directory, not an executable file", name, where)
+	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
+		return "", fmt.Errorf("command %q: %s is not an executable file (mode %s)", name, where, fi.Mode())
+	}
+	return path, nil
+}
+
 // process is the main process of one container instance.
 type process struct {
 	cmd       *exec.Cmd
@@ -123,8 +165,14 @@ func startProcess(wg *sync.WaitGroup, iso *isolator, clk clock.PassiveClock, arg
 		}
 		pipes[i], pipes[i+1] = r, w
 	}
+	path, err := Executable(argv[0], dir)
+	if err != nil {
+		closeAll(pipes[:])
+		return nil, "", err
+	}
 	cmd, level, reason, err := iso.start(func() *exec.Cmd {
-		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd := exec.Command(path, argv[1:]...)
+		cmd.Args[0] = argv[0]
 		cmd.Env, cmd.Dir = env, dir
 		cmd.Stdout, cmd.Stderr = pipes[1], pipes[3]
 		return cmd
