@@ -452,8 +452,11 @@ func kubeletEvent(e cluster.Event) (reason, message string, warning bool) {
 	case cluster.ContainerStartFailed:
 		return "Failed", "Error: " + e.Fields["error"], true
 	case cluster.ProbeFailed:
-		what := cluster.ProbeFailure(e)
-		return "Unhealthy", strings.ToUpper(what[:1]) + what[1:] + ": " + e.Fields["output"], true
+		// The kubelet's own words ("Readiness probe failed: ..."), which
+		// tools that read Events match; the probe's target is closingtime's
+		// addition, for its own notices (cluster.ProbeFailure).
+		probe := e.Fields["probe"]
+		return "Unhealthy", strings.ToUpper(probe[:1]) + probe[1:] + " probe failed: " + e.Fields["output"], true
 	case cluster.LivenessKill:
 		return "Killing", fmt.Sprintf("Container %s failed %s probe, will be restarted", e.Container, e.Fields["probe"]), false
 	case cluster.PodTerminating:
