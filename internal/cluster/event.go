@@ -204,8 +204,7 @@ func (l *EventLog) Stream(ctx context.Context) <-chan Event {
 
 // ProbeFailure returns what failed of ProbeFailed event e, its probe and
 // target ("readiness probe GET :8080/healthz failed"): the text that
-// notices and the node agent's Unhealthy Events begin with, before the
-// probe's output.
+// notices begin with, before the probe's output.
 func ProbeFailure(e Event) string {
 	s := e.Fields["probe"] + " probe"
 	if t := e.Fields["target"]; t != "" {
