@@ -25,10 +25,12 @@
 //     connection is closed only once it has carried no request for a second
 //     of the drain (a keep-alive client that has just received a response
 //     may be sending its next request; closing under it would drop that
-//     request), and not while a request waits unread on its socket. That
-//     second is counted in the server's own running time, so a process that
-//     was throttled or descheduled does not find its clients quiet when it
-//     was the one not reading. HTTP/2 connections receive GOAWAY once the
+//     request), and not while a request waits unread on its socket (on
+//     Unix, where the listener's connections expose their socket as a
+//     syscall.Conn) or has been read in part. That second is counted in the
+//     server's own running time, so a process that was throttled or
+//     descheduled does not find its clients quiet when it was the one not
+//     reading. HTTP/2 connections receive GOAWAY once the
 //     HTTP/1 connections are done, and close when their streams finish.
 //  4. Hijacked connections (WebSockets and the like) are handed to
 //     [Server.DrainHijacked], if set, and waited for like any other.

@@ -349,9 +349,12 @@ func (q *quietClock) look(now time.Time) time.Duration {
 // and reports whether only HTTP/2 connections are still open.
 //
 // A connection is not quiet while its next request is on its way to the
-// handler: waiting unread in the kernel, or read by net/http and not yet
-// parsed (the state changes to active only then). Either starts its quiet
-// time over.
+// handler: waiting unread in the kernel, which starts its quiet time over,
+// or read in part by net/http and not yet parsed (its state becomes active
+// only then): an idle connection that has read anything since it went idle
+// is left to finish its request, which the drain deadline bounds. A new
+// connection's reads only start its quiet time over: they may be a TLS
+// handshake, after which a client can stay silent.
 func (s *Server) onlyHTTP2Left(step time.Duration) bool {
 	var closable []*conn
 	done := true
@@ -361,11 +364,7 @@ func (s *Server) onlyHTTP2Left(step time.Duration) bool {
 			continue
 		}
 		done = false
-		if c.state != http.StateIdle && c.state != http.StateNew {
-			continue
-		}
-		if n := c.reads.Load(); n != c.readsAtState {
-			c.readsAtState, c.quiet = n, 0
+		if !c.quietLocked() {
 			continue
 		}
 		if c.quiet += step; c.quiet >= quietGrace {
@@ -374,15 +373,36 @@ func (s *Server) onlyHTTP2Left(step time.Duration) bool {
 	}
 	s.mu.Unlock()
 	for _, c := range closable {
-		if unread(c.Conn) {
-			s.mu.Lock()
+		// Peek first, then look again at what net/http did meanwhile, so
+		// that a request it read in between is not closed under it.
+		pending := unread(c.Conn)
+		s.mu.Lock()
+		if pending {
 			c.quiet = 0
-			s.mu.Unlock()
-			continue
 		}
-		c.Close()
+		closeIt := !pending && c.quietLocked() && c.quiet >= quietGrace
+		s.mu.Unlock()
+		if closeIt {
+			c.Close()
+		}
 	}
 	return done
+}
+
+// quietLocked reports whether c carries no request, as far as its state
+// and reads tell; for a new connection that has read, it starts the quiet
+// time over. s.mu must be held.
+func (c *conn) quietLocked() bool {
+	if c.state != http.StateIdle && c.state != http.StateNew {
+		return false
+	}
+	if n := c.reads.Load(); n != c.readsAtState {
+		if c.state == http.StateIdle {
+			return false
+		}
+		c.readsAtState, c.quiet = n, 0
+	}
+	return true
 }
 
 // drainHijacked hands every hijacked connection to DrainHijacked.

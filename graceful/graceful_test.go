@@ -346,8 +346,8 @@ func TestIdleKeepAliveClosesWhenQuiet(t *testing.T) {
 	s.HTTP.Handler = mux
 	sv := start(t, context.Background(), s)
 
-	// Idle for well over a second at the signal: one stays silent, one
-	// speaks as the drain begins.
+	// Idle for well over a second at the signal, which once closed a
+	// connection at once: one stays silent, one speaks as the drain begins.
 	silent, speaks := dial(t, sv.addr), dial(t, sv.addr)
 	for _, c := range []*rawConn{silent, speaks} {
 		if _, _, err := c.get("/work?ms=0"); err != nil {
@@ -430,7 +430,7 @@ func TestRequestInKernelDuringStallIsAnswered(t *testing.T) {
 	cancel()
 	began.wait(t)
 	// Well past the quiet rule's second of drain time.
-	time.Sleep(3 * quietGraceForTests)
+	time.Sleep(3 * graceful.QuietGrace)
 	close(stalling.release)
 	resp, body, err := c.receive()
 	if err != nil {
@@ -445,8 +445,45 @@ func TestRequestInKernelDuringStallIsAnswered(t *testing.T) {
 	}
 }
 
-// quietGraceForTests is the quiet rule's second, as the package documents it.
-const quietGraceForTests = time.Second
+// TestPartialRequestDuringDrainIsAnswered: a keep-alive client whose next
+// request arrives in two parts, a pause longer than the quiet rule's second
+// between them (a lost segment's retransmission, a slow client), is
+// answered: an idle connection that has read part of a request carries one.
+func TestPartialRequestDuringDrainIsAnswered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the one-second quiet rule")
+	}
+	began := newTermination()
+	s := &graceful.Server{HTTP: &http.Server{}, DrainTimeout: 20 * time.Second, OnTerminate: began.hook}
+	s.HTTP.Handler, _ = newMux(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sv := start(t, ctx, s)
+
+	c := dial(t, sv.addr)
+	if _, _, err := c.get("/work?ms=0"); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	began.wait(t)
+	if _, err := io.WriteString(c, "GET /work?ms=0 HTTP/1.1\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * graceful.QuietGrace)
+	if _, err := io.WriteString(c, "Host: test\r\n\r\n"); err != nil {
+		t.Fatalf("rest of the request: %v", err)
+	}
+	resp, body, err := c.receive()
+	if err != nil {
+		t.Fatalf("request that arrived in two parts during the drain was dropped: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK || body != "done" || !resp.Close {
+		t.Errorf("got %d %q close=%v, want 200 \"done\" with Connection: close", resp.StatusCode, body, resp.Close)
+	}
+	if _, err := sv.wait(t, 5*time.Second); err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
 
 // stallingListener hands out connections whose next read, once stall has
 // named them, waits until release is closed, without taking anything from
