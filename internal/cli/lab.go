@@ -456,10 +456,13 @@ func (o *resultsOutput) bind(f *pflag.FlagSet, results, report string) {
 }
 
 // check returns a usage error, named by command, for an -o other than
-// text and json.
+// text and json, or one file given to both --results and --report.
 func (o resultsOutput) check(command string) error {
 	if o.format != "text" && o.format != "json" {
 		return usagef("%s: invalid --output %q: accepted values are text, json", command, o.format)
+	}
+	if o.results != "" && filepath.Clean(o.results) == filepath.Clean(o.report) {
+		return usagef("%s: --results and --report both name %s: the report would replace the results; give each its own file", command, o.results)
 	}
 	return nil
 }

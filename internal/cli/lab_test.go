@@ -39,6 +39,7 @@ func TestLabUsage(t *testing.T) {
 	testUsage(t, []usageCase{
 		{name: "unknown scenario", args: []string{"lab", "9-nope"}, wantErr: `no scenario "9-nope"; the catalog has 1-plain, 2-readiness`},
 		{name: "bad output", args: []string{"lab", "-o", "yaml"}, wantErr: `invalid --output "yaml"`},
+		{name: "one file for results and report", args: []string{"lab", "--results", "out.json", "--report", "./out.json"}, wantErr: "--results and --report both name out.json"},
 		{name: "negative repeat", args: []string{"lab", "--repeat", "-1"}, wantErr: "lab: invalid --repeat -1: must not be negative"},
 		{name: "negative parallel", args: []string{"lab", "--parallel", "-2"}, wantErr: "lab: invalid --parallel -2: must not be negative"},
 		{name: "missing file", args: []string{"lab", "-f", "testdata/no-such.yaml"}, wantErr: "lab: testdata/no-such.yaml: no such file or directory"},
