@@ -80,7 +80,7 @@ func setupOf(events []cluster.Event, d string) (exits []string, failed, ready, k
 // them ready, or an exit. Readiness is judged only of pods that rec saw
 // created: the pods of a Deployment that ran before the run (rollout
 // --kube deploy/NAME) come without events, and its completed first
-// rollout vouches for them. Otherwise it returns a *DeployError whose
+// rollout vouches for them, also when some of its pods were replaced since. Otherwise it returns a *DeployError whose
 // cause is a diagnosis of rec's events, which reads c's logs; or
 // ctx.Err() if ctx ends.
 func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recording, d *appsv1.Deployment) error {
@@ -92,7 +92,7 @@ func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recordin
 	// A wait that times out leaves fewer ready than want: the answer.
 	_ = rec.wait(wctx, func(events []cluster.Event) bool {
 		exits, failed, ready, known = setupOf(events, d.Name)
-		return len(exits) > 0 || ready >= want || known == 0
+		return len(exits) > 0 || ready >= min(want, known)
 	})
 	if err := ctx.Err(); err != nil {
 		return err
@@ -107,8 +107,9 @@ func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recordin
 		why = fmt.Sprintf("containers exited or failed to start %d times", len(exits))
 	case len(exits) == 1:
 		why = "a container exited"
-	case known > 0 && ready < want:
-		why = fmt.Sprintf("%d of %d pods ready", ready, want)
+	case ready < min(want, known):
+		// Pods that rec did not see created are the completed rollout's.
+		why = fmt.Sprintf("%d of %d pods ready", ready+want-min(want, known), want)
 	default:
 		return nil
 	}
