@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // Defaults of a zero [PropagationConfig].
@@ -187,14 +188,14 @@ const saturationSlack = 500 * time.Millisecond
 // pod that answered no request after its deletion (the traffic left it
 // before the deletion was seen) counts 0; one that answered none at all
 // is an error: the traffic never reached it.
-func MeasurePropagation(res *Result, cfg PropagationConfig) (*Propagation, error) {
+func MeasurePropagation(res *results.Result, cfg PropagationConfig) (*Propagation, error) {
 	cfg = cfg.withDefaults()
 	p := &Propagation{WindowMS: ms(cfg.Window), MarginMS: ms(cfg.Margin)}
 	for _, run := range res.Runs {
 		deleted := ""
 		var at float64
 		for _, e := range run.Timeline {
-			if e.Source == "cluster" && e.Kind == string(cluster.PodDeleted) && e.AtMS >= 0 {
+			if e.Source == results.SourceCluster && e.Kind == string(cluster.PodDeleted) && e.AtMS >= 0 {
 				deleted, at = e.Pod, e.AtMS
 				break
 			}
@@ -202,7 +203,7 @@ func MeasurePropagation(res *Result, cfg PropagationConfig) (*Propagation, error
 		if deleted == "" {
 			return nil, fmt.Errorf("propagation: repetition %d deleted no pod", run.Repetition)
 		}
-		i := slices.IndexFunc(run.OldPods, func(o OldPod) bool { return o.Name == deleted })
+		i := slices.IndexFunc(run.OldPods, func(o results.OldPod) bool { return o.Name == deleted })
 		if i < 0 || run.OldPods[i].LastRequestMS == nil {
 			return nil, fmt.Errorf("propagation: repetition %d: pod %s answered no request: did the traffic reach it?", run.Repetition, deleted)
 		}
