@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -62,12 +63,12 @@ func TestDisruption(t *testing.T) {
 			{AtMS: 21000, Source: results.SourceClient, Kind: "refused"},
 			{AtMS: 25000, Source: results.SourceCluster, Kind: "pod_ready"},
 		}}
-	disruption(run, events, "app", 3, ptr(2))
+	disruption(run, events, "app", 3, ptr.To(2))
 	want := &results.Run{Start: start, Outage: run.Outage, Timeline: run.Timeline,
-		Capacity:  &results.Capacity{MinReady: 1, Replicas: 3, Allowed: ptr(2), AtMS: 2500},
+		Capacity:  &results.Capacity{MinReady: 1, Replicas: 3, Allowed: ptr.To(2), AtMS: 2500},
 		BackOffs:  []results.BackOff{{AtMS: 2600, Pod: "app-a1b2c-2", DelayMS: 9998}, {AtMS: 12700, Pod: "app-a1b2c-2", DelayMS: 19990}},
 		Evictions: &results.Evictions{Accepted: 1, Refused: 1},
-		RecoverMS: ptr(13000.0), // all ready at 33 s, 13 s after the outage's end at 20 s
+		RecoverMS: ptr.To(13000.0), // all ready at 33 s, 13 s after the outage's end at 20 s
 	}
 	if diff := cmp.Diff(want, run); diff != "" {
 		t.Errorf("disruption (-want +got):\n%s", diff)
@@ -111,13 +112,13 @@ func TestRolloutAllowed(t *testing.T) {
 		action   string
 		want     *int
 	}{
-		{name: "defaults of 3", replicas: 3, action: ActionRolloutRestart, want: ptr(3)},
-		{name: "defaults of 8", replicas: 8, action: ActionRolloutRestart, want: ptr(6)},
-		{name: "maxUnavailable 1", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionRolloutRestart, want: ptr(2)},
-		{name: "set-env", strategy: rolling(n(1), n(0)), replicas: 2, action: ActionSetEnv, want: ptr(2)},
-		{name: "both round to zero", strategy: rolling(pct("0%"), pct("10%")), replicas: 3, action: ActionRolloutRestart, want: ptr(2)},
-		{name: "maxUnavailable above replicas", strategy: rolling(n(0), n(5)), replicas: 3, action: ActionRolloutRestart, want: ptr(0)},
-		{name: "recreate", strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}, replicas: 3, action: ActionRolloutRestart, want: ptr(0)},
+		{name: "defaults of 3", replicas: 3, action: ActionRolloutRestart, want: ptr.To(3)},
+		{name: "defaults of 8", replicas: 8, action: ActionRolloutRestart, want: ptr.To(6)},
+		{name: "maxUnavailable 1", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionRolloutRestart, want: ptr.To(2)},
+		{name: "set-env", strategy: rolling(n(1), n(0)), replicas: 2, action: ActionSetEnv, want: ptr.To(2)},
+		{name: "both round to zero", strategy: rolling(pct("0%"), pct("10%")), replicas: 3, action: ActionRolloutRestart, want: ptr.To(2)},
+		{name: "maxUnavailable above replicas", strategy: rolling(n(0), n(5)), replicas: 3, action: ActionRolloutRestart, want: ptr.To(0)},
+		{name: "recreate", strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}, replicas: 3, action: ActionRolloutRestart, want: ptr.To(0)},
 		{name: "not a percentage", strategy: rolling(n(0), pct("half")), replicas: 3, action: ActionRolloutRestart},
 		{name: "delete-pod", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionDeletePod},
 		{name: "drain", replicas: 1, action: ActionDrain},
