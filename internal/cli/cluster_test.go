@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/controlplane"
+	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 )
 
 // TestClusterUsage gives up, down and status invalid command lines: each
@@ -318,24 +319,14 @@ func TestClusterUpFails(t *testing.T) {
 }
 
 // clusterTestDir returns a state directory for a test that runs a
-// cluster, skipping the test where the control plane cannot be built. The
+// cluster, skipping the test under -short and where the control plane
+// cannot be built. The
 // daemon that up starts is this test binary, which runs the command line
 // because of runAsCommand (TestMain). The cluster is stopped at the end
 // of the test if the test did not stop it.
 func clusterTestDir(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("runs a real control plane")
-	}
-	cache, err := controlplane.DefaultCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := controlplane.Build(context.Background(), cache); errors.Is(err, controlplane.ErrUnavailable) {
-		t.Skip(err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	controlplanetest.Binaries(t)
 	t.Setenv(runAsCommand, "1")
 	dir := filepath.Join(t.TempDir(), "state")
 	t.Cleanup(func() {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
 	"github.com/closingtime-dev/closingtime/internal/controlplane"
+	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 )
 
 func TestKubeUsage(t *testing.T) {
@@ -90,25 +90,12 @@ func TestKubeClusterErrors(t *testing.T) {
 }
 
 // startControlPlane builds (through the cache) and starts a real control
-// plane for the test, or skips it where the control plane cannot be built.
+// plane for the test, or skips it under -short and where the control plane
+// cannot be built.
 func startControlPlane(t *testing.T) (*controlplane.ControlPlane, kubernetes.Interface) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a real control plane")
-	}
 	ctx := context.Background()
-	cacheDir, err := controlplane.DefaultCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins, err := controlplane.Build(ctx, cacheDir)
-	if errors.Is(err, controlplane.ErrUnavailable) {
-		t.Skipf("no real control plane: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp, err := controlplane.Start(ctx, controlplane.Config{Binaries: bins, Dir: t.TempDir()})
+	cp, err := controlplane.Start(ctx, controlplane.Config{Binaries: controlplanetest.Binaries(t), Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -357,9 +357,6 @@ func TestLoadWaitServing(t *testing.T) {
 // the slice emptied, every connect is refused. A kubeconfig that cannot be
 // read, or a missing node name, is an error that names the variable.
 func TestLoadRoutes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a real control plane")
-	}
 	t.Parallel()
 	cp := controlplanetest.Shared(t)
 	client := controlplanetest.Client(t)

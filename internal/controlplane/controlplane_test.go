@@ -20,6 +20,9 @@ import (
 // gets its pods, which stay Pending with no node. Stop then ends every
 // process.
 func TestStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds and starts a real control plane")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cache, err := DefaultCacheDir()

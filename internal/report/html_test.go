@@ -166,9 +166,13 @@ func TestHTMLSelfContained(t *testing.T) {
 const requireChromiumEnv = "CLOSINGTIME_REQUIRE_CHROMIUM"
 
 // chromium returns the path of a Chromium or Chrome binary, or skips the
-// test (fails it when CLOSINGTIME_REQUIRE_CHROMIUM=1).
+// test (fails it when CLOSINGTIME_REQUIRE_CHROMIUM=1); under -short it
+// skips the test.
 func chromium(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: renders pages in headless Chromium")
+	}
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if path, err := exec.LookPath(name); err == nil {
 			return path

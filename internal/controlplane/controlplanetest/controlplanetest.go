@@ -1,6 +1,7 @@
 // Package controlplanetest gives the tests of a package one real control
 // plane (etcd, kube-apiserver, kube-controller-manager), built through the
 // cache of package controlplane and started on loopback on first use.
+// Under -short, every test that asks for it skips.
 package controlplanetest
 
 import (
@@ -17,6 +18,14 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
+// built is the test binary's build of the control plane, made by the
+// first test that needs it.
+var built struct {
+	once sync.Once
+	bins controlplane.Binaries
+	err  error
+}
+
 // shared is the control plane of the test binary, started by the first
 // test that needs it and stopped by Stop.
 var shared struct {
@@ -24,40 +33,48 @@ var shared struct {
 	cp   *controlplane.ControlPlane
 	dir  string
 	err  error
-	skip bool
 }
 
-// Shared returns the test binary's control plane, building it through the
-// cache and starting it on first use. It skips the test where the control
-// plane cannot be built (no go command, no module proxy), and fails it
-// where it could be built but did not start.
-func Shared(t testing.TB) *controlplane.ControlPlane {
+// Binaries returns the control plane's programs, built through the cache
+// of package controlplane on first use. It skips the test under -short,
+// which runs no control plane, and where the control plane cannot be
+// built (no go command, no module proxy); it fails the test where the
+// build failed.
+func Binaries(t testing.TB) controlplane.Binaries {
 	t.Helper()
-	shared.once.Do(func() {
-		ctx := context.Background()
+	if testing.Short() {
+		t.Skip("-short: needs a real control plane (etcd, kube-apiserver, kube-controller-manager)")
+	}
+	built.once.Do(func() {
 		dir, err := controlplane.DefaultCacheDir()
 		if err != nil {
-			shared.err = err
+			built.err = err
 			return
 		}
-		bins, err := controlplane.Build(ctx, dir)
-		if errors.Is(err, controlplane.ErrUnavailable) {
-			shared.err, shared.skip = err, true
-			return
-		}
-		if err != nil {
-			shared.err = err
-			return
-		}
-		if shared.dir, err = os.MkdirTemp("", "closingtime-controlplane"); err != nil {
-			shared.err = err
-			return
-		}
-		shared.cp, shared.err = controlplane.Start(ctx, controlplane.Config{Binaries: bins, Dir: shared.dir})
+		built.bins, built.err = controlplane.Build(context.Background(), dir)
 	})
-	if shared.skip {
-		t.Skipf("no real control plane: %v", shared.err)
+	if errors.Is(built.err, controlplane.ErrUnavailable) {
+		t.Skipf("no real control plane: %v", built.err)
 	}
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bins
+}
+
+// Shared returns the test binary's control plane, starting it on first
+// use with the programs of [Binaries], which skips the test under -short
+// and where they cannot be built. It fails the test where the control
+// plane did not start.
+func Shared(t testing.TB) *controlplane.ControlPlane {
+	t.Helper()
+	bins := Binaries(t)
+	shared.once.Do(func() {
+		if shared.dir, shared.err = os.MkdirTemp("", "closingtime-controlplane"); shared.err != nil {
+			return
+		}
+		shared.cp, shared.err = controlplane.Start(context.Background(), controlplane.Config{Binaries: bins, Dir: shared.dir})
+	})
 	if shared.err != nil {
 		t.Fatal(shared.err)
 	}
