@@ -392,7 +392,7 @@ func checkEntrypoints(command string, scenarios []*scenario.Scenario, images map
 				err := runnable(d.Spec.Template.Annotations, &c, commands, images)
 				if err != nil {
 					line := o.FieldLine(fmt.Sprintf("spec.template.spec.containers[%d]", i))
-					return &usageError{fmt.Errorf("%s: %w", command, &manifest.Error{File: o.File, Line: line, Err: fmt.Errorf("Deployment %s: %w", d.Name, err)})}
+					return &usageError{fmt.Errorf("%s: %w", command, &manifest.Error{File: o.File, Line: line, Err: fmt.Errorf("%s: %w", o, err)})}
 				}
 			}
 		}
