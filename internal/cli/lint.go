@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/lint"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
@@ -116,10 +117,7 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 			return err
 		}
 	}
-	threshold := lint.Warning
-	if file.Threshold != nil {
-		threshold = *file.Threshold
-	}
+	threshold := ptr.Deref(file.Threshold, lint.Warning)
 	if flags.threshold != "" {
 		if threshold, err = lint.ParseSeverity(flags.threshold); err != nil {
 			return usagef("lint: --threshold: %v", err)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 func TestResolveFenceposts(t *testing.T) {
@@ -22,11 +23,11 @@ func TestResolveFenceposts(t *testing.T) {
 		{name: "defaults 3 replicas", replicas: 3, wantSurge: 1, wantUnavailable: 0},
 		{name: "defaults 4 replicas", replicas: 4, wantSurge: 1, wantUnavailable: 1},
 		{name: "defaults 10 replicas", replicas: 10, wantSurge: 3, wantUnavailable: 2},
-		{name: "integers as given", maxSurge: intOrStr("1"), maxUnavailable: intOrStr("0"), replicas: 3, wantSurge: 1, wantUnavailable: 0},
-		{name: "both round to zero", maxSurge: intOrStr("0%"), maxUnavailable: intOrStr("10%"), replicas: 3, wantSurge: 0, wantUnavailable: 1},
-		{name: "surge unset unavailable 100%", maxUnavailable: intOrStr("100%"), replicas: 3, wantSurge: 1, wantUnavailable: 3},
+		{name: "integers as given", maxSurge: ptr.To(intstr.Parse("1")), maxUnavailable: ptr.To(intstr.Parse("0")), replicas: 3, wantSurge: 1, wantUnavailable: 0},
+		{name: "both round to zero", maxSurge: ptr.To(intstr.Parse("0%")), maxUnavailable: ptr.To(intstr.Parse("10%")), replicas: 3, wantSurge: 0, wantUnavailable: 1},
+		{name: "surge unset unavailable 100%", maxUnavailable: ptr.To(intstr.Parse("100%")), replicas: 3, wantSurge: 1, wantUnavailable: 3},
 		{name: "zero replicas", replicas: 0, wantSurge: 0, wantUnavailable: 1},
-		{name: "not a percentage", maxSurge: intOrStr("one"), replicas: 3, wantErr: true},
+		{name: "not a percentage", maxSurge: ptr.To(intstr.Parse("one")), replicas: 3, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

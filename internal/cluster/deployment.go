@@ -4,6 +4,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/utils/ptr"
 )
 
 // RestartedAtAnnotation is the pod template annotation that `kubectl rollout
@@ -23,10 +24,7 @@ const TimedOutReason = "ProgressDeadlineExceeded"
 // DefaultProgressDeadlineSeconds when unset) as a Go duration, and its
 // replicaset field names newRS, d's new ReplicaSet, unless newRS is nil.
 func DeadlineExceededEvent(d *appsv1.Deployment, newRS *appsv1.ReplicaSet) Event {
-	seconds := DefaultProgressDeadlineSeconds
-	if d.Spec.ProgressDeadlineSeconds != nil {
-		seconds = *d.Spec.ProgressDeadlineSeconds
-	}
+	seconds := ptr.Deref(d.Spec.ProgressDeadlineSeconds, DefaultProgressDeadlineSeconds)
 	e := Event{Kind: ProgressDeadlineExceeded, Namespace: d.Namespace, Object: "Deployment/" + d.Name,
 		Fields: map[string]string{"deadline": (time.Duration(seconds) * time.Second).String()}}
 	if newRS != nil {

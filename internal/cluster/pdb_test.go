@@ -5,6 +5,7 @@ import (
 
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 func TestDisruptionBudget(t *testing.T) {
@@ -20,25 +21,25 @@ func TestDisruptionBudget(t *testing.T) {
 	}{
 		// docs/kubernetes.md X7: one replica, minAvailable 1 blocks every
 		// eviction; maxUnavailable 1 does not.
-		{name: "single replica minAvailable 1", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrStr("1")},
+		{name: "single replica minAvailable 1", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.Parse("1"))},
 			scale: 1, selected: 1, healthy: 1, wantExpected: 1, wantDes: 1, wantAllowed: 0},
-		{name: "single replica maxUnavailable 1", spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrStr("1")},
+		{name: "single replica maxUnavailable 1", spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.Parse("1"))},
 			scale: 1, selected: 1, healthy: 1, wantExpected: 1, wantDes: 0, wantAllowed: 1},
-		{name: "minAvailable 100%", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrStr("100%")},
+		{name: "minAvailable 100%", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.Parse("100%"))},
 			scale: 3, selected: 3, healthy: 3, wantExpected: 3, wantDes: 3, wantAllowed: 0},
-		{name: "integer minAvailable counts selected pods", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrStr("2")},
+		{name: "integer minAvailable counts selected pods", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.Parse("2"))},
 			scale: 3, selected: 4, healthy: 4, wantExpected: 4, wantDes: 2, wantAllowed: 2},
-		{name: "percent minAvailable rounds up", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrStr("50%")},
+		{name: "percent minAvailable rounds up", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.Parse("50%"))},
 			scale: 3, selected: 4, healthy: 3, wantExpected: 3, wantDes: 2, wantAllowed: 1},
-		{name: "percent maxUnavailable rounds up", spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrStr("10%")},
+		{name: "percent maxUnavailable rounds up", spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.Parse("10%"))},
 			scale: 3, selected: 3, healthy: 3, wantExpected: 3, wantDes: 2, wantAllowed: 1},
-		{name: "maxUnavailable 0", spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrStr("0")},
+		{name: "maxUnavailable 0", spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.Parse("0"))},
 			scale: 3, selected: 3, healthy: 3, wantExpected: 3, wantDes: 3, wantAllowed: 0},
-		{name: "one unhealthy uses the budget", spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrStr("1")},
+		{name: "one unhealthy uses the budget", spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.Parse("1"))},
 			scale: 3, selected: 3, healthy: 2, wantExpected: 3, wantDes: 2, wantAllowed: 0},
-		{name: "nothing expected", spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrStr("1")},
+		{name: "nothing expected", spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.Parse("1"))},
 			scale: 0, selected: 0, healthy: 0, wantExpected: 0, wantDes: 0, wantAllowed: 0},
-		{name: "not a percentage", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrStr("half")},
+		{name: "not a percentage", spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.Parse("half"))},
 			scale: 3, selected: 3, wantErr: true},
 	}
 	for _, tt := range tests {
@@ -56,10 +57,4 @@ func TestDisruptionBudget(t *testing.T) {
 			}
 		})
 	}
-}
-
-// intOrStr returns s parsed as an int or a percentage.
-func intOrStr(s string) *intstr.IntOrString {
-	v := intstr.Parse(s)
-	return &v
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/manifest"
 )
@@ -84,7 +85,7 @@ func TestParseConfigFile(t *testing.T) {
 	}{
 		{name: "empty", text: "", want: ConfigFile{}},
 		{name: "full", text: "enable: [shell-pid1]\ndisable: [pdb-missing]\nthreshold: error\nignore:\n  - rule: single-replica\n    path: staging/\n  - object: Deployment shop/*\n",
-			want: ConfigFile{Enable: []string{"shell-pid1"}, Disable: []string{"pdb-missing"}, Threshold: ptr(Error),
+			want: ConfigFile{Enable: []string{"shell-pid1"}, Disable: []string{"pdb-missing"}, Threshold: ptr.To(Error),
 				Ignore: []Suppression{{Rule: "single-replica", Path: "staging/"}, {Object: "Deployment shop/*"}}}},
 		{name: "unknown key", text: "disabled: [pdb-missing]\n", wantErr: true},
 		{name: "bad threshold", text: "threshold: critical\n", wantErr: true},
@@ -131,8 +132,6 @@ func TestSuppression(t *testing.T) {
 		})
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // TestSuppressionByBuild: a path suppression covers the objects that a
 // kustomization builds from a base elsewhere by the kustomization's

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
@@ -172,10 +173,10 @@ func (ix *index) addObjects(objs []manifest.Object) {
 		case *policyv1.PodDisruptionBudget:
 			ix.pdbs = append(ix.pdbs, &pdb{obj: o, pdb: v})
 		case *autoscalingv2.HorizontalPodAutoscaler:
-			ix.hpas = append(ix.hpas, &hpa{obj: o, target: v.Spec.ScaleTargetRef, minReplicas: minReplicas(v.Spec.MinReplicas), maxReplicas: v.Spec.MaxReplicas})
+			ix.hpas = append(ix.hpas, &hpa{obj: o, target: v.Spec.ScaleTargetRef, minReplicas: ptr.Deref(v.Spec.MinReplicas, cluster.DefaultHPAMinReplicas), maxReplicas: v.Spec.MaxReplicas})
 		case *autoscalingv1.HorizontalPodAutoscaler:
 			ref := autoscalingv2.CrossVersionObjectReference(v.Spec.ScaleTargetRef)
-			ix.hpas = append(ix.hpas, &hpa{obj: o, target: ref, minReplicas: minReplicas(v.Spec.MinReplicas), maxReplicas: v.Spec.MaxReplicas})
+			ix.hpas = append(ix.hpas, &hpa{obj: o, target: ref, minReplicas: ptr.Deref(v.Spec.MinReplicas, cluster.DefaultHPAMinReplicas), maxReplicas: v.Spec.MaxReplicas})
 		}
 	}
 	for _, w := range ix.workloads {
@@ -203,13 +204,6 @@ func (ix *index) addObjects(objs []manifest.Object) {
 }
 
 func (ix *index) addWorkload(w *workload) { ix.workloads = append(ix.workloads, w) }
-
-func minReplicas(v *int32) int32 {
-	if v == nil {
-		return cluster.DefaultHPAMinReplicas
-	}
-	return *v
-}
 
 // namespace returns obj's namespace; an object that names none is created
 // in "default" by kubectl without -n.

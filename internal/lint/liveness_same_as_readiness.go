@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 var livenessSameAsReadiness = Rule{
@@ -150,11 +151,7 @@ func probeCheck(c corev1.Container, h corev1.ProbeHandler) string {
 	case h.TCPSocket != nil:
 		return "tcpSocket " + h.TCPSocket.Host + ":" + portNumber(c, h.TCPSocket.Port)
 	case h.GRPC != nil:
-		svc := ""
-		if h.GRPC.Service != nil {
-			svc = *h.GRPC.Service
-		}
-		return strings.TrimSpace(fmt.Sprintf("grpc :%d %s", h.GRPC.Port, svc))
+		return strings.TrimSpace(fmt.Sprintf("grpc :%d %s", h.GRPC.Port, ptr.Deref(h.GRPC.Service, "")))
 	}
 	return ""
 }

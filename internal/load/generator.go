@@ -1,6 +1,7 @@
 package load
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -163,9 +164,9 @@ func New(cfg Config) (*Generator, error) {
 	if cfg.Duration < 0 || cfg.ConnectTimeout < 0 || cfg.ResponseTimeout < 0 {
 		return nil, errors.New("duration and timeouts must not be negative")
 	}
-	cfg.Duration = orDefault(cfg.Duration, DefaultDuration)
-	cfg.ConnectTimeout = orDefault(cfg.ConnectTimeout, DefaultConnectTimeout)
-	cfg.ResponseTimeout = orDefault(cfg.ResponseTimeout, DefaultResponseTimeout)
+	cfg.Duration = cmp.Or(cfg.Duration, DefaultDuration)
+	cfg.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, DefaultConnectTimeout)
+	cfg.ResponseTimeout = cmp.Or(cfg.ResponseTimeout, DefaultResponseTimeout)
 	if cfg.Dial == nil {
 		cfg.Dial = (&net.Dialer{}).DialContext
 	}
@@ -201,7 +202,7 @@ func New(cfg Config) (*Generator, error) {
 		}
 		connections := 0
 		if cl.Kind == KeepAlive {
-			cl.Connections = orDefault(cl.Connections, DefaultConnections)
+			cl.Connections = cmp.Or(cl.Connections, DefaultConnections)
 			connections = cl.Connections
 		} else {
 			cl.Connections = 0
@@ -246,14 +247,6 @@ func parseTarget(raw string) (*url.URL, error) {
 
 // userAgent is the User-Agent of the generator's requests.
 const userAgent = "closingtime-load"
-
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
 
 func hostPort(u *url.URL) string {
 	if u.Port() != "" {

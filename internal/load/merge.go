@@ -1,6 +1,7 @@
 package load
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -115,9 +116,9 @@ func Split(cfg Config, n int) Config {
 	}
 	clients := make([]Client, len(cfg.Clients))
 	for i, c := range cfg.Clients {
-		c.Rate = orDefault(c.Rate, DefaultRate) / float64(n)
+		c.Rate = cmp.Or(c.Rate, DefaultRate) / float64(n)
 		if c.Kind == KeepAlive {
-			c.Connections = (orDefault(c.Connections, DefaultConnections) + n - 1) / n
+			c.Connections = (cmp.Or(c.Connections, DefaultConnections) + n - 1) / n
 		}
 		clients[i] = c
 	}

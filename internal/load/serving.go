@@ -1,6 +1,7 @@
 package load
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,8 +49,8 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 	if cfg.ConnectTimeout < 0 || cfg.ResponseTimeout < 0 {
 		return errors.New("timeouts must not be negative")
 	}
-	connectTimeout := orDefault(cfg.ConnectTimeout, DefaultConnectTimeout)
-	responseTimeout := orDefault(cfg.ResponseTimeout, DefaultResponseTimeout)
+	connectTimeout := cmp.Or(cfg.ConnectTimeout, DefaultConnectTimeout)
+	responseTimeout := cmp.Or(cfg.ResponseTimeout, DefaultResponseTimeout)
 	dial := cfg.Dial
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
@@ -91,10 +92,7 @@ func containerLogs(k *local.Kubelet, w http.ResponseWriter, r *http.Request) {
 	case opts.SinceTime != nil:
 		since = opts.SinceTime.Time
 	}
-	remain := int64(math.MaxInt64) // bytes left to write
-	if opts.LimitBytes != nil {
-		remain = *opts.LimitBytes
-	}
+	remain := ptr.Deref(opts.LimitBytes, math.MaxInt64) // bytes left to write
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	// The headers go out at once, so that the API server's client has

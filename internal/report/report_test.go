@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -20,8 +21,8 @@ import (
 // failed with refused requests and a killed pod, one without failures.
 func twoScenarios() *results.Results {
 	start := time.Date(2026, 11, 29, 13, 43, 30, 0, time.UTC)
-	f := func(v float64) *float64 { return &v }
-	n := func(v int) *int { return &v }
+	f := ptr.To[float64]
+	n := ptr.To[int]
 	var plain, none load.Counts
 	plain[load.OK], plain[load.Refused], plain[load.Closed] = 140, 252, 9
 	none[load.OK] = 1350
@@ -71,7 +72,7 @@ func twoScenarios() *results.Results {
 // through, over two runs. Their timelines have the runner's steps.
 func disruptions() *results.Results {
 	start := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
-	f := func(v float64) *float64 { return &v }
+	f := ptr.To[float64]
 	step := func(atMS float64, kind, node string, detail map[string]string) results.Entry {
 		return results.Entry{AtMS: atMS, Source: results.SourceRunner, Kind: kind, Node: node, Detail: detail}
 	}
@@ -163,7 +164,7 @@ func disruptions() *results.Results {
 // are unknown.
 func userApp() *results.Results {
 	start := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
-	f := func(v float64) *float64 { return &v }
+	f := ptr.To[float64]
 	var ok load.Counts
 	ok[load.OK] = 750
 	two := 2

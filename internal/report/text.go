@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -175,7 +176,7 @@ func writeDisruptions(w io.Writer, r *results.Results) error {
 		if evicted {
 			evictions = fmt.Sprintf("%d/%d", ev.Accepted, ev.Refused)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, or(outage), recover, or(strings.Join(delays, " ")), evictions, or(outcome))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, cmp.Or(outage, "-"), recover, cmp.Or(strings.Join(delays, " "), "-"), evictions, cmp.Or(outcome, "-"))
 	}
 	return tw.Flush()
 }
@@ -261,13 +262,6 @@ func capacity(c *results.Capacity) string {
 // wait is the back-off less the few milliseconds since the exit.
 func roundSeconds(ms float64) string {
 	return strconv.FormatFloat(math.Round(ms/1000), 'f', 0, 64) + "s"
-}
-
-func or(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // WriteText writes the tables, then for each run the requests of each

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -326,24 +327,12 @@ func TestCordon(t *testing.T) {
 	for _, e := range c.EventLog().Events() {
 		kinds = append(kinds, e.Kind)
 	}
-	if want := []cluster.EventKind{cluster.NodeCordoned, cluster.NodeUncordoned}; !equal(kinds, want) {
+	if want := []cluster.EventKind{cluster.NodeCordoned, cluster.NodeUncordoned}; !slices.Equal(kinds, want) {
 		t.Errorf("events %v, want %v (one for each change)", kinds, want)
 	}
 	if err := c.Cordon(ctx, "node-9", true); !errors.Is(err, cluster.ErrNotFound) {
 		t.Errorf("cordon of a missing node: %v, want ErrNotFound", err)
 	}
-}
-
-func equal[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func drainObjects() []runtime.Object {
@@ -376,7 +365,7 @@ func TestDrain(t *testing.T) {
 	for _, p := range list.Items {
 		left = append(left, p.Name)
 	}
-	if !equal(left, []string{"c", "d"}) {
+	if !slices.Equal(left, []string{"c", "d"}) {
 		t.Errorf("pods left %v, want the DaemonSet's c and node-2's d", left)
 	}
 }

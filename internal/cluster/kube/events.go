@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/kubectl/pkg/util/podutils"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -216,7 +217,7 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool, now time.Time) ([]
 	}
 	if pod.DeletionTimestamp != nil && !prev.deleting {
 		prev.deleting = true
-		grace := map[string]string{"grace": (time.Duration(ptrOr(pod.DeletionGracePeriodSeconds, 0)) * time.Second).String()}
+		grace := map[string]string{"grace": (time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0)) * time.Second).String()}
 		ev(cluster.PodDeleted, "", grace)
 		ev(cluster.PodTerminating, "", grace)
 	}
@@ -320,13 +321,6 @@ func exitFields(t *corev1.ContainerStateTerminated) map[string]string {
 	return map[string]string{"code": strconv.Itoa(int(t.ExitCode)), "reason": t.Reason}
 }
 
-func ptrOr[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
-}
-
 // podGone records the removal of pod from the API. A pod removed without
 // a graceful deletion seen (a pod no node ran, or a deletion with grace 0)
 // is recorded as deleted with grace 0s; a pod whose terminal phase was not
@@ -393,9 +387,9 @@ func (c *Cluster) sliceChanged(l listers, slice *discoveryv1.EndpointSlice, init
 func (c *Cluster) replicaSetChanged(l listers, old, rs *appsv1.ReplicaSet, initial bool) {
 	c.mu.Lock()
 	defer c.changedLocked(l)
-	from, to := int32(0), ptrOr(rs.Spec.Replicas, cluster.DefaultReplicas)
+	from, to := int32(0), ptr.Deref(rs.Spec.Replicas, cluster.DefaultReplicas)
 	if old != nil {
-		from = ptrOr(old.Spec.Replicas, cluster.DefaultReplicas)
+		from = ptr.Deref(old.Spec.Replicas, cluster.DefaultReplicas)
 	}
 	if initial || from == to {
 		return

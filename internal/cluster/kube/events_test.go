@@ -262,7 +262,7 @@ func TestReadLog(t *testing.T) {
 		got = append(got, l.Text)
 	}
 	want := []string{"one", "two", "closingtime: read log: connection reset"}
-	if !equal(got, want) {
+	if !slices.Equal(got, want) {
 		t.Errorf("lines %q, want %q", got, want)
 	}
 }

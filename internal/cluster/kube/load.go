@@ -3,6 +3,7 @@ package kube
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -103,7 +104,7 @@ type LoadPods struct {
 // LoadPods returns the load pods of cfg on c. A negative Pods or
 // StartTimeout means its default, as zero does.
 func (c *Cluster) LoadPods(cfg LoadConfig) *LoadPods {
-	cfg.Image = cmpOr(cfg.Image, DefaultImage)
+	cfg.Image = cmp.Or(cfg.Image, DefaultImage)
 	if cfg.Pods <= 0 {
 		cfg.Pods = DefaultLoadPods
 	}
@@ -115,14 +116,6 @@ func (c *Cluster) LoadPods(cfg LoadConfig) *LoadPods {
 		return c.client.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: loadContainer, Follow: true}).Stream(ctx)
 	}
 	return l
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // loadContainer is the name of a load pod's container.

@@ -13,6 +13,7 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -88,7 +89,7 @@ func (c *Cluster) observeRolloutsLocked(l listers) {
 // latest generation observed (k8s.io/kubernetes
 // pkg/controller/deployment/util/deployment_util.go, DeploymentComplete).
 func deploymentComplete(d *appsv1.Deployment) bool {
-	replicas := ptrOr(d.Spec.Replicas, cluster.DefaultReplicas)
+	replicas := ptr.Deref(d.Spec.Replicas, cluster.DefaultReplicas)
 	s := d.Status
 	return s.UpdatedReplicas == replicas && s.Replicas == replicas && s.AvailableReplicas == replicas &&
 		s.ObservedGeneration >= d.Generation

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -395,7 +396,7 @@ func (c *Cluster) createPodLocked(rs *appsv1.ReplicaSet) {
 	}
 	pod.UID = types.UID(utilrand.String(16))
 	pod.CreationTimestamp = metav1.NewTime(c.clock.Now())
-	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptrTrue()}}
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}}
 	if pod.Spec.RestartPolicy == "" {
 		pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	}
@@ -407,8 +408,6 @@ func (c *Cluster) createPodLocked(rs *appsv1.ReplicaSet) {
 	c.pods[key(pod.Namespace, pod.Name)] = pod
 	c.record(cluster.Event{Kind: cluster.PodCreated, Namespace: pod.Namespace, Pod: pod.Name, Object: "ReplicaSet/" + rs.Name})
 }
-
-func ptrTrue() *bool { t := true; return &t }
 
 // scheduleLocked binds each unscheduled pod to the node that
 // cluster.ScheduleNode picks, and hands it to that node's kubelet.

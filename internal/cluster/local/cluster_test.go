@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -178,7 +179,7 @@ func TestClusterEvictionBudget(t *testing.T) {
 	c := newCluster(t)
 	d, svc := webDeployment(1, 2, "--shutdown=exit")
 	d.Spec.Template.Spec.Containers[0].ReadinessProbe = httpProbe("/ready", 3)
-	pdb := budget("web", policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrString("1")})
+	pdb := budget("web", policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.Parse("1"))})
 	rollout(t, c, []runtime.Object{d, svc, pdb}, 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
@@ -575,7 +576,7 @@ func TestClusterDrain(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	d, svc := webDeployment(2, 2, "--shutdown=exit")
-	pdb := budget("web", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrString("1")})
+	pdb := budget("web", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.Parse("1"))})
 	rollout(t, c, []runtime.Object{d, svc, pdb}, 0)
 	nodes := map[string]bool{}
 	for _, p := range activePods(c) {

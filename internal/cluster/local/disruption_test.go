@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -27,11 +28,6 @@ func budget(name string, spec policyv1.PodDisruptionBudgetSpec) *policyv1.PodDis
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec:       spec,
 	}
-}
-
-func intOrString(s string) *intstr.IntOrString {
-	v := intstr.Parse(s)
-	return &v
 }
 
 // waitBudget waits until the disruption controller has observed budget
@@ -78,7 +74,7 @@ func TestEvictionBudgetNotObserved(t *testing.T) {
 	pods := activePods(c)
 
 	// A budget that would allow one eviction, evicted at once.
-	pdb := budget("web", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrString("1")})
+	pdb := budget("web", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.Parse("1"))})
 	applied := time.Now()
 	if err := c.Apply(ctx, []runtime.Object{pdb}); err != nil {
 		t.Fatal(err)
@@ -106,7 +102,7 @@ func TestEvictionBudgetNotObserved(t *testing.T) {
 		t.Errorf("disruptionsAllowed %d after the eviction, want it used up", st.DisruptionsAllowed)
 	}
 	// The budget's new generation is refused again until observed.
-	changed := budget("web", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrString("100%")})
+	changed := budget("web", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.Parse("100%"))})
 	if err := c.Apply(ctx, []runtime.Object{changed}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +123,8 @@ func TestEvictionTwoBudgets(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	d, svc := webDeployment(1, 2, "--shutdown=exit")
-	one := budget("one", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrString("1")})
-	two := budget("two", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: intOrString("1")})
+	one := budget("one", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.Parse("1"))})
+	two := budget("two", policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.Parse("1"))})
 	rollout(t, c, []runtime.Object{d, svc, one, two}, 0)
 	waitBudget(t, c, "two", func(policyv1.PodDisruptionBudgetStatus) bool { return true })
 	pod := activePods(c)[0]
@@ -165,7 +161,7 @@ func TestEvictionUnhealthyPods(t *testing.T) {
 		ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", `test -e "$READY_DIR/$POD_NAME"`}}},
 		PeriodSeconds: 1,
 	}
-	pdb := budget("web", policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrString("2")})
+	pdb := budget("web", policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.Parse("2"))})
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if err := c.Apply(ctx, []runtime.Object{d, svc, pdb}); err != nil {
@@ -207,7 +203,7 @@ func TestEvictionUnhealthyPods(t *testing.T) {
 	// minAvailable 1 with one healthy pod: the budget is met, so the
 	// unready pod goes without using it, while the budget still allows
 	// nothing for the Ready one.
-	if err := c.Apply(ctx, []runtime.Object{budget("web", policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrString("1")})}); err != nil {
+	if err := c.Apply(ctx, []runtime.Object{budget("web", policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.Parse("1"))})}); err != nil {
 		t.Fatal(err)
 	}
 	waitBudget(t, c, "web", func(st policyv1.PodDisruptionBudgetStatus) bool {
@@ -223,7 +219,7 @@ func TestEvictionUnhealthyPods(t *testing.T) {
 	// AlwaysAllow: the unready replacement goes although the budget lacks
 	// healthy pods.
 	always := policyv1.AlwaysAllow
-	if err := c.Apply(ctx, []runtime.Object{budget("web", policyv1.PodDisruptionBudgetSpec{MinAvailable: intOrString("2"), UnhealthyPodEvictionPolicy: &always})}); err != nil {
+	if err := c.Apply(ctx, []runtime.Object{budget("web", policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.Parse("2")), UnhealthyPodEvictionPolicy: &always})}); err != nil {
 		t.Fatal(err)
 	}
 	var replacement *corev1.Pod
