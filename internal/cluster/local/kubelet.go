@@ -20,7 +20,7 @@ import (
 // KubeletConfig.PodCIDR is unset. It is on the loopback range, which Linux
 // routes to the loopback interface as a whole, so that every pod has an
 // address of its own without any network set-up.
-var DefaultPodCIDR = netip.MustParsePrefix("127.77.0.0/16")
+const DefaultPodCIDR = "127.77.0.0/16"
 
 // KubeletConfig configures a [Kubelet]. The zero value runs pods on a node
 // named "node" with Kubernetes' defaults.
@@ -113,7 +113,7 @@ func NewKubelet(cfg KubeletConfig) (*Kubelet, error) {
 		cfg.NodeName = "node"
 	}
 	if !cfg.PodCIDR.IsValid() {
-		cfg.PodCIDR = DefaultPodCIDR
+		cfg.PodCIDR = netip.MustParsePrefix(DefaultPodCIDR)
 	}
 	cfg.PodCIDR = cfg.PodCIDR.Masked()
 	if !netip.MustParsePrefix("127.0.0.0/8").Contains(cfg.PodCIDR.Addr()) || cfg.PodCIDR.Bits() < 8 || cfg.PodCIDR.Bits() > 30 {
@@ -147,6 +147,10 @@ func NewKubelet(cfg KubeletConfig) (*Kubelet, error) {
 		nextIP: cfg.PodCIDR.Addr().Next(),
 	}, nil
 }
+
+// PodCIDR returns the range the kubelet takes pod addresses from:
+// KubeletConfig.PodCIDR, masked, or DefaultPodCIDR.
+func (k *Kubelet) PodCIDR() netip.Prefix { return k.cfg.PodCIDR }
 
 // ErrClosed is returned by a Kubelet's methods after Close.
 var ErrClosed = errors.New("kubelet closed")

@@ -138,6 +138,35 @@ func describe(events []cluster.Event) string {
 	return b.String()
 }
 
+// TestKubeletPodCIDR: a kubelet without a pod range takes DefaultPodCIDR,
+// and one given a range with host bits takes its network.
+func TestKubeletPodCIDR(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cidr netip.Prefix
+		want string
+	}{
+		{name: "default", want: DefaultPodCIDR},
+		{name: "masked", cidr: netip.MustParsePrefix("127.80.3.7/24"), want: "127.80.3.0/24"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			k, err := NewKubelet(KubeletConfig{PodCIDR: tt.cidr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := k.PodCIDR().String(); got != tt.want {
+				t.Errorf("PodCIDR() = %s, want %s", got, tt.want)
+			}
+			if err := k.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestKubeletNoCommand: a container without a command whose image maps to
 // no local command is refused at admission, with an error that names it.
 func TestKubeletNoCommand(t *testing.T) {
