@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/report"
-	"github.com/closingtime-dev/closingtime/internal/scenario"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // clusterApp is a Service and a Deployment of two closingtime serve pods
@@ -95,14 +95,14 @@ func TestClusterRollout(t *testing.T) {
 	}
 	st := readTestState(t, dir)
 	files := t.TempDir()
-	rollout := func(name, manifest string, repeat int) (int, scenario.Totals, string) {
+	rollout := func(name, manifest string, repeat int) (int, results.Totals, string) {
 		path := filepath.Join(files, name+".yaml")
 		if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		status, stdout, stderr := runCLI(ctx, "rollout", "--kube", "--kubeconfig", st.Kubeconfig, "-f", path,
 			"--path", "/work", "--rate", "40", "--warm-up", "2s", "--after", "2s", "--repeat", fmt.Sprint(repeat), "-o", "json")
-		var r scenario.Results
+		var r results.Results
 		if err := json.Unmarshal([]byte(stdout), &r); err != nil || len(r.Scenarios) != 1 {
 			t.Fatalf("rollout %s: exit %d, results %v:\n%s\n%s", name, status, err, stdout, stderr)
 		}

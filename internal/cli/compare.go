@@ -10,6 +10,7 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/report"
+	"github.com/closingtime-dev/closingtime/internal/results"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -36,7 +37,7 @@ func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scen
 		return err
 	}
 	fmt.Fprintf(streams.Err, "lab: %d scenarios on the embedded cluster in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
-	real := &scenario.Results{}
+	real := &results.Results{}
 	if len(runnable) > 0 {
 		if real, err = runOnCluster(ctx, streams, runnable, cfg, flags); err != nil {
 			return err
@@ -63,7 +64,7 @@ func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scen
 // runOnCluster runs scenarios on the `closingtime cluster` of
 // flags.stateDir, with the embedded cluster's number of nodes and image
 // commands if it starts one.
-func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Scenario, cfg scenario.RunnerConfig, flags labFlags) (_ *scenario.Results, err error) {
+func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Scenario, cfg scenario.RunnerConfig, flags labFlags) (_ *results.Results, err error) {
 	st, stop, err := ensureCluster(ctx, streams, flags.stateDir, clusterFlags{nodes: local.DefaultNodes, images: flags.images})
 	if err != nil {
 		// Its errors begin with the command they stand for: "cluster"
@@ -93,7 +94,7 @@ func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Sc
 // with its side, both whole or neither (writeAll); an empty path writes
 // nothing.
 func writeComparisonFiles(resultsPath, reportPath string, sides []report.Side) error {
-	both := &scenario.Results{}
+	both := &results.Results{}
 	for _, side := range sides {
 		for _, s := range side.Results.Scenarios {
 			s.Name += " (" + side.Cluster + ")"

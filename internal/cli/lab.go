@@ -23,6 +23,7 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
 	"github.com/closingtime-dev/closingtime/internal/report"
+	"github.com/closingtime-dev/closingtime/internal/results"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -176,7 +177,7 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 // warnClientErrors writes on w the lab's warning for each scenario of
 // scenarios whose result, in results at the same index, had mostly 4xx
 // responses (clientErrorsWarning), naming its traffic's path and file.
-func warnClientErrors(w io.Writer, scenarios []*scenario.Scenario, results *scenario.Results) {
+func warnClientErrors(w io.Writer, scenarios []*scenario.Scenario, results *results.Results) {
 	for i, s := range scenarios {
 		set := "set traffic.path in " + s.File + " to one it serves"
 		if warning := clientErrorsWarning(statusesOf(&results.Scenarios[i]), cmp.Or(s.Traffic.Path, scenario.DefaultPath), set); warning != "" {
@@ -186,7 +187,7 @@ func warnClientErrors(w io.Writer, scenarios []*scenario.Scenario, results *scen
 }
 
 // statusesOf returns the responses of r's runs by status.
-func statusesOf(r *scenario.Result) map[int]int64 {
+func statusesOf(r *results.Result) map[int]int64 {
 	statuses := map[int]int64{}
 	for _, run := range r.Runs {
 		addStatuses(statuses, run.Clients)
@@ -287,7 +288,7 @@ func labScenarios(names, files []string) ([]*scenario.Scenario, error) {
 // that does not start (scenario.RunnerConfig.DeployNoticesOnly): once
 // deployed, its scenarios make trouble on purpose. The other commands,
 // which run the user's own server, show them in every phase.
-func runScenarios(ctx context.Context, streams Streams, command string, cfg scenario.RunnerConfig, scenarios []*scenario.Scenario, parallel int) (*scenario.Results, error) {
+func runScenarios(ctx context.Context, streams Streams, command string, cfg scenario.RunnerConfig, scenarios []*scenario.Scenario, parallel int) (*results.Results, error) {
 	shown := newProgress(streams.Err, scenarios)
 	cfg.Progress = shown.update
 	cfg.DeployNoticesOnly = command == "lab"
@@ -312,13 +313,13 @@ func runScenarios(ctx context.Context, streams Streams, command string, cfg scen
 // runAll runs scenarios, parallel at a time (all if zero), and returns their
 // results in the order given. The first scenario to fail stops the others,
 // and its error is returned: theirs only say that they were stopped.
-func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.Scenario, parallel int) (*scenario.Results, error) {
+func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.Scenario, parallel int) (*results.Results, error) {
 	if parallel == 0 {
 		parallel = len(scenarios)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	results := make([]scenario.Result, len(scenarios))
+	done := make([]results.Result, len(scenarios))
 	var mu sync.Mutex
 	var first error
 	slots := make(chan struct{}, parallel)
@@ -337,14 +338,14 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 				cancel()
 				return
 			}
-			results[i] = *res
+			done[i] = *res
 		})
 	}
 	wg.Wait()
 	if first != nil {
 		return nil, first
 	}
-	return &scenario.Results{Scenarios: results}, nil
+	return &results.Results{Scenarios: done}, nil
 }
 
 // localClusters returns a scenario.RunnerConfig.NewCluster that starts
@@ -470,15 +471,15 @@ func (o resultsOutput) check(command string) error {
 // write writes r to the files, all of them whole or none, then shows it on
 // streams.Out as -o says, and tells on streams.Err, named by command,
 // which files it wrote (see wrote).
-func (o resultsOutput) write(streams Streams, command string, r *scenario.Results) error {
+func (o resultsOutput) write(streams Streams, command string, r *results.Results) error {
 	err := writeAll(
-		output{o.results, func(w io.Writer) error { return report.WriteJSON(w, r) }},
+		output{o.results, func(w io.Writer) error { return results.Write(w, r) }},
 		output{o.report, func(w io.Writer) error { return report.WriteHTML(w, r) }})
 	if err != nil {
 		return fmt.Errorf("%s: %w", command, err)
 	}
 	if o.format == "json" {
-		err = report.WriteJSON(streams.Out, r)
+		err = results.Write(streams.Out, r)
 	} else {
 		err = report.WriteText(streams.Out, r)
 	}

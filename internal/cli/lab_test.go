@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
+	"github.com/closingtime-dev/closingtime/internal/results"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -94,7 +95,7 @@ func TestLabQuick(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
 		t.Errorf("temporary files left behind: %v", left)
 	}
-	var r scenario.Results
+	var r results.Results
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/lint"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
-	"github.com/closingtime-dev/closingtime/internal/report"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // Exit statuses of `closingtime lint`, besides ExitOK.
@@ -232,7 +232,7 @@ func readMeasured(name string) ([]lint.Measurement, error) {
 		return nil, inputError("lint: --measured "+name, err)
 	}
 	defer f.Close()
-	results, err := report.ReadJSON(f)
+	results, err := results.Read(f)
 	if err != nil {
 		return nil, usagef("lint: --measured %s: %v", name, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/closingtime-dev/closingtime/internal/report"
-	"github.com/closingtime-dev/closingtime/internal/scenario"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 type reportFlags struct {
@@ -42,12 +42,12 @@ per run (-o html, docs/report.md).`,
 }
 
 func runReport(streams Streams, path string, flags reportFlags) error {
-	var write func(io.Writer, *scenario.Results) error
+	var write func(io.Writer, *results.Results) error
 	switch flags.output {
 	case "text":
 		write = report.WriteText
 	case "json":
-		write = report.WriteJSON
+		write = results.Write
 	case "html":
 		write = report.WriteHTML
 	default:
@@ -58,7 +58,7 @@ func runReport(streams Streams, path string, flags reportFlags) error {
 		return inputError("report: "+path, err)
 	}
 	defer f.Close()
-	results, err := report.ReadJSON(f)
+	results, err := results.Read(f)
 	if err != nil {
 		return inputError("report: "+path, err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
-	"github.com/closingtime-dev/closingtime/internal/report"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // readInput reads a testdata file as Read would, under its base name, so
@@ -49,7 +49,7 @@ func readMeasured(t *testing.T, file string) ([]Measurement, error) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	results, err := report.ReadJSON(f)
+	results, err := results.Read(f)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
-	"github.com/closingtime-dev/closingtime/internal/scenario"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // MeasuredMarginSeconds is the time, in seconds, that a preStop delay must
@@ -67,7 +67,7 @@ type Measurement struct {
 // scenario, run and pod when results lack what the summary needs: a
 // Deployment for each scenario, and the termination start of each old pod
 // that was sent SIGTERM.
-func Measure(results *scenario.Results) ([]Measurement, error) {
+func Measure(results *results.Results) ([]Measurement, error) {
 	if len(results.Scenarios) == 0 {
 		return nil, errors.New("no scenarios: not the results of closingtime rollout or lab")
 	}
@@ -97,15 +97,15 @@ func Measure(results *scenario.Results) ([]Measurement, error) {
 }
 
 // add adds a run's old pods to m.
-func (m *Measurement) add(run scenario.Run) error {
+func (m *Measurement) add(run results.Run) error {
 	m.Runs++
 	terminating := make(map[string]float64)
 	var failures []float64
 	for _, e := range run.Timeline {
 		switch {
-		case e.Source == "cluster" && e.Kind == string(cluster.PodTerminating):
+		case e.Source == results.SourceCluster && e.Kind == string(cluster.PodTerminating):
 			terminating[e.Pod] = e.AtMS
-		case e.Source == "client":
+		case e.Source == results.SourceClient:
 			failures = append(failures, e.AtMS)
 		}
 	}

@@ -7,15 +7,15 @@ import (
 	"io"
 	"slices"
 
-	"github.com/closingtime-dev/closingtime/internal/scenario"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // Side is one cluster's results in a comparison: the same scenarios run
 // on the embedded cluster and on a real one (`closingtime lab --compare`).
 type Side struct {
 	// Cluster names the cluster: "embedded", "cluster"…
-	Cluster string            `json:"cluster"`
-	Results *scenario.Results `json:"results"`
+	Cluster string           `json:"cluster"`
+	Results *results.Results `json:"results"`
 }
 
 // Comparison is what `closingtime lab --compare -o json` writes: the
@@ -33,9 +33,9 @@ type Comparison struct {
 // run has no row of that side.
 func WriteComparison(w io.Writer, sides []Side) error {
 	var names []string
-	bySide := make([]map[string]scenario.Result, len(sides))
+	bySide := make([]map[string]results.Result, len(sides))
 	for i, side := range sides {
-		bySide[i] = map[string]scenario.Result{}
+		bySide[i] = map[string]results.Result{}
 		for _, s := range side.Results.Scenarios {
 			if _, seen := bySide[i][s.Name]; seen {
 				return fmt.Errorf("compare: scenario %s twice in the results of %s", s.Name, side.Cluster)

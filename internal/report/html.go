@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
-	"github.com/closingtime-dev/closingtime/internal/scenario"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 //go:embed html.tmpl
@@ -31,7 +31,7 @@ var htmlTemplate = template.Must(template.New("report").Parse(htmlSource))
 // with a legend of what it draws; and a line per old pod.
 //
 // Red means a failed request, or a capacity below what the rollout's
-// strategy allows ([scenario.Capacity].Allowed); nothing else is drawn
+// strategy allows ([results.Capacity].Allowed); nothing else is drawn
 // in red or in a failure class's colour.
 //
 // The page loads nothing: its CSS is inline, it has no script, no font and
@@ -39,7 +39,7 @@ var htmlTemplate = template.Must(template.New("report").Parse(htmlSource))
 // it reads the same offline and as a CI artifact. Every string from r is
 // escaped for its context by html/template. The output depends on r alone,
 // so the same results give the same bytes.
-func WriteHTML(w io.Writer, r *scenario.Results) error {
+func WriteHTML(w io.Writer, r *results.Results) error {
 	return htmlTemplate.Execute(w, newHTMLPage(r))
 }
 
@@ -94,7 +94,7 @@ type oldPodRow struct {
 }
 
 // newHTMLPage lays out r for html.tmpl.
-func newHTMLPage(r *scenario.Results) htmlPage {
+func newHTMLPage(r *results.Results) htmlPage {
 	var p htmlPage
 	for i, s := range r.Scenarios {
 		anchor := "s" + strconv.Itoa(i+1)
@@ -109,7 +109,7 @@ func newHTMLPage(r *scenario.Results) htmlPage {
 }
 
 // newTableRow spells a scenario's row with WriteTable's figures.
-func newTableRow(s scenario.Result, anchor string) tableRow {
+func newTableRow(s results.Result, anchor string) tableRow {
 	t := s.Totals
 	m := summarize(s)
 	return tableRow{
@@ -123,7 +123,7 @@ func newTableRow(s scenario.Result, anchor string) tableRow {
 
 // capacityTitle says what a capacity's figures are, and what it is judged
 // against.
-func capacityTitle(c *scenario.Capacity) string {
+func capacityTitle(c *results.Capacity) string {
 	if c == nil {
 		return ""
 	}
@@ -138,7 +138,7 @@ func capacityTitle(c *scenario.Capacity) string {
 }
 
 // newHTMLRun lays out one run.
-func newHTMLRun(run scenario.Run) htmlRun {
+func newHTMLRun(run results.Run) htmlRun {
 	h := htmlRun{
 		Heading: fmt.Sprintf("run %d · action at %s UTC · %d requests, %d failed",
 			run.Repetition, run.Start.UTC().Format("2006-01-02 15:04:05.000"), run.Totals.Requests, run.Totals.Failed()),
@@ -280,7 +280,7 @@ func (s timeScale) span(fromMS, toMS, y, h float64, class, title string) chartBa
 // entry or the last old pod gone, on whole ticks of a step that gives at
 // most maxTimeTicks ticks. Earlier log events of the pods lie on its left
 // edge.
-func newTimeScale(run scenario.Run) (timeScale, float64) {
+func newTimeScale(run results.Run) (timeScale, float64) {
 	lo, hi := recordingStart(run), max(0, run.RolloutMS)
 	for _, e := range run.Timeline {
 		hi = max(hi, e.AtMS)
@@ -305,7 +305,7 @@ func at(ms float64) string { return fmt.Sprintf("%+.3f s", ms/1000) }
 // newTimelineChart lays out a run's timeline from the top: the action
 // lane, the pods, the endpoints, the failed requests and the time axis,
 // each group under a heading with its legend.
-func newTimelineChart(run scenario.Run) timelineChart {
+func newTimelineChart(run results.Run) timelineChart {
 	scale, step := newTimeScale(run)
 	c := timelineChart{Width: chartWidth, PlotLeft: plotLeft, PlotRight: plotRight}
 	y := 4.0
@@ -376,7 +376,7 @@ func (l *chartLane) place(y float64) {
 // moment the ready pods fell to their fewest. The runner's other steps
 // on the timeline are those of the outage, drain and rollback figures,
 // drawn from the figures.
-func actionLane(run scenario.Run, s timeScale) (chartLane, bool) {
+func actionLane(run results.Run, s timeScale) (chartLane, bool) {
 	l := chartLane{Height: routeHeight}
 	// A bar shows its label inside when it is wide enough.
 	bar := func(from, to float64, class, label, title string) {
@@ -421,8 +421,8 @@ func actionLane(run scenario.Run, s timeScale) (chartLane, bool) {
 	}
 	for _, e := range run.Timeline {
 		switch k := cluster.EventKind(e.Kind); {
-		case e.Source == "cluster" && (k == cluster.ProgressDeadlineExceeded || k == cluster.NodeCordoned || k == cluster.NodeUncordoned):
-		case e.Source == "runner" && e.Kind == scenario.RunnerEnvApplied:
+		case e.Source == results.SourceCluster && (k == cluster.ProgressDeadlineExceeded || k == cluster.NodeCordoned || k == cluster.NodeUncordoned):
+		case e.Source == results.SourceRunner && e.Kind == results.RunnerEnvApplied:
 		default:
 			continue
 		}
@@ -527,10 +527,10 @@ func details(d map[string]string) string {
 
 // podLanes follows every pod of the timeline: cluster events set its
 // phases and marks, its log events the process's listening span.
-func podLanes(run scenario.Run, s timeScale) []chartLane {
+func podLanes(run results.Run, s timeScale) []chartLane {
 	tracks := map[string]*podTrack{}
 	var order []*podTrack
-	track := func(e scenario.Entry) *podTrack {
+	track := func(e results.Entry) *podTrack {
 		p := tracks[e.Pod]
 		if p == nil {
 			p = &podTrack{name: e.Pod}
@@ -548,16 +548,16 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 	// one of its start.
 	decided := map[string]bool{}
 	for _, rp := range run.Running {
-		p := track(scenario.Entry{Pod: rp.Name, Node: rp.Node})
+		p := track(results.Entry{Pod: rp.Name, Node: rp.Node})
 		p.listed, p.readyAtStart = true, rp.Ready
 		decided[p.name] = true
 	}
 	for _, e := range run.Timeline {
-		if e.Pod == "" || (e.Source != "cluster" && e.Source != "pod") {
+		if e.Pod == "" || (e.Source != results.SourceCluster && e.Source != results.SourcePod) {
 			continue
 		}
 		p := track(e)
-		if e.Source != "cluster" || decided[p.name] {
+		if e.Source != results.SourceCluster || decided[p.name] {
 			continue
 		}
 		decided[p.name] = true
@@ -578,7 +578,7 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 		}
 	}
 	for _, e := range run.Timeline {
-		if e.Pod == "" || (e.Source != "cluster" && e.Source != "pod") {
+		if e.Pod == "" || (e.Source != results.SourceCluster && e.Source != results.SourcePod) {
 			continue
 		}
 		p := tracks[e.Pod]
@@ -589,7 +589,7 @@ func podLanes(run scenario.Run, s timeScale) []chartLane {
 		if d := details(e.Detail); d != "" {
 			what += ": " + d
 		}
-		if e.Source == "pod" {
+		if e.Source == results.SourcePod {
 			switch e.Kind {
 			case "listening":
 				if !p.listening {
@@ -712,8 +712,8 @@ const unloggedNote = "when each pod's process listened is not drawn: no pod of t
 
 // listenLogged reports whether a pod of the run logged a listening event,
 // from which its lane draws when its process listens.
-func listenLogged(run scenario.Run) bool {
-	return slices.ContainsFunc(run.Timeline, func(e scenario.Entry) bool { return e.Source == "pod" && e.Kind == "listening" })
+func listenLogged(run results.Run) bool {
+	return slices.ContainsFunc(run.Timeline, func(e results.Entry) bool { return e.Source == results.SourcePod && e.Kind == "listening" })
 }
 
 // recordingStart returns when the run's recording began, as an offset
@@ -721,7 +721,7 @@ func listenLogged(run scenario.Run) bool {
 // the first cluster event or failed request if earlier. The run records
 // cluster events and requests from the start of its traffic; the pods'
 // log events go back further.
-func recordingStart(run scenario.Run) float64 {
+func recordingStart(run results.Run) float64 {
 	start := 0.0
 	for _, c := range run.Clients {
 		if len(c.Seconds) > 0 {
@@ -729,7 +729,7 @@ func recordingStart(run scenario.Run) float64 {
 		}
 	}
 	for _, e := range run.Timeline {
-		if e.Source == "cluster" || e.Source == "client" {
+		if e.Source == results.SourceCluster || e.Source == results.SourceClient {
 			return min(start, e.AtMS)
 		}
 	}
@@ -779,7 +779,7 @@ func routedTo(eps []endpoint) []endpoint {
 
 // podIPs maps the pods' IPs to their names, from the run's Running, its
 // pod_started events and the pods' listening log events.
-func podIPs(run scenario.Run) map[string]string {
+func podIPs(run results.Run) map[string]string {
 	names := map[string]string{}
 	for _, p := range run.Running {
 		if p.IP != "" {
@@ -789,9 +789,9 @@ func podIPs(run scenario.Run) map[string]string {
 	for _, e := range run.Timeline {
 		ip := ""
 		switch {
-		case e.Source == "cluster" && e.Kind == string(cluster.PodStarted):
+		case e.Source == results.SourceCluster && e.Kind == string(cluster.PodStarted):
 			ip = e.Detail["ip"]
-		case e.Source == "pod" && e.Kind == "listening":
+		case e.Source == results.SourcePod && e.Kind == "listening":
 			ip, _, _ = strings.Cut(e.Detail["address"], ":")
 		}
 		if ip != "" && e.Pod != "" {
@@ -805,12 +805,12 @@ func podIPs(run scenario.Run) map[string]string {
 // one or more nodes' routing views send new connections to it. Before a
 // node's first applied change, its view is taken to route to the pods
 // that were ready when the recording started.
-func routedSpans(run scenario.Run, pods []*podTrack, s timeScale) map[string][]chartBar {
+func routedSpans(run results.Run, pods []*podTrack, s timeScale) map[string][]chartBar {
 	names := podIPs(run)
 	views := map[string]map[string]bool{} // node → pod → routed
 	var nodes []string
 	for _, e := range run.Timeline {
-		if e.Source == "cluster" && e.Kind == string(cluster.EndpointsApplied) && views[e.Node] == nil {
+		if e.Source == results.SourceCluster && e.Kind == string(cluster.EndpointsApplied) && views[e.Node] == nil {
 			views[e.Node] = map[string]bool{}
 			nodes = append(nodes, e.Node)
 		}
@@ -864,7 +864,7 @@ func routedSpans(run scenario.Run, pods []*podTrack, s timeScale) map[string][]c
 	}
 	update(recordingStart(run))
 	for _, e := range run.Timeline {
-		if e.Source != "cluster" || e.Kind != string(cluster.EndpointsApplied) {
+		if e.Source != results.SourceCluster || e.Kind != string(cluster.EndpointsApplied) {
 			continue
 		}
 		view := map[string]bool{}
@@ -886,7 +886,7 @@ func routedSpans(run scenario.Run, pods []*podTrack, s timeScale) map[string][]c
 // (endpoints_published) and as each node's routing view applied them
 // (endpoints_applied): a bar per state between two changes, labelled with
 // the number of endpoints new connections go to.
-func routeLanes(run scenario.Run, s timeScale) []chartLane {
+func routeLanes(run results.Run, s timeScale) []chartLane {
 	names := podIPs(run)
 	// A view is the API's (node "") or a node's, of one Service.
 	type key struct{ object, node string }
@@ -899,9 +899,9 @@ func routeLanes(run scenario.Run, s timeScale) []chartLane {
 	views := map[key]*view{}
 	var keys []key
 	objects := map[string]bool{}
-	var entries []scenario.Entry
+	var entries []results.Entry
 	for _, e := range run.Timeline {
-		if e.Source == "cluster" && (e.Kind == string(cluster.EndpointsApplied) || e.Kind == string(cluster.EndpointsPublished)) {
+		if e.Source == results.SourceCluster && (e.Kind == string(cluster.EndpointsApplied) || e.Kind == string(cluster.EndpointsPublished)) {
 			objects[e.Detail["object"]] = true
 			entries = append(entries, e)
 		}
@@ -1005,11 +1005,11 @@ var failClasses = []failClass{
 
 // failBars stacks the failed requests of each 100 ms by class, by their
 // send time, from y = 0.
-func failBars(run scenario.Run, s timeScale) failChart {
+func failBars(run results.Run, s timeScale) failChart {
 	buckets := map[int][]int{}
 	var keys []int
 	for _, e := range run.Timeline {
-		if e.Source != "client" {
+		if e.Source != results.SourceClient {
 			continue
 		}
 		ci := slices.IndexFunc(failClasses, func(c failClass) bool { return slices.Contains(c.kinds, e.Kind) })

@@ -25,7 +25,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/load"
-	"github.com/closingtime-dev/closingtime/internal/scenario"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // labResults holds real timelines of `closingtime lab --quick`:
@@ -35,23 +35,23 @@ import (
 // its back-offs and a rollback.
 const labResults = "testdata/lab.html.json"
 
-func readLabResults(t *testing.T) *scenario.Results { return readResults(t, labResults) }
+func readLabResults(t *testing.T) *results.Results { return readResults(t, labResults) }
 
-func readResults(t *testing.T, path string) *scenario.Results {
+func readResults(t *testing.T, path string) *results.Results {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := ReadJSON(f)
+	r, err := results.Read(f)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return r
 }
 
-func renderHTML(t *testing.T, r *scenario.Results) string {
+func renderHTML(t *testing.T, r *results.Results) string {
 	t.Helper()
 	var b bytes.Buffer
 	if err := WriteHTML(&b, r); err != nil {
@@ -66,10 +66,10 @@ func renderHTML(t *testing.T, r *scenario.Results) string {
 func TestHTMLGolden(t *testing.T) {
 	tests := []struct {
 		name    string
-		results func(*testing.T) *scenario.Results
+		results func(*testing.T) *results.Results
 	}{
 		{name: "lab.html", results: readLabResults},
-		{name: "table.html", results: func(*testing.T) *scenario.Results { return results() }},
+		{name: "table.html", results: func(*testing.T) *results.Results { return twoScenarios() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,7 +108,7 @@ func TestHTMLContent(t *testing.T) {
 // show as text: html/template escapes them for their context (element
 // text, attribute, SVG title).
 func TestHTMLEscapes(t *testing.T) {
-	r := results()
+	r := twoScenarios()
 	evil := `<script>alert(1)</script>`
 	r.Scenarios[0].Name = evil
 	r.Scenarios[0].Description = `"><img src=x onerror=alert(2)>`
@@ -116,9 +116,9 @@ func TestHTMLEscapes(t *testing.T) {
 	run := &r.Scenarios[0].Runs[0]
 	run.OldPods[0].Name = `pod"><svg onload=alert(3)>`
 	run.Timeline = append(run.Timeline,
-		scenario.Entry{AtMS: 7, Source: "cluster", Kind: "container_exited", Pod: `pod"><svg onload=alert(3)>`,
+		results.Entry{AtMS: 7, Source: results.SourceCluster, Kind: "container_exited", Pod: `pod"><svg onload=alert(3)>`,
 			Detail: map[string]string{"code": `</title><script>alert(4)</script>`}},
-		scenario.Entry{AtMS: 8, Source: "cluster", Kind: "endpoints_applied", Node: `node-<em>`,
+		results.Entry{AtMS: 8, Source: results.SourceCluster, Kind: "endpoints_applied", Node: `node-<em>`,
 			Detail: map[string]string{"endpoints": `127.0.0.1=1/1/0`, "object": `Service/'";alert(5)//`}},
 	)
 	page := renderHTML(t, r)
@@ -439,21 +439,21 @@ func whiteBelow(img image.Image, y int) bool {
 // TestHTMLDisruption checks the action lane and the disruption lines of a
 // run with an outage, a drain, a rollback, back-offs and evictions.
 func TestHTMLDisruption(t *testing.T) {
-	r := results()
+	r := twoScenarios()
 	run := &r.Scenarios[0].Runs[0]
 	rolledBack, recovered := 9000.0, 400.0
-	run.Outage = &scenario.Outage{Mode: "blackhole", StartMS: 0, EndMS: 3000}
+	run.Outage = &results.Outage{Mode: "blackhole", StartMS: 0, EndMS: 3000}
 	run.RecoverMS = &recovered
-	run.Drain = &scenario.DrainOutcome{Node: "node-1", EndMS: 8000, TimeoutMS: 8000}
+	run.Drain = &results.DrainOutcome{Node: "node-1", EndMS: 8000, TimeoutMS: 8000}
 	run.RolledBackMS = &rolledBack
 	two := 2
-	run.Capacity = &scenario.Capacity{MinReady: 1, Replicas: 3, Allowed: &two, AtMS: 2500}
-	run.Evictions = &scenario.Evictions{Refused: 2}
-	run.BackOffs = []scenario.BackOff{{AtMS: 1000, Pod: "app-7d9-new", DelayMS: 10000}}
+	run.Capacity = &results.Capacity{MinReady: 1, Replicas: 3, Allowed: &two, AtMS: 2500}
+	run.Evictions = &results.Evictions{Refused: 2}
+	run.BackOffs = []results.BackOff{{AtMS: 1000, Pod: "app-7d9-new", DelayMS: 10000}}
 	run.Timeline = append(run.Timeline,
-		scenario.Entry{AtMS: 1000, Source: "cluster", Kind: "back_off", Pod: "app-7d9-new", Detail: map[string]string{"delay": "10s"}},
-		scenario.Entry{AtMS: 1500, Source: "cluster", Kind: "eviction_refused", Pod: "app-6c75f686b4-p9gcg", Detail: map[string]string{"budget": "app"}},
-		scenario.Entry{AtMS: 8500, Source: "cluster", Kind: "progress_deadline_exceeded", Detail: map[string]string{"deadline": "8s"}},
+		results.Entry{AtMS: 1000, Source: results.SourceCluster, Kind: "back_off", Pod: "app-7d9-new", Detail: map[string]string{"delay": "10s"}},
+		results.Entry{AtMS: 1500, Source: results.SourceCluster, Kind: "eviction_refused", Pod: "app-6c75f686b4-p9gcg", Detail: map[string]string{"budget": "app"}},
+		results.Entry{AtMS: 8500, Source: results.SourceCluster, Kind: "progress_deadline_exceeded", Detail: map[string]string{"deadline": "8s"}},
 	)
 	page := html.UnescapeString(renderHTML(t, r))
 	for _, want := range []string{
@@ -511,7 +511,7 @@ const noFailures = "testdata/lab-no-failures.html.json"
 // a class the chart draws (a tick labelled in place needs none). The
 // entries of a row do not overlap and stay in the plot.
 func TestHTMLLegends(t *testing.T) {
-	for _, r := range []*scenario.Results{readLabResults(t), readResults(t, noFailures), results(), disruptions(), userApp()} {
+	for _, r := range []*results.Results{readLabResults(t), readResults(t, noFailures), twoScenarios(), disruptions(), userApp()} {
 		for _, s := range r.Scenarios {
 			for _, run := range s.Runs {
 				c := newTimelineChart(run)
@@ -562,7 +562,7 @@ func TestHTMLLegends(t *testing.T) {
 						t.Errorf("%s run %d: the chart draws %q, which no legend explains", s.Name, run.Repetition, class)
 					}
 				}
-				pods := slices.ContainsFunc(run.Timeline, func(e scenario.Entry) bool { return e.Pod != "" })
+				pods := slices.ContainsFunc(run.Timeline, func(e results.Entry) bool { return e.Pod != "" })
 				if pods != slices.Contains(sections, "pods") || sections[len(sections)-1] != "failed requests" {
 					t.Errorf("%s run %d: sections %q, want pods if its timeline has any, and failed requests last", s.Name, run.Repetition, sections)
 				}
@@ -611,20 +611,20 @@ func TestHTMLRedMeansFailure(t *testing.T) {
 // recording, so its timeline has no event of their start, no log event,
 // and their first entry is their deletion; the endpoints events name them
 // by the addresses that Running gives.
-func startedBefore() scenario.Run {
-	cl := func(at float64, kind, pod, node string, detail map[string]string) scenario.Entry {
-		return scenario.Entry{AtMS: at, Source: "cluster", Kind: kind, Pod: pod, Node: node, Detail: detail}
+func startedBefore() results.Run {
+	cl := func(at float64, kind, pod, node string, detail map[string]string) results.Entry {
+		return results.Entry{AtMS: at, Source: results.SourceCluster, Kind: kind, Pod: pod, Node: node, Detail: detail}
 	}
-	applied := func(at float64, node, eps string) scenario.Entry {
+	applied := func(at float64, node, eps string) results.Entry {
 		return cl(at, "endpoints_applied", "", node, map[string]string{"object": "Service/default/app", "endpoints": eps})
 	}
 	last := 1899.0
-	return scenario.Run{
+	return results.Run{
 		Repetition: 1, Start: time.Date(2026, 12, 1, 21, 35, 48, 0, time.UTC),
 		Clients: []load.ClientReport{{Kind: load.NewConn, Rate: 50, Seconds: []load.Second{{Time: time.Date(2026, 12, 1, 21, 35, 45, 0, time.UTC)}}}},
-		OldPods: []scenario.OldPod{{Name: "app-old-1", LastRequestMS: &last, ExitCode: 0}},
-		Running: []scenario.RunningPod{{Name: "app-old-1", Node: "node-1", IP: "10.0.1.1", Ready: true}, {Name: "app-old-2", Node: "node-2", IP: "10.0.2.1", Ready: true}},
-		Timeline: []scenario.Entry{
+		OldPods: []results.OldPod{{Name: "app-old-1", LastRequestMS: &last, ExitCode: 0}},
+		Running: []results.RunningPod{{Name: "app-old-1", Node: "node-1", IP: "10.0.1.1", Ready: true}, {Name: "app-old-2", Node: "node-2", IP: "10.0.2.1", Ready: true}},
+		Timeline: []results.Entry{
 			cl(0.2, "pod_created", "app-new-1", "", nil),
 			cl(0.4, "pod_started", "app-new-1", "node-2", map[string]string{"ip": "10.0.2.2"}),
 			applied(400, "node-1", "10.0.1.1=1/1/0,10.0.2.1=1/1/0,10.0.2.2=0/0/0"),
@@ -646,7 +646,7 @@ func startedBefore() scenario.Run {
 // promising it.
 func TestHTMLStartedBefore(t *testing.T) {
 	run := startedBefore()
-	page := html.UnescapeString(renderHTML(t, &scenario.Results{Scenarios: []scenario.Result{{Name: "rollout", Runs: []scenario.Run{run}}}}))
+	page := html.UnescapeString(renderHTML(t, &results.Results{Scenarios: []results.Result{{Name: "rollout", Runs: []results.Run{run}}}}))
 	for _, want := range []string{
 		"app-old-1: ready from -3.000 s to +2.006 s",
 		"app-old-1: new connections routed to it by node-1, node-2 from -3.000 s to +2.800 s",

@@ -13,12 +13,12 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/load"
-	"github.com/closingtime-dev/closingtime/internal/scenario"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
-// results returns two scenarios' results as a lab run makes them: one that
+// twoScenarios returns two scenarios' results as a lab run makes them: one that
 // failed with refused requests and a killed pod, one without failures.
-func results() *scenario.Results {
+func twoScenarios() *results.Results {
 	start := time.Date(2026, 11, 29, 13, 43, 30, 0, time.UTC)
 	f := func(v float64) *float64 { return &v }
 	n := func(v int) *int { return &v }
@@ -27,38 +27,38 @@ func results() *scenario.Results {
 	none[load.OK] = 1350
 	var second load.Counts
 	second[load.Refused] = 50
-	return &scenario.Results{Scenarios: []scenario.Result{
+	return &results.Results{Scenarios: []results.Result{
 		{
 			Name: "1-plain", Description: "no readiness probe", Seed: "001", Deployment: "default/app",
-			Totals: scenario.Totals{Requests: 401, OK: 140, Refused: 252, Closed: 9},
-			Runs: []scenario.Run{{
+			Totals: results.Totals{Requests: 401, OK: 140, Refused: 252, Closed: 9},
+			Runs: []results.Run{{
 				Repetition: 1, Start: start,
-				Totals:        scenario.Totals{Requests: 401, OK: 140, Refused: 252, Closed: 9},
+				Totals:        results.Totals{Requests: 401, OK: 140, Refused: 252, Closed: 9},
 				Clients:       []load.ClientReport{{Kind: load.NewConn, Rate: 50, Totals: plain, Latency: load.Percentiles{P50: 201 * time.Millisecond, P99: 203 * time.Millisecond}}},
 				P99MS:         203,
-				FailedSeconds: []scenario.FailedSecond{{Second: 0, Counts: second}, {Second: 1, Counts: second}},
-				OldPods: []scenario.OldPod{
+				FailedSeconds: []results.FailedSecond{{Second: 0, Counts: second}, {Second: 1, Counts: second}},
+				OldPods: []results.OldPod{
 					{Name: "app-6c75f686b4-p9gcg", SigtermMS: f(4), LastRequestMS: f(-320), GapMS: f(324), AfterSigterm: n(0), DrainMS: 3.5, ExitCode: 143},
 					{Name: "app-6c75f686b4-7sgbx", SigtermMS: f(5000), LastRequestMS: f(14570), GapMS: f(-9570), AfterSigterm: n(43), DrainMS: 10000, ExitCode: 137},
 				},
 				RolloutMS: 12.5,
-				Timeline: []scenario.Entry{
-					{AtMS: 0, Source: "cluster", Kind: "replicaset_scaled", Detail: map[string]string{"object": "ReplicaSet/app-7d9", "from": "0", "to": "1"}},
-					{AtMS: 4, Source: "cluster", Kind: "signal_sent", Pod: "app-6c75f686b4-p9gcg", Node: "node-1", Detail: map[string]string{"signal": "SIGTERM", "grace": "30s"}},
-					{AtMS: 5, Source: "pod", Kind: "sigterm", Pod: "app-6c75f686b4-p9gcg", Detail: map[string]string{"last_request": "2026-11-29T13:43:29.680Z"}},
-					{AtMS: 120, Source: "client", Kind: "refused", Detail: map[string]string{"client": "new-conn", "id": "r-1"}},
+				Timeline: []results.Entry{
+					{AtMS: 0, Source: results.SourceCluster, Kind: "replicaset_scaled", Detail: map[string]string{"object": "ReplicaSet/app-7d9", "from": "0", "to": "1"}},
+					{AtMS: 4, Source: results.SourceCluster, Kind: "signal_sent", Pod: "app-6c75f686b4-p9gcg", Node: "node-1", Detail: map[string]string{"signal": "SIGTERM", "grace": "30s"}},
+					{AtMS: 5, Source: results.SourcePod, Kind: "sigterm", Pod: "app-6c75f686b4-p9gcg", Detail: map[string]string{"last_request": "2026-11-29T13:43:29.680Z"}},
+					{AtMS: 120, Source: results.SourceClient, Kind: "refused", Detail: map[string]string{"client": "new-conn", "id": "r-1"}},
 				},
 			}},
 		},
 		{
 			Name: "3-graceful", Seed: "001", Deployment: "default/app",
-			Totals: scenario.Totals{Requests: 1350, OK: 1350},
-			Runs: []scenario.Run{{
+			Totals: results.Totals{Requests: 1350, OK: 1350},
+			Runs: []results.Run{{
 				Repetition: 1, Start: start.Add(time.Minute),
-				Totals:    scenario.Totals{Requests: 1350, OK: 1350},
+				Totals:    results.Totals{Requests: 1350, OK: 1350},
 				Clients:   []load.ClientReport{{Kind: load.NewConn, Rate: 50, Totals: none}},
 				P99MS:     202,
-				OldPods:   []scenario.OldPod{{Name: "app-5bfbb5fb9f-f2rck", SigtermMS: f(11010), LastRequestMS: f(6280), GapMS: f(4730), AfterSigterm: n(0), DrainMS: 5002, ExitCode: 143}},
+				OldPods:   []results.OldPod{{Name: "app-5bfbb5fb9f-f2rck", SigtermMS: f(11010), LastRequestMS: f(6280), GapMS: f(4730), AfterSigterm: n(0), DrainMS: 5002, ExitCode: 143}},
 				RolloutMS: 23010,
 			}},
 		},
@@ -69,87 +69,87 @@ func results() *scenario.Results {
 // an outage with restarts, back-offs and a recovery; a crash-looping
 // release rolled back; a drain blocked by a budget and one that went
 // through, over two runs. Their timelines have the runner's steps.
-func disruptions() *scenario.Results {
+func disruptions() *results.Results {
 	start := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
 	f := func(v float64) *float64 { return &v }
-	step := func(atMS float64, kind, node string, detail map[string]string) scenario.Entry {
-		return scenario.Entry{AtMS: atMS, Source: "runner", Kind: kind, Node: node, Detail: detail}
+	step := func(atMS float64, kind, node string, detail map[string]string) results.Entry {
+		return results.Entry{AtMS: atMS, Source: results.SourceRunner, Kind: kind, Node: node, Detail: detail}
 	}
-	drain := func(endMS float64, drained string) []scenario.Entry {
-		return []scenario.Entry{
-			step(0.1, scenario.RunnerDrainStarted, "node-1", map[string]string{"timeout": "12s"}),
-			step(endMS, scenario.RunnerDrainEnded, "node-1", map[string]string{"drained": drained}),
+	drain := func(endMS float64, drained string) []results.Entry {
+		return []results.Entry{
+			step(0.1, results.RunnerDrainStarted, "node-1", map[string]string{"timeout": "12s"}),
+			step(endMS, results.RunnerDrainEnded, "node-1", map[string]string{"drained": drained}),
 		}
 	}
 	var refused load.Counts
 	refused[load.OK], refused[load.Refused] = 10, 10
 	none, two := 0, 2
-	return &scenario.Results{Scenarios: []scenario.Result{
+	return &results.Results{Scenarios: []results.Result{
 		{
 			Name: "probe-liveness-deep", Seed: "000", Deployment: "default/app", Action: "outage",
-			Totals: scenario.Totals{Requests: 600, OK: 400, Refused: 200},
-			Runs: []scenario.Run{{
-				Repetition: 1, Start: start, Totals: scenario.Totals{Requests: 600, OK: 400, Refused: 200},
-				FailedSeconds: []scenario.FailedSecond{{Second: 9, Counts: refused}},
+			Totals: results.Totals{Requests: 600, OK: 400, Refused: 200},
+			Runs: []results.Run{{
+				Repetition: 1, Start: start, Totals: results.Totals{Requests: 600, OK: 400, Refused: 200},
+				FailedSeconds: []results.FailedSecond{{Second: 9, Counts: refused}},
 				Restarts:      6,
-				Capacity:      &scenario.Capacity{MinReady: 0, Replicas: 3, AtMS: 5250},
-				BackOffs: []scenario.BackOff{
+				Capacity:      &results.Capacity{MinReady: 0, Replicas: 3, AtMS: 5250},
+				BackOffs: []results.BackOff{
 					{AtMS: 9650, Pod: "app-97986c4fd-vf2jp", DelayMS: 9998.5},
 					{AtMS: 9770, Pod: "app-97986c4fd-2bxqw", DelayMS: 9999},
 					{AtMS: 23100, Pod: "app-97986c4fd-vf2jp", DelayMS: 19997},
 				},
-				Outage:    &scenario.Outage{Mode: "blackhole", StartMS: 0.2, EndMS: 30000.4},
+				Outage:    &results.Outage{Mode: "blackhole", StartMS: 0.2, EndMS: 30000.4},
 				RecoverMS: f(12400),
-				Timeline: []scenario.Entry{
-					step(0.2, scenario.RunnerOutageStarted, "", map[string]string{"mode": "blackhole"}),
-					step(30000.4, scenario.RunnerOutageEnded, "", map[string]string{"mode": "blackhole"}),
+				Timeline: []results.Entry{
+					step(0.2, results.RunnerOutageStarted, "", map[string]string{"mode": "blackhole"}),
+					step(30000.4, results.RunnerOutageEnded, "", map[string]string{"mode": "blackhole"}),
 				},
 			}},
 		},
 		{
 			Name: "crashloop", Seed: "000", Deployment: "default/app", Action: "set-env",
-			Totals: scenario.Totals{Requests: 840, OK: 840},
-			Runs: []scenario.Run{{
-				Repetition: 1, Start: start.Add(time.Minute), Totals: scenario.Totals{Requests: 840, OK: 840},
-				OldPods:      []scenario.OldPod{{Name: "app-85fcd6b497-q68cp", AfterSigterm: &none, ExitCode: -1}},
+			Totals: results.Totals{Requests: 840, OK: 840},
+			Runs: []results.Run{{
+				Repetition: 1, Start: start.Add(time.Minute), Totals: results.Totals{Requests: 840, OK: 840},
+				OldPods:      []results.OldPod{{Name: "app-85fcd6b497-q68cp", AfterSigterm: &none, ExitCode: -1}},
 				RolloutMS:    38050,
 				Restarts:     3,
-				Capacity:     &scenario.Capacity{MinReady: 2, Replicas: 2, Allowed: &two},
-				BackOffs:     []scenario.BackOff{{AtMS: 40, Pod: "app-85fcd6b497-q68cp", DelayMS: 9999}, {AtMS: 10060, Pod: "app-85fcd6b497-q68cp", DelayMS: 19998}, {AtMS: 30110, Pod: "app-85fcd6b497-q68cp", DelayMS: 39998}},
+				Capacity:     &results.Capacity{MinReady: 2, Replicas: 2, Allowed: &two},
+				BackOffs:     []results.BackOff{{AtMS: 40, Pod: "app-85fcd6b497-q68cp", DelayMS: 9999}, {AtMS: 10060, Pod: "app-85fcd6b497-q68cp", DelayMS: 19998}, {AtMS: 30110, Pod: "app-85fcd6b497-q68cp", DelayMS: 39998}},
 				RolledBackMS: f(38002),
-				Timeline: []scenario.Entry{
-					step(0.9, scenario.RunnerEnvApplied, "", map[string]string{"CT_CRASH_CODE": "1"}),
-					step(38002, scenario.RunnerRolledBack, "", map[string]string{"timeout": "38s"}),
+				Timeline: []results.Entry{
+					step(0.9, results.RunnerEnvApplied, "", map[string]string{"CT_CRASH_CODE": "1"}),
+					step(38002, results.RunnerRolledBack, "", map[string]string{"timeout": "38s"}),
 				},
 			}},
 		},
 		{
 			Name: "pdb-4-drain-min-available", Seed: "003", Deployment: "default/app", Action: "drain",
-			Totals: scenario.Totals{Requests: 320, OK: 320},
-			Runs: []scenario.Run{{
-				Repetition: 1, Start: start.Add(2 * time.Minute), Totals: scenario.Totals{Requests: 320, OK: 320},
-				Capacity:  &scenario.Capacity{MinReady: 1, Replicas: 1},
-				Evictions: &scenario.Evictions{Refused: 3},
-				Drain:     &scenario.DrainOutcome{Node: "node-1", EndMS: 12001, TimeoutMS: 12000},
+			Totals: results.Totals{Requests: 320, OK: 320},
+			Runs: []results.Run{{
+				Repetition: 1, Start: start.Add(2 * time.Minute), Totals: results.Totals{Requests: 320, OK: 320},
+				Capacity:  &results.Capacity{MinReady: 1, Replicas: 1},
+				Evictions: &results.Evictions{Refused: 3},
+				Drain:     &results.DrainOutcome{Node: "node-1", EndMS: 12001, TimeoutMS: 12000},
 				Timeline:  drain(12001, "false"),
 			}},
 		},
 		{
 			Name: "pdb-5-drain-max-unavailable", Seed: "003", Deployment: "default/app", Action: "drain",
-			Totals: scenario.Totals{Requests: 240, OK: 240},
-			Runs: []scenario.Run{
+			Totals: results.Totals{Requests: 240, OK: 240},
+			Runs: []results.Run{
 				{
-					Repetition: 1, Start: start.Add(3 * time.Minute), Totals: scenario.Totals{Requests: 120, OK: 120},
-					Capacity:  &scenario.Capacity{MinReady: 0, Replicas: 1, AtMS: 1.5},
-					Evictions: &scenario.Evictions{Accepted: 1},
-					Drain:     &scenario.DrainOutcome{Node: "node-1", Drained: true, EndMS: 2010, TimeoutMS: 12000},
+					Repetition: 1, Start: start.Add(3 * time.Minute), Totals: results.Totals{Requests: 120, OK: 120},
+					Capacity:  &results.Capacity{MinReady: 0, Replicas: 1, AtMS: 1.5},
+					Evictions: &results.Evictions{Accepted: 1},
+					Drain:     &results.DrainOutcome{Node: "node-1", Drained: true, EndMS: 2010, TimeoutMS: 12000},
 					Timeline:  drain(2010, "true"),
 				},
 				{
-					Repetition: 2, Start: start.Add(4 * time.Minute), Totals: scenario.Totals{Requests: 120, OK: 120},
-					Capacity:  &scenario.Capacity{MinReady: 0, Replicas: 1, AtMS: 2},
-					Evictions: &scenario.Evictions{Accepted: 1},
-					Drain:     &scenario.DrainOutcome{Node: "node-1", Drained: true, EndMS: 2220, TimeoutMS: 12000},
+					Repetition: 2, Start: start.Add(4 * time.Minute), Totals: results.Totals{Requests: 120, OK: 120},
+					Capacity:  &results.Capacity{MinReady: 0, Replicas: 1, AtMS: 2},
+					Evictions: &results.Evictions{Accepted: 1},
+					Drain:     &results.DrainOutcome{Node: "node-1", Drained: true, EndMS: 2220, TimeoutMS: 12000},
 					Timeline:  drain(2220, "true"),
 				},
 			},
@@ -161,42 +161,42 @@ func disruptions() *scenario.Results {
 // X-Pod-Name header, through routing that hid the pods' addresses: no
 // request could be attributed to a pod, so the old pods' request figures
 // are unknown.
-func userApp() *scenario.Results {
+func userApp() *results.Results {
 	start := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
 	f := func(v float64) *float64 { return &v }
 	var ok load.Counts
 	ok[load.OK] = 750
 	two := 2
-	run := scenario.Run{
-		Repetition: 1, Start: start, Totals: scenario.Totals{Requests: 750, OK: 750},
+	run := results.Run{
+		Repetition: 1, Start: start, Totals: results.Totals{Requests: 750, OK: 750},
 		Clients: []load.ClientReport{{Kind: load.NewConn, Rate: 50, Totals: ok, Latency: load.Percentiles{P50: 2 * time.Millisecond, P99: 9 * time.Millisecond}}},
 		P99MS:   9,
-		OldPods: []scenario.OldPod{
+		OldPods: []results.OldPod{
 			{Name: "myapp-5d8f7c9b6-k2x7q", SigtermMS: f(5012), DrainMS: 5040, ExitCode: 143},
 			{Name: "myapp-5d8f7c9b6-w9p4n", SigtermMS: f(11030), DrainMS: 5051, ExitCode: 143},
 		},
 		RolloutMS: 16090,
-		Capacity:  &scenario.Capacity{MinReady: 2, Replicas: 2, Allowed: &two},
+		Capacity:  &results.Capacity{MinReady: 2, Replicas: 2, Allowed: &two},
 	}
-	return &scenario.Results{Scenarios: []scenario.Result{{
+	return &results.Results{Scenarios: []results.Result{{
 		Name: "rollout", Deployment: "default/myapp", Action: "rollout-restart",
-		Totals: run.Totals, Runs: []scenario.Run{run},
+		Totals: run.Totals, Runs: []results.Run{run},
 	}}}
 }
 
 func TestRender(t *testing.T) {
 	tests := []struct {
 		name    string
-		results func() *scenario.Results
-		render  func(*bytes.Buffer, *scenario.Results) error
+		results func() *results.Results
+		render  func(*bytes.Buffer, *results.Results) error
 	}{
-		{name: "table.txt", results: results, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteTable(b, r) }},
-		{name: "text.txt", results: results, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteText(b, r) }},
-		{name: "results.json", results: results, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteJSON(b, r) }},
-		{name: "disruptions.txt", results: disruptions, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteText(b, r) }},
-		{name: "disruptions.json", results: disruptions, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteJSON(b, r) }},
-		{name: "unattributed.txt", results: userApp, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteText(b, r) }},
-		{name: "unattributed.json", results: userApp, render: func(b *bytes.Buffer, r *scenario.Results) error { return WriteJSON(b, r) }},
+		{name: "table.txt", results: twoScenarios, render: func(b *bytes.Buffer, r *results.Results) error { return WriteTable(b, r) }},
+		{name: "text.txt", results: twoScenarios, render: func(b *bytes.Buffer, r *results.Results) error { return WriteText(b, r) }},
+		{name: "results.json", results: twoScenarios, render: func(b *bytes.Buffer, r *results.Results) error { return results.Write(b, r) }},
+		{name: "disruptions.txt", results: disruptions, render: func(b *bytes.Buffer, r *results.Results) error { return WriteText(b, r) }},
+		{name: "disruptions.json", results: disruptions, render: func(b *bytes.Buffer, r *results.Results) error { return results.Write(b, r) }},
+		{name: "unattributed.txt", results: userApp, render: func(b *bytes.Buffer, r *results.Results) error { return WriteText(b, r) }},
+		{name: "unattributed.json", results: userApp, render: func(b *bytes.Buffer, r *results.Results) error { return results.Write(b, r) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -217,20 +217,20 @@ func TestCapacityText(t *testing.T) {
 	two := 2
 	tests := []struct {
 		name     string
-		capacity scenario.Capacity
+		capacity results.Capacity
 		want     string
 	}{
-		{name: "not a rollout", capacity: scenario.Capacity{MinReady: 2, Replicas: 3, AtMS: 1000},
+		{name: "not a rollout", capacity: results.Capacity{MinReady: 2, Replicas: 3, AtMS: 1000},
 			want: "  capacity: 2 of 3 pods ready at the fewest, from +1.00s\n"},
-		{name: "as allowed", capacity: scenario.Capacity{MinReady: 2, Replicas: 3, Allowed: &two, AtMS: 1000},
+		{name: "as allowed", capacity: results.Capacity{MinReady: 2, Replicas: 3, Allowed: &two, AtMS: 1000},
 			want: "  capacity: 2 of 3 pods ready at the fewest, from +1.00s; the rollout strategy allows 2\n"},
-		{name: "below", capacity: scenario.Capacity{MinReady: 1, Replicas: 3, Allowed: &two, AtMS: 1000},
+		{name: "below", capacity: results.Capacity{MinReady: 1, Replicas: 3, Allowed: &two, AtMS: 1000},
 			want: "  capacity: 1 of 3 pods ready at the fewest, from +1.00s, below the 2 the rollout strategy allows\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b strings.Builder
-			writeDisruption(&b, scenario.Run{Capacity: &tt.capacity})
+			writeDisruption(&b, results.Run{Capacity: &tt.capacity})
 			if got := b.String(); got != tt.want {
 				t.Errorf("got %q, want %q", got, tt.want)
 			}
@@ -244,7 +244,7 @@ func TestCapacityText(t *testing.T) {
 // that a scenario without one (a results file from before descriptions
 // were recorded) has none.
 func TestTableDescriptions(t *testing.T) {
-	r := results()
+	r := twoScenarios()
 	r.Scenarios[1].Description = "readiness,\n\ta preStop sleep"
 	var b bytes.Buffer
 	if err := WriteTable(&b, r); err != nil {
@@ -277,18 +277,19 @@ func TestTableDescriptions(t *testing.T) {
 	}
 }
 
-// TestReadJSON checks that results read back as they were written.
+// TestReadJSON checks that the fixtures' results read back as they were
+// written.
 func TestReadJSON(t *testing.T) {
-	for _, results := range []func() *scenario.Results{results, disruptions, userApp} {
+	for _, fixture := range []func() *results.Results{twoScenarios, disruptions, userApp} {
 		var b bytes.Buffer
-		if err := WriteJSON(&b, results()); err != nil {
+		if err := results.Write(&b, fixture()); err != nil {
 			t.Fatal(err)
 		}
-		got, err := ReadJSON(&b)
+		got, err := results.Read(&b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(results(), got); diff != "" {
+		if diff := cmp.Diff(fixture(), got); diff != "" {
 			t.Errorf("read back differs (-wrote +read):\n%s", diff)
 		}
 	}
@@ -327,7 +328,7 @@ func TestUnattributed(t *testing.T) {
 	}
 
 	var js bytes.Buffer
-	if err := WriteJSON(&js, userApp()); err != nil {
+	if err := results.Write(&js, userApp()); err != nil {
 		t.Fatal(err)
 	}
 	var raw struct {
@@ -362,7 +363,7 @@ func TestUnattributed(t *testing.T) {
 	if err := WriteText(&text, known); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteJSON(&js, known); err != nil {
+	if err := results.Write(&js, known); err != nil {
 		t.Fatal(err)
 	}
 	if out := text.String(); strings.Contains(out, unattributedNote) || !strings.Contains(out, ", 0 requests after SIGTERM,") {

@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/closingtime-dev/closingtime/internal/load"
-	"github.com/closingtime-dev/closingtime/internal/scenario"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // WriteTable writes the comparison table: a row per scenario with its
@@ -21,7 +21,7 @@ import (
 // scenario's description, if it has one. A second table follows for the
 // scenarios whose runs had an outage, back-offs, evictions, a drain or a
 // rollback, with a column for each.
-func WriteTable(w io.Writer, r *scenario.Results) error {
+func WriteTable(w io.Writer, r *results.Results) error {
 	var rows []tableLine
 	for _, s := range r.Scenarios {
 		rows = append(rows, tableLine{cells: s.Name + "\t" + textRow(s), note: s.Description})
@@ -79,7 +79,7 @@ const tablePadding = 2
 const tableColumns = "runs\tsamples\tfailed\trefused\treset\tclosed\ttimeout\t5xx\tabsorbed\tp99\tdrain\texit codes\trollout\trestarts\tcapacity\t"
 
 // textRow returns s's figures in tableColumns, tab-terminated.
-func textRow(s scenario.Result) string {
+func textRow(s results.Result) string {
 	t := s.Totals
 	m := summarize(s)
 	return fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t",
@@ -95,11 +95,11 @@ type summary struct {
 	// codes are the old pods' exit codes, each once, in order.
 	codes []int
 	// capacity is the runs' lowest; nil if none has one.
-	capacity *scenario.Capacity
+	capacity *results.Capacity
 }
 
 // summarize returns the table's figures of s's runs.
-func summarize(s scenario.Result) summary {
+func summarize(s results.Result) summary {
 	var m summary
 	for _, run := range s.Runs {
 		m.p99 = max(m.p99, run.P99MS)
@@ -123,7 +123,7 @@ func summarize(s scenario.Result) summary {
 // outage, back-offs, evictions, a drain or a rollback, and of its runs the
 // longest recovery, the back-off delays, the evictions summed and the
 // outcome of the last run.
-func writeDisruptions(w io.Writer, r *scenario.Results) error {
+func writeDisruptions(w io.Writer, r *results.Results) error {
 	tw := tabwriter.NewWriter(w, 0, 0, tablePadding, ' ', tabwriter.AlignRight)
 	rows := 0
 	for _, s := range r.Scenarios {
@@ -131,7 +131,7 @@ func writeDisruptions(w io.Writer, r *scenario.Results) error {
 		var recovered float64
 		unrecovered := false
 		var delays []string
-		var ev scenario.Evictions
+		var ev results.Evictions
 		evicted := false
 		for _, run := range s.Runs {
 			if o := run.Outage; o != nil {
@@ -181,7 +181,7 @@ func writeDisruptions(w io.Writer, r *scenario.Results) error {
 }
 
 // writeDisruption writes a run's disruption lines.
-func writeDisruption(w io.Writer, run scenario.Run) {
+func writeDisruption(w io.Writer, run results.Run) {
 	if c := run.Capacity; c != nil {
 		fmt.Fprintf(w, "  capacity: %d of %d pods ready at the fewest", c.MinReady, c.Replicas)
 		if c.MinReady < c.Replicas {
@@ -231,7 +231,7 @@ func writeDisruption(w io.Writer, run scenario.Run) {
 
 // runOutcome spells, for the table, how a run's drain ended, or its
 // rollback; empty if it had neither.
-func runOutcome(run scenario.Run) string {
+func runOutcome(run results.Run) string {
 	switch d := run.Drain; {
 	case d != nil && d.Drained:
 		return fmt.Sprintf("%s drained in %s", d.Node, seconds(d.EndMS))
@@ -246,11 +246,11 @@ func runOutcome(run scenario.Run) string {
 // belowAllowed reports whether a capacity fell below the fewest ready
 // pods its rollout's strategy allows: worse than the strategy promises.
 // Without an allowance (not a rollout) it never is.
-func belowAllowed(c *scenario.Capacity) bool {
+func belowAllowed(c *results.Capacity) bool {
 	return c != nil && c.Allowed != nil && c.MinReady < *c.Allowed
 }
 
-func capacity(c *scenario.Capacity) string {
+func capacity(c *results.Capacity) string {
 	if c == nil {
 		return "-"
 	}
@@ -275,7 +275,7 @@ func or(s string) string {
 // 001's load script ("+3s ok=33 refused=12"), a line per old pod, and the
 // run's disruption figures: its capacity, outage and recovery, back-offs
 // per pod, evictions, drain outcome and rollback.
-func WriteText(w io.Writer, r *scenario.Results) error {
+func WriteText(w io.Writer, r *results.Results) error {
 	if err := WriteTable(w, r); err != nil {
 		return err
 	}
@@ -334,8 +334,8 @@ const unattributedNote = "requests per pod unknown: a request is attributed to a
 // unattributed reports whether a run has old pods whose request figures
 // are unknown because none of its requests could be attributed to a pod;
 // they are unknown for every old pod of the run, or for none.
-func unattributed(run scenario.Run) bool {
-	return slices.ContainsFunc(run.OldPods, func(p scenario.OldPod) bool { return p.AfterSigterm == nil })
+func unattributed(run results.Run) bool {
+	return slices.ContainsFunc(run.OldPods, func(p results.OldPod) bool { return p.AfterSigterm == nil })
 }
 
 // count spells a count, "-" when it is unknown.

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // Defaults of a zero [PropagationConfig].
@@ -46,10 +48,10 @@ type PropagationConfig struct {
 }
 
 func (c PropagationConfig) withDefaults() PropagationConfig {
-	c.Pods = cmpOr(c.Pods, DefaultPropagationPods)
-	c.Window = cmpOr(c.Window, DefaultPropagationWindow)
-	c.Rate = cmpOr(c.Rate, DefaultPropagationRate)
-	c.Margin = cmpOr(c.Margin, DefaultPropagationMargin)
+	c.Pods = cmp.Or(c.Pods, DefaultPropagationPods)
+	c.Window = cmp.Or(c.Window, DefaultPropagationWindow)
+	c.Rate = cmp.Or(c.Rate, DefaultPropagationRate)
+	c.Margin = cmp.Or(c.Margin, DefaultPropagationMargin)
 	return c
 }
 
@@ -187,14 +189,14 @@ const saturationSlack = 500 * time.Millisecond
 // pod that answered no request after its deletion (the traffic left it
 // before the deletion was seen) counts 0; one that answered none at all
 // is an error: the traffic never reached it.
-func MeasurePropagation(res *Result, cfg PropagationConfig) (*Propagation, error) {
+func MeasurePropagation(res *results.Result, cfg PropagationConfig) (*Propagation, error) {
 	cfg = cfg.withDefaults()
 	p := &Propagation{WindowMS: ms(cfg.Window), MarginMS: ms(cfg.Margin)}
 	for _, run := range res.Runs {
 		deleted := ""
 		var at float64
 		for _, e := range run.Timeline {
-			if e.Source == "cluster" && e.Kind == string(cluster.PodDeleted) && e.AtMS >= 0 {
+			if e.Source == results.SourceCluster && e.Kind == string(cluster.PodDeleted) && e.AtMS >= 0 {
 				deleted, at = e.Pod, e.AtMS
 				break
 			}
@@ -202,7 +204,7 @@ func MeasurePropagation(res *Result, cfg PropagationConfig) (*Propagation, error
 		if deleted == "" {
 			return nil, fmt.Errorf("propagation: repetition %d deleted no pod", run.Repetition)
 		}
-		i := slices.IndexFunc(run.OldPods, func(o OldPod) bool { return o.Name == deleted })
+		i := slices.IndexFunc(run.OldPods, func(o results.OldPod) bool { return o.Name == deleted })
 		if i < 0 || run.OldPods[i].LastRequestMS == nil {
 			return nil, fmt.Errorf("propagation: repetition %d: pod %s answered no request: did the traffic reach it?", run.Repetition, deleted)
 		}

@@ -16,9 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // Cluster is a backend that the runner can close once a scenario is done.
@@ -134,29 +136,19 @@ func (r *Runner) settings(s *Scenario) settings {
 		duration: s.Action.Duration, timeout: s.Action.Timeout}
 	if r.cfg.Quick {
 		q := s.Quick
-		st.repetitions = cmpOr(q.Repetitions, st.repetitions)
-		st.warmUp = cmpOr(q.WarmUp, st.warmUp)
-		st.after = cmpOr(q.After, st.after)
-		st.settle = cmpOr(q.Settle, st.settle)
-		st.duration = cmpOr(q.Duration, st.duration)
-		st.timeout = cmpOr(q.Timeout, st.timeout)
+		st.repetitions = cmp.Or(q.Repetitions, st.repetitions)
+		st.warmUp = cmp.Or(q.WarmUp, st.warmUp)
+		st.after = cmp.Or(q.After, st.after)
+		st.settle = cmp.Or(q.Settle, st.settle)
+		st.duration = cmp.Or(q.Duration, st.duration)
+		st.timeout = cmp.Or(q.Timeout, st.timeout)
 	}
-	st.repetitions = cmpOr(r.cfg.Repetitions, st.repetitions, DefaultRepetitions)
-	st.warmUp = cmpOr(st.warmUp, DefaultWarmUp)
-	st.after = cmpOr(st.after, DefaultAfter)
-	st.settle = cmpOr(st.settle, DefaultSettle)
-	st.rl = cmpOr(st.rl, DefaultRunLimit)
+	st.repetitions = cmp.Or(r.cfg.Repetitions, st.repetitions, DefaultRepetitions)
+	st.warmUp = cmp.Or(st.warmUp, DefaultWarmUp)
+	st.after = cmp.Or(st.after, DefaultAfter)
+	st.settle = cmp.Or(st.settle, DefaultSettle)
+	st.rl = cmp.Or(st.rl, DefaultRunLimit)
 	return st
-}
-
-// cmpOr returns the first of vs that is positive, or zero.
-func cmpOr[T int | time.Duration | float64](vs ...T) T {
-	for _, v := range vs {
-		if v > 0 {
-			return v
-		}
-	}
-	return 0
 }
 
 // Run runs scenario s on a cluster of its own: it starts the scenario's
@@ -171,9 +163,9 @@ func cmpOr[T int | time.Duration | float64](vs ...T) T {
 // the run's limit, or, from the deploy until the first action, a
 // container of the Deployment's pods exits or fails to start (which stops
 // the deploy at once) or fewer pods than its replicas are ready.
-func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) {
+func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err error) {
 	st := r.settings(s)
-	res = &Result{Name: s.Name, Description: s.Description, Seed: s.Seed, Action: s.Action.Kind}
+	res = &results.Result{Name: s.Name, Description: s.Description, Seed: s.Seed, Action: s.Action.Kind}
 	// now is the run's latest progress, which notices repeat.
 	var mu sync.Mutex
 	now := Progress{Scenario: s.Name, Repetitions: st.repetitions}
@@ -330,7 +322,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *Result, err error) 
 			return nil, fmt.Errorf("scenario %s: repetition %d: %w", s.Name, rep, err)
 		}
 		run.Repetition = rep
-		res.Totals.add(run.Totals)
+		res.Totals.Add(run.Totals)
 		res.Runs = append(res.Runs, *run)
 	}
 	progress(st.repetitions, PhaseDone)
@@ -420,7 +412,7 @@ func setEnv(spec *corev1.PodSpec, env map[string]string) {
 
 // repeat runs one repetition of a's action, with the traffic of cfg from
 // traffic.
-func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic TrafficSource, cfg load.Config, progress func(Phase)) (*Run, error) {
+func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic TrafficSource, cfg load.Config, progress func(Phase)) (*results.Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, st.rl)
 	defer cancel()
 	c, rec, d := a.c, a.rec, a.d
@@ -439,7 +431,7 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 		loaded <- outcome{rep, lines, err}
 	}()
 	// fail stops the traffic and returns err.
-	fail := func(err error) (*Run, error) {
+	fail := func(err error) (*results.Run, error) {
 		stopLoad()
 		<-loaded
 		return nil, err
@@ -462,7 +454,7 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 		}
 	}
 	progress(PhaseAct)
-	run := &Run{Start: time.Now()}
+	run := &results.Run{Start: time.Now()}
 	if err := a.act(ctx, run); err != nil {
 		return fail(err)
 	}
@@ -528,13 +520,13 @@ type actor struct {
 // act does the action, and records its outcome in run: an outage's
 // times, a drain's outcome, a rollback, each from the entry of the step on
 // run's timeline.
-func (a *actor) act(ctx context.Context, run *Run) error {
+func (a *actor) act(ctx context.Context, run *results.Run) error {
 	c, d := a.c, a.d
 	a.acted = nil
 	// step adds the runner's step of kind to the timeline, now, and
 	// returns its time.
 	step := func(kind, node string, detail map[string]string) float64 {
-		e := Entry{AtMS: ms(time.Since(run.Start)), Source: "runner", Kind: kind, Node: node, Detail: detail}
+		e := results.Entry{AtMS: ms(time.Since(run.Start)), Source: results.SourceRunner, Kind: kind, Node: node, Detail: detail}
 		run.Timeline = append(run.Timeline, e)
 		return e.AtMS
 	}
@@ -570,15 +562,15 @@ func (a *actor) act(ctx context.Context, run *Run) error {
 		return c.DeletePod(ctx, d.Namespace, pod, nil)
 	case ActionDrain:
 		node := cmp.Or(a.action.Node, "node-1")
-		step(RunnerDrainStarted, node, timeout)
+		step(results.RunnerDrainStarted, node, timeout)
 		err := c.Drain(ctx, node, cluster.DrainOptions{Timeout: a.timeout})
 		if err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 			return err
 		}
 		// A drain that a budget blocks until its timeout is an outcome,
 		// not an error.
-		end := step(RunnerDrainEnded, node, map[string]string{"drained": strconv.FormatBool(err == nil)})
-		run.Drain = &DrainOutcome{Node: node, Drained: err == nil, EndMS: end, TimeoutMS: ms(a.timeout)}
+		end := step(results.RunnerDrainEnded, node, map[string]string{"drained": strconv.FormatBool(err == nil)})
+		run.Drain = &results.DrainOutcome{Node: node, Drained: err == nil, EndMS: end, TimeoutMS: ms(a.timeout)}
 		// The maintenance is over, drained or not: the operator uncordons
 		// the node, which takes pods again.
 		a.acted = func(e cluster.Event) bool { return e.Kind == cluster.NodeUncordoned && e.Node == node }
@@ -589,7 +581,7 @@ func (a *actor) act(ctx context.Context, run *Run) error {
 		if err := c.Apply(ctx, []runtime.Object{changed}); err != nil {
 			return err
 		}
-		step(RunnerEnvApplied, "", maps.Clone(a.action.Env))
+		step(results.RunnerEnvApplied, "", maps.Clone(a.action.Env))
 		if a.timeout == 0 {
 			return nil
 		}
@@ -601,19 +593,19 @@ func (a *actor) act(ctx context.Context, run *Run) error {
 		}
 		// Not complete within the timeout: back to the previous template,
 		// as `kubectl rollout undo` does.
-		run.RolledBackMS = ptr(step(RunnerRolledBack, "", timeout))
+		run.RolledBackMS = ptr.To(step(results.RunnerRolledBack, "", timeout))
 		return c.Apply(ctx, []runtime.Object{d})
 	case ActionOutage:
 		if err := a.dep.down(a.action.Mode); err != nil {
 			return err
 		}
 		mode := map[string]string{"mode": a.action.Mode}
-		run.Outage = &Outage{Mode: a.action.Mode, StartMS: step(RunnerOutageStarted, "", mode)}
+		run.Outage = &results.Outage{Mode: a.action.Mode, StartMS: step(results.RunnerOutageStarted, "", mode)}
 		err := sleep(ctx, a.duration)
 		if uerr := a.dep.up(); err == nil {
 			err = uerr
 		}
-		run.Outage.EndMS = step(RunnerOutageEnded, "", mode)
+		run.Outage.EndMS = step(results.RunnerOutageEnded, "", mode)
 		return err
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/results"
 	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
@@ -48,7 +49,7 @@ func newRunner(t *testing.T) *Runner {
 // result must show.
 type catalogCheck struct {
 	name  string
-	check func(t *testing.T, res *Result)
+	check func(t *testing.T, res *results.Result)
 }
 
 // checkCatalog runs the scenarios of checks quick, at once, each on a
@@ -80,29 +81,29 @@ func checkCatalog(t *testing.T, checks []catalogCheck) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	results := make([]*Result, len(scenarios))
+	got := make([]*results.Result, len(scenarios))
 	errs := make([]error, len(scenarios))
 	var wg sync.WaitGroup
 	for i, s := range scenarios {
-		wg.Go(func() { results[i], errs[i] = r.Run(ctx, s) })
+		wg.Go(func() { got[i], errs[i] = r.Run(ctx, s) })
 	}
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("%s: %v", names[i], err)
 		}
-		if len(results[i].Runs) != 1 {
-			t.Fatalf("%s: %d runs, want 1", names[i], len(results[i].Runs))
+		if len(got[i].Runs) != 1 {
+			t.Fatalf("%s: %d runs, want 1", names[i], len(got[i].Runs))
 		}
 	}
 	for i, c := range checks {
-		t.Run(c.name, func(t *testing.T) { c.check(t, results[i]) })
+		t.Run(c.name, func(t *testing.T) { c.check(t, got[i]) })
 	}
 }
 
 // firstRun adapts a check of a result's first run to a catalogCheck's.
-func firstRun(check func(t *testing.T, run Run)) func(t *testing.T, res *Result) {
-	return func(t *testing.T, res *Result) { check(t, res.Runs[0]) }
+func firstRun(check func(t *testing.T, run results.Run)) func(t *testing.T, res *results.Result) {
+	return func(t *testing.T, res *results.Result) { check(t, res.Runs[0]) }
 }
 
 // TestRunnerCatalog runs four of the catalog's scenarios quick, at once (they
@@ -123,7 +124,7 @@ func TestRunnerCatalog(t *testing.T) {
 	}
 	t.Parallel()
 	checkCatalog(t, []catalogCheck{
-		{name: "1-plain", check: func(t *testing.T, res *Result) {
+		{name: "1-plain", check: func(t *testing.T, res *results.Result) {
 			if res.Deployment != "default/app" {
 				t.Errorf("Deployment = %q, want default/app", res.Deployment)
 			}
@@ -145,7 +146,7 @@ func TestRunnerCatalog(t *testing.T) {
 				t.Errorf("%d seconds where every request failed, want 2 or more: %+v", whole, run.FailedSeconds)
 			}
 		}},
-		{name: "3-graceful", check: func(t *testing.T, res *Result) {
+		{name: "3-graceful", check: func(t *testing.T, res *results.Result) {
 			if tot := res.Totals; tot.Failed() != 0 || tot.OK == 0 {
 				t.Errorf("totals %+v: want requests and no failure", tot)
 			}
@@ -162,7 +163,7 @@ func TestRunnerCatalog(t *testing.T) {
 				t.Errorf("rollout %v ms, %d timeline entries: want both", run.RolloutMS, len(run.Timeline))
 			}
 		}},
-		{name: "C-graceful-keepalive", check: func(t *testing.T, res *Result) {
+		{name: "C-graceful-keepalive", check: func(t *testing.T, res *results.Result) {
 			hostages := 0
 			for _, p := range res.Runs[0].OldPods {
 				if p.ExitCode == 137 && p.AfterSigterm != nil && *p.AfterSigterm > 0 && p.DrainMS >= 9000 {
@@ -173,7 +174,7 @@ func TestRunnerCatalog(t *testing.T) {
 				t.Errorf("old pods %+v: want one that served after SIGTERM until SIGKILL at the 10 s grace period", res.Runs[0].OldPods)
 			}
 		}},
-		{name: "F-closingtime-graceful", check: func(t *testing.T, res *Result) {
+		{name: "F-closingtime-graceful", check: func(t *testing.T, res *results.Result) {
 			if tot := res.Totals; tot.Failed() != 0 || tot.Absorbed != 0 || tot.OK == 0 {
 				t.Errorf("totals %+v: want requests, none failed, none absorbed", tot)
 			}
@@ -207,9 +208,9 @@ func TestRunnerActions(t *testing.T) {
 		wantKind    string // a cluster event kind the timeline must have
 		// wantSteps are the kinds of the runner's entries, in order.
 		wantSteps []string
-		check     func(t *testing.T, run Run)
+		check     func(t *testing.T, run results.Run)
 	}{
-		{file: "valid-action-delete-pod.yaml", wantOldPods: 1, wantKind: "pod_deleted", check: func(t *testing.T, run Run) {
+		{file: "valid-action-delete-pod.yaml", wantOldPods: 1, wantKind: "pod_deleted", check: func(t *testing.T, run results.Run) {
 			if c := run.Capacity; c == nil || c.Replicas != 3 || c.MinReady != 2 {
 				t.Errorf("capacity %+v, want 2 of 3 ready", c)
 			}
@@ -219,12 +220,12 @@ func TestRunnerActions(t *testing.T) {
 			}
 		}},
 		{file: "valid-action-scale.yaml", wantOldPods: 1, wantKind: "replicaset_scaled"},
-		{file: "valid-action-evict.yaml", wantOldPods: 0, wantKind: "eviction_refused", check: func(t *testing.T, run Run) {
-			if e := run.Evictions; e == nil || *e != (Evictions{Refused: 1}) {
+		{file: "valid-action-evict.yaml", wantOldPods: 0, wantKind: "eviction_refused", check: func(t *testing.T, run results.Run) {
+			if e := run.Evictions; e == nil || *e != (results.Evictions{Refused: 1}) {
 				t.Errorf("evictions %+v, want 1 refused", e)
 			}
 		}},
-		{file: "valid-action-drain.yaml", wantOldPods: 0, wantKind: "node_uncordoned", wantSteps: []string{RunnerDrainStarted, RunnerDrainEnded}, check: func(t *testing.T, run Run) {
+		{file: "valid-action-drain.yaml", wantOldPods: 0, wantKind: "node_uncordoned", wantSteps: []string{results.RunnerDrainStarted, results.RunnerDrainEnded}, check: func(t *testing.T, run results.Run) {
 			d := run.Drain
 			if d == nil || d.Drained || d.Node != "node-1" || d.TimeoutMS != 7000 || d.EndMS < 6500 {
 				t.Fatalf("drain %+v, want node-1 blocked until the quick timeout of 7 s", d)
@@ -238,7 +239,7 @@ func TestRunnerActions(t *testing.T) {
 				t.Errorf("evictions %+v, want 2 or more refused, none accepted", e)
 			}
 		}},
-		{file: "valid-action-outage.yaml", wantOldPods: -1, wantKind: "liveness_kill", wantSteps: []string{RunnerOutageStarted, RunnerOutageEnded}, check: func(t *testing.T, run Run) {
+		{file: "valid-action-outage.yaml", wantOldPods: -1, wantKind: "liveness_kill", wantSteps: []string{results.RunnerOutageStarted, results.RunnerOutageEnded}, check: func(t *testing.T, run results.Run) {
 			o := run.Outage
 			if o == nil || o.Mode != OutageRefuse || o.EndMS-o.StartMS < 5000 {
 				t.Fatalf("outage %+v, want 5 s of refuse", o)
@@ -251,7 +252,7 @@ func TestRunnerActions(t *testing.T) {
 				t.Errorf("restarts %d, recover %v: want restarts, and a recovery", run.Restarts, run.RecoverMS)
 			}
 		}},
-		{file: "valid-action-set-env.yaml", wantOldPods: -1, wantKind: "back_off", wantSteps: []string{RunnerEnvApplied, RunnerRolledBack}, check: func(t *testing.T, run Run) {
+		{file: "valid-action-set-env.yaml", wantOldPods: -1, wantKind: "back_off", wantSteps: []string{results.RunnerEnvApplied, results.RunnerRolledBack}, check: func(t *testing.T, run results.Run) {
 			if steps := runnerSteps(run); run.RolledBackMS == nil || steps[1].AtMS != *run.RolledBackMS || len(steps[0].Detail) == 0 {
 				t.Errorf("set-env steps %+v, want the variables applied, then the rollback at %v", steps, run.RolledBackMS)
 			}
@@ -297,7 +298,7 @@ func TestRunnerActions(t *testing.T) {
 			}
 			found := false
 			for _, e := range run.Timeline {
-				found = found || (e.Source == "cluster" && e.Kind == tt.wantKind && e.AtMS >= 0)
+				found = found || (e.Source == results.SourceCluster && e.Kind == tt.wantKind && e.AtMS >= 0)
 			}
 			if !found {
 				t.Errorf("no %s event after the action in the timeline", tt.wantKind)
@@ -325,10 +326,10 @@ func TestRunnerActions(t *testing.T) {
 }
 
 // runnerSteps returns the runner's entries of run's timeline.
-func runnerSteps(run Run) []Entry {
-	var steps []Entry
+func runnerSteps(run results.Run) []results.Entry {
+	var steps []results.Entry
 	for _, e := range run.Timeline {
-		if e.Source == "runner" {
+		if e.Source == results.SourceRunner {
 			steps = append(steps, e)
 		}
 	}
@@ -351,28 +352,28 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 	t.Parallel()
 	// capacity checks a rollout's capacity and the fewest ready pods its
 	// strategy allows.
-	capacity := func(want string, allowed int) func(t *testing.T, run Run) {
-		return func(t *testing.T, run Run) {
+	capacity := func(want string, allowed int) func(t *testing.T, run results.Run) {
+		return func(t *testing.T, run results.Run) {
 			if c := run.Capacity; c == nil || fmt.Sprintf("%d/%d", c.MinReady, c.Replicas) != want || c.Allowed == nil || *c.Allowed != allowed {
 				t.Errorf("capacity %+v, want %s, %d allowed", c, want, allowed)
 			}
 		}
 	}
-	evictions := func(accepted int, refused bool) func(t *testing.T, run Run) {
-		return func(t *testing.T, run Run) {
+	evictions := func(accepted int, refused bool) func(t *testing.T, run results.Run) {
+		return func(t *testing.T, run results.Run) {
 			if e := run.Evictions; e == nil || e.Accepted != accepted || (e.Refused > 0) != refused {
 				t.Errorf("evictions %+v, want %d accepted, refusals %v", e, accepted, refused)
 			}
 		}
 	}
 	checkCatalog(t, []catalogCheck{
-		{name: "probe-liveness-deep", check: firstRun(func(t *testing.T, run Run) {
+		{name: "probe-liveness-deep", check: firstRun(func(t *testing.T, run results.Run) {
 			if run.Restarts == 0 || len(run.BackOffs) == 0 || run.RecoverMS == nil || *run.RecoverMS < 5000 {
 				t.Errorf("restarts %d, back-offs %+v, recover %v ms: want restarts, back-offs and 5 s or more to recover",
 					run.Restarts, run.BackOffs, run.RecoverMS)
 			}
 		})},
-		{name: "probe-readiness-deep", check: firstRun(func(t *testing.T, run Run) {
+		{name: "probe-readiness-deep", check: firstRun(func(t *testing.T, run results.Run) {
 			if run.Restarts != 0 || run.RecoverMS == nil || *run.RecoverMS > 5000 || run.Capacity.MinReady != 0 {
 				t.Errorf("restarts %d, recover %v ms, capacity %+v: want no restart, every pod unready, back within 5 s",
 					run.Restarts, run.RecoverMS, run.Capacity)
@@ -381,7 +382,7 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 				t.Errorf("totals %+v: want only refused or 5xx, as while no pod is ready", tot)
 			}
 		})},
-		{name: "crashloop", check: firstRun(func(t *testing.T, run Run) {
+		{name: "crashloop", check: firstRun(func(t *testing.T, run results.Run) {
 			var delays []float64
 			for _, b := range run.BackOffs {
 				delays = append(delays, math.Round(b.DelayMS/1000))
@@ -393,7 +394,7 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 		{name: "surge-1-unavailable-0", check: firstRun(capacity("3/3", 3))},
 		{name: "surge-0-unavailable-1", check: firstRun(capacity("2/3", 2))},
 		{name: "pdb-1-evict", check: firstRun(evictions(0, true))},
-		{name: "pdb-2-delete", check: firstRun(func(t *testing.T, run Run) {
+		{name: "pdb-2-delete", check: firstRun(func(t *testing.T, run results.Run) {
 			if len(run.OldPods) != 1 || run.Evictions != nil {
 				t.Errorf("old pods %+v, evictions %+v: want the pod deleted, no eviction", run.OldPods, run.Evictions)
 			}
@@ -401,19 +402,19 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 				t.Errorf("capacity %+v, want one with no allowed figure: a deletion is not a rollout", c)
 			}
 		})},
-		{name: "pdb-3-rollout", check: firstRun(func(t *testing.T, run Run) {
+		{name: "pdb-3-rollout", check: firstRun(func(t *testing.T, run results.Run) {
 			capacity("2/3", 2)(t, run)
 			if len(run.OldPods) != 3 {
 				t.Errorf("old pods %+v, want 3 replaced", run.OldPods)
 			}
 		})},
-		{name: "pdb-4-drain-min-available", check: firstRun(func(t *testing.T, run Run) {
+		{name: "pdb-4-drain-min-available", check: firstRun(func(t *testing.T, run results.Run) {
 			evictions(0, true)(t, run)
 			if d := run.Drain; d == nil || d.Drained {
 				t.Errorf("drain %+v, want blocked", d)
 			}
 		})},
-		{name: "pdb-5-drain-max-unavailable", check: firstRun(func(t *testing.T, run Run) {
+		{name: "pdb-5-drain-max-unavailable", check: firstRun(func(t *testing.T, run results.Run) {
 			evictions(1, false)(t, run)
 			if d := run.Drain; d == nil || !d.Drained {
 				t.Errorf("drain %+v, want drained", d)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // splitTraffic sends a repetition's traffic from generators in this
@@ -56,7 +57,7 @@ func (s *splitTraffic) Run(ctx context.Context, cfg load.Config, started func())
 // runWithTraffic runs the catalog's scenario name quick on a local
 // cluster, with the traffic source that newTraffic returns, and returns
 // the scenario and its result.
-func runWithTraffic(t *testing.T, name string, newTraffic func(Cluster) TrafficSource) (*Scenario, *Result) {
+func runWithTraffic(t *testing.T, name string, newTraffic func(Cluster) TrafficSource) (*Scenario, *results.Result) {
 	t.Helper()
 	all, err := Catalog()
 	if err != nil {

@@ -11,9 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // TestDisruption computes a run's capacity, back-offs, evictions and
@@ -56,17 +58,17 @@ func TestDisruption(t *testing.T) {
 		ev(12.7, cluster.BackOff, "app-a1b2c-2", "delay", "19.99s"),
 		ev(33, cluster.PodReady, "app-a1b2c-2"),
 	}
-	run := &Run{Start: start, Outage: &Outage{Mode: OutageRefuse, StartMS: 0, EndMS: 20000},
-		Timeline: []Entry{
-			{AtMS: 21000, Source: "client", Kind: "refused"},
-			{AtMS: 25000, Source: "cluster", Kind: "pod_ready"},
+	run := &results.Run{Start: start, Outage: &results.Outage{Mode: OutageRefuse, StartMS: 0, EndMS: 20000},
+		Timeline: []results.Entry{
+			{AtMS: 21000, Source: results.SourceClient, Kind: "refused"},
+			{AtMS: 25000, Source: results.SourceCluster, Kind: "pod_ready"},
 		}}
-	disruption(run, events, "app", 3, ptr(2))
-	want := &Run{Start: start, Outage: run.Outage, Timeline: run.Timeline,
-		Capacity:  &Capacity{MinReady: 1, Replicas: 3, Allowed: ptr(2), AtMS: 2500},
-		BackOffs:  []BackOff{{AtMS: 2600, Pod: "app-a1b2c-2", DelayMS: 9998}, {AtMS: 12700, Pod: "app-a1b2c-2", DelayMS: 19990}},
-		Evictions: &Evictions{Accepted: 1, Refused: 1},
-		RecoverMS: ptr(13000.0), // all ready at 33 s, 13 s after the outage's end at 20 s
+	disruption(run, events, "app", 3, ptr.To(2))
+	want := &results.Run{Start: start, Outage: run.Outage, Timeline: run.Timeline,
+		Capacity:  &results.Capacity{MinReady: 1, Replicas: 3, Allowed: ptr.To(2), AtMS: 2500},
+		BackOffs:  []results.BackOff{{AtMS: 2600, Pod: "app-a1b2c-2", DelayMS: 9998}, {AtMS: 12700, Pod: "app-a1b2c-2", DelayMS: 19990}},
+		Evictions: &results.Evictions{Accepted: 1, Refused: 1},
+		RecoverMS: ptr.To(13000.0), // all ready at 33 s, 13 s after the outage's end at 20 s
 	}
 	if diff := cmp.Diff(want, run); diff != "" {
 		t.Errorf("disruption (-want +got):\n%s", diff)
@@ -74,18 +76,18 @@ func TestDisruption(t *testing.T) {
 
 	// A failure after the pods are back is what ends the recovery; a run
 	// with no event after the action keeps the capacity it started with.
-	run = &Run{Start: start, Outage: &Outage{EndMS: 20000}, Timeline: []Entry{{AtMS: 36000, Source: "client", Kind: "timeout"}}}
+	run = &results.Run{Start: start, Outage: &results.Outage{EndMS: 20000}, Timeline: []results.Entry{{AtMS: 36000, Source: results.SourceClient, Kind: "timeout"}}}
 	disruption(run, events, "app", 3, nil)
 	if run.RecoverMS == nil || *run.RecoverMS != 16000 {
 		t.Errorf("recover = %v, want 16000 ms, the last failure's", run.RecoverMS)
 	}
-	run = &Run{Start: at(40)}
+	run = &results.Run{Start: at(40)}
 	disruption(run, events, "app", 3, nil)
-	if diff := cmp.Diff(&Capacity{MinReady: 3, Replicas: 3}, run.Capacity); diff != "" || run.Evictions != nil || run.RecoverMS != nil {
+	if diff := cmp.Diff(&results.Capacity{MinReady: 3, Replicas: 3}, run.Capacity); diff != "" || run.Evictions != nil || run.RecoverMS != nil {
 		t.Errorf("after everything: capacity diff %s, evictions %v, recover %v: want 3/3 and neither", diff, run.Evictions, run.RecoverMS)
 	}
 	// Not every pod ready at the end: no recovery.
-	run = &Run{Start: start, Outage: &Outage{EndMS: 20000}}
+	run = &results.Run{Start: start, Outage: &results.Outage{EndMS: 20000}}
 	disruption(run, events[:len(events)-1], "app", 3, nil)
 	if run.RecoverMS != nil {
 		t.Errorf("recover = %v with a pod still unready, want none", *run.RecoverMS)
@@ -110,13 +112,13 @@ func TestRolloutAllowed(t *testing.T) {
 		action   string
 		want     *int
 	}{
-		{name: "defaults of 3", replicas: 3, action: ActionRolloutRestart, want: ptr(3)},
-		{name: "defaults of 8", replicas: 8, action: ActionRolloutRestart, want: ptr(6)},
-		{name: "maxUnavailable 1", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionRolloutRestart, want: ptr(2)},
-		{name: "set-env", strategy: rolling(n(1), n(0)), replicas: 2, action: ActionSetEnv, want: ptr(2)},
-		{name: "both round to zero", strategy: rolling(pct("0%"), pct("10%")), replicas: 3, action: ActionRolloutRestart, want: ptr(2)},
-		{name: "maxUnavailable above replicas", strategy: rolling(n(0), n(5)), replicas: 3, action: ActionRolloutRestart, want: ptr(0)},
-		{name: "recreate", strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}, replicas: 3, action: ActionRolloutRestart, want: ptr(0)},
+		{name: "defaults of 3", replicas: 3, action: ActionRolloutRestart, want: ptr.To(3)},
+		{name: "defaults of 8", replicas: 8, action: ActionRolloutRestart, want: ptr.To(6)},
+		{name: "maxUnavailable 1", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionRolloutRestart, want: ptr.To(2)},
+		{name: "set-env", strategy: rolling(n(1), n(0)), replicas: 2, action: ActionSetEnv, want: ptr.To(2)},
+		{name: "both round to zero", strategy: rolling(pct("0%"), pct("10%")), replicas: 3, action: ActionRolloutRestart, want: ptr.To(2)},
+		{name: "maxUnavailable above replicas", strategy: rolling(n(0), n(5)), replicas: 3, action: ActionRolloutRestart, want: ptr.To(0)},
+		{name: "recreate", strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}, replicas: 3, action: ActionRolloutRestart, want: ptr.To(0)},
 		{name: "not a percentage", strategy: rolling(n(0), pct("half")), replicas: 3, action: ActionRolloutRestart},
 		{name: "delete-pod", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionDeletePod},
 		{name: "drain", replicas: 1, action: ActionDrain},
@@ -151,7 +153,7 @@ func TestFiguresSigtermFromLog(t *testing.T) {
 		{Time: stamp(0.5), Pod: "app-1", Class: load.OK},
 		{Time: stamp(1.5), Pod: "app-1", Class: load.OK},
 	}
-	run := &Run{Start: start}
+	run := &results.Run{Start: start}
 	figures(run, &load.Report{}, requests, events, podAddressesOf(events), logs, at(5))
 	if len(run.OldPods) != 1 {
 		t.Fatalf("old pods %+v, want app-1", run.OldPods)
@@ -216,11 +218,11 @@ func TestFiguresByAddress(t *testing.T) {
 		req(2.4, load.OK, "", ""),
 		req(4, load.OK, "", "127.77.0.2:8080"), // app-3's by then
 	}
-	run := &Run{Start: start}
+	run := &results.Run{Start: start}
 	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, at(3))
 	f := func(v float64) *float64 { return &v }
 	n := func(v int) *int { return &v }
-	want := []OldPod{
+	want := []results.OldPod{
 		{Name: "app-1", SigtermMS: f(1000), LastRequestMS: f(1500.5), GapMS: f(-500.5), LastNewConnectionMS: f(500.5), AfterSigterm: n(1), DrainMS: 2900, ExitCode: 143},
 		{Name: "app-2", SigtermMS: f(1000), LastRequestMS: f(1300.5), GapMS: f(-300.5), LastNewConnectionMS: f(1200.5), AfterSigterm: n(2), DrainMS: 2900, ExitCode: 143},
 	}
@@ -245,7 +247,7 @@ func TestFiguresUnattributed(t *testing.T) {
 		{Time: stamp(1.5), Class: load.OK, Addr: "10.96.0.10:80"},
 		{Time: stamp(1.6), Class: load.OK},
 	}
-	run := &Run{Start: start}
+	run := &results.Run{Start: start}
 	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, at(3))
 	if len(run.OldPods) != 2 {
 		t.Fatalf("old pods %+v, want app-1 and app-2", run.OldPods)
@@ -265,7 +267,7 @@ func TestFiguresUnattributed(t *testing.T) {
 	}
 
 	requests = append(requests, load.Event{Time: stamp(0.7), Class: load.OK, Addr: "127.77.0.2:8080"})
-	run = &Run{Start: start}
+	run = &results.Run{Start: start}
 	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, at(3))
 	app2 := run.OldPods[1]
 	if app2.Name != "app-2" || app2.AfterSigterm == nil || *app2.AfterSigterm != 0 || app2.LastRequestMS != nil {
@@ -287,7 +289,7 @@ func TestFiguresUnattributed(t *testing.T) {
 			{Time: stamp(1.6), Class: load.ConnectTimeout},
 		},
 	} {
-		run = &Run{Start: start}
+		run = &results.Run{Start: start}
 		figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, at(3))
 		for _, p := range run.OldPods {
 			if p.AfterSigterm == nil || *p.AfterSigterm != 0 || p.LastRequestMS != nil {
@@ -381,7 +383,7 @@ func TestRunningOf(t *testing.T) {
 		{Kind: cluster.PodReady, Pod: "app-a1-1"}, {Kind: cluster.PodReady, Pod: "app-a1-3"},
 		{Kind: cluster.PodTerminating, Pod: "app-a1-3"}, {Kind: cluster.PodTerminated, Pod: "app-a1-3"},
 	}
-	want := []RunningPod{{Name: "app-a1-1", Node: "node-1", IP: "10.0.1.1", Ready: true}, {Name: "app-a1-2", Node: "node-2", IP: "10.0.2.1"}}
+	want := []results.RunningPod{{Name: "app-a1-1", Node: "node-1", IP: "10.0.1.1", Ready: true}, {Name: "app-a1-2", Node: "node-2", IP: "10.0.2.1"}}
 	if got := runningOf(events, "app"); !cmp.Equal(got, want) {
 		t.Errorf("runningOf = %+v, want %+v", got, want)
 	}
