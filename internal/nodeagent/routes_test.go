@@ -259,7 +259,7 @@ func updateSlice(t *testing.T, client kubernetes.Interface, s *discoveryv1.Endpo
 
 // waitApplied returns the first EndpointsApplied event of object at or
 // after index from whose endpoints are endpoints (as
-// cluster.DescribeEndpoints gives them); it fails the test after
+// cluster.Endpoints.String renders them); it fails the test after
 // routesWait.
 func waitApplied(t *testing.T, log *cluster.EventLog, from int, object, endpoints string) cluster.Event {
 	t.Helper()
@@ -271,7 +271,7 @@ func waitApplied(t *testing.T, log *cluster.EventLog, from int, object, endpoint
 		if err != nil {
 			t.Fatalf("no EndpointsApplied %s of %s within %v; events: %v", endpoints, object, routesWait, log.Events()[from:])
 		}
-		if e.Kind == cluster.EndpointsApplied && e.Object == object && e.Fields["endpoints"] == endpoints {
+		if e.Kind == cluster.EndpointsApplied && e.Object == object && e.Endpoints.String() == endpoints {
 			return e
 		}
 	}

@@ -736,47 +736,6 @@ func recordingStart(run results.Run) float64 {
 	return start
 }
 
-// endpoint is one endpoint of an endpoints event's list.
-type endpoint struct {
-	ip                          string
-	ready, serving, terminating bool
-}
-
-// parseEndpoints reads the endpoints field of endpoints_published and
-// endpoints_applied: ip=ready/serving/terminating, each 1 or 0, comma
-// separated.
-func parseEndpoints(s string) []endpoint {
-	var eps []endpoint
-	for _, part := range strings.Split(s, ",") {
-		ip, flags, ok := strings.Cut(part, "=")
-		f := strings.Split(flags, "/")
-		if !ok || len(f) != 3 {
-			continue
-		}
-		eps = append(eps, endpoint{ip: ip, ready: f[0] == "1", serving: f[1] == "1", terminating: f[2] == "1"})
-	}
-	return eps
-}
-
-// routedTo returns the endpoints a node's view sends new connections to:
-// the ready ones; when none is ready, the serving and terminating ones
-// (internal/cluster/local's Proxy.DialContext, docs/kubernetes.md E6).
-func routedTo(eps []endpoint) []endpoint {
-	var ready, fallback []endpoint
-	for _, ep := range eps {
-		switch {
-		case ep.ready:
-			ready = append(ready, ep)
-		case ep.serving && ep.terminating:
-			fallback = append(fallback, ep)
-		}
-	}
-	if len(ready) > 0 {
-		return ready
-	}
-	return fallback
-}
-
 // podIPs maps the pods' IPs to their names, from the run's Running, its
 // pod_started events and the pods' listening log events.
 func podIPs(run results.Run) map[string]string {
@@ -868,8 +827,9 @@ func routedSpans(run results.Run, pods []*podTrack, s timeScale) map[string][]ch
 			continue
 		}
 		view := map[string]bool{}
-		for _, ep := range routedTo(parseEndpoints(e.Detail["endpoints"])) {
-			if name, ok := names[ep.ip]; ok {
+		to, _ := e.Endpoints.Route(e.Node)
+		for _, i := range to {
+			if name, ok := names[e.Endpoints.List[i].Address]; ok {
 				view[name] = true
 			}
 		}
@@ -892,8 +852,9 @@ func routeLanes(run results.Run, s timeScale) []chartLane {
 	type key struct{ object, node string }
 	type view struct {
 		label string
+		node  string // "" for the API's
 		since float64
-		eps   []endpoint
+		eps   cluster.Endpoints
 		lane  chartLane
 	}
 	views := map[key]*view{}
@@ -906,21 +867,21 @@ func routeLanes(run results.Run, s timeScale) []chartLane {
 			entries = append(entries, e)
 		}
 	}
-	describe := func(eps []endpoint) string {
+	describe := func(eps cluster.Endpoints) string {
 		var parts []string
-		for _, ep := range eps {
-			name := ep.ip
-			if n, ok := names[ep.ip]; ok {
-				name = n + " (" + ep.ip + ")"
+		for _, ep := range eps.List {
+			name := ep.Address
+			if n, ok := names[ep.Address]; ok {
+				name = n + " (" + ep.Address + ")"
 			}
 			var state []string
-			if ep.ready {
+			if ep.Ready {
 				state = append(state, "ready")
 			}
-			if ep.serving {
+			if ep.Serving {
 				state = append(state, "serving")
 			}
-			if ep.terminating {
+			if ep.Terminating {
 				state = append(state, "terminating")
 			}
 			if len(state) == 0 {
@@ -934,7 +895,8 @@ func routeLanes(run results.Run, s timeScale) []chartLane {
 		return strings.Join(parts, "; ")
 	}
 	flush := func(v *view, atMS float64) {
-		n := len(routedTo(v.eps))
+		to, _ := v.eps.Route(v.node)
+		n := len(to)
 		class := "route"
 		if n == 0 {
 			class = "route empty"
@@ -959,13 +921,13 @@ func routeLanes(run results.Run, s timeScale) []chartLane {
 			if len(objects) > 1 {
 				label = strings.TrimPrefix(k.object, "Service/") + " " + label
 			}
-			v = &view{label: label, lane: chartLane{Height: routeHeight, Label: label, Title: label}}
+			v = &view{label: label, node: k.node, lane: chartLane{Height: routeHeight, Label: label, Title: label}}
 			views[k] = v
 			keys = append(keys, k)
 		} else {
 			flush(v, e.AtMS)
 		}
-		v.eps, v.since = parseEndpoints(e.Detail["endpoints"]), e.AtMS
+		v.eps, v.since = e.Endpoints, e.AtMS
 		v.lane.Marks = append(v.lane.Marks, chartMark{X: s.x(e.AtMS), Y: 2, Y2: routeHeight - 2, Shape: "tick", Class: "change",
 			Title: fmt.Sprintf("%s changed at %s: %s", v.label, at(e.AtMS), describe(v.eps))})
 	}

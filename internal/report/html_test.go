@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/results"
@@ -119,7 +120,8 @@ func TestHTMLEscapes(t *testing.T) {
 		results.Entry{AtMS: 7, Source: results.SourceCluster, Kind: "container_exited", Pod: `pod"><svg onload=alert(3)>`,
 			Detail: map[string]string{"code": `</title><script>alert(4)</script>`}},
 		results.Entry{AtMS: 8, Source: results.SourceCluster, Kind: "endpoints_applied", Node: `node-<em>`,
-			Detail: map[string]string{"endpoints": `127.0.0.1=1/1/0`, "object": `Service/'";alert(5)//`}},
+			Detail:    map[string]string{"object": `Service/'";alert(5)//`},
+			Endpoints: cluster.Endpoints{List: []cluster.Endpoint{{Address: "127.0.0.1", Ready: true, Serving: true}}}},
 	)
 	page := renderHTML(t, r)
 	for _, raw := range []string{"<script", "<img", "<svg onload", "<u>", "<em>"} {
@@ -615,9 +617,13 @@ func startedBefore() results.Run {
 	cl := func(at float64, kind, pod, node string, detail map[string]string) results.Entry {
 		return results.Entry{AtMS: at, Source: results.SourceCluster, Kind: kind, Pod: pod, Node: node, Detail: detail}
 	}
-	applied := func(at float64, node, eps string) results.Entry {
-		return cl(at, "endpoints_applied", "", node, map[string]string{"object": "Service/default/app", "endpoints": eps})
+	applied := func(at float64, node string, eps ...cluster.Endpoint) results.Entry {
+		e := cl(at, "endpoints_applied", "", node, map[string]string{"object": "Service/default/app"})
+		e.Endpoints.List = eps
+		return e
 	}
+	ready := func(ip string) cluster.Endpoint { return cluster.Endpoint{Address: ip, Ready: true, Serving: true} }
+	unready := func(ip string) cluster.Endpoint { return cluster.Endpoint{Address: ip} }
 	last := 1899.0
 	return results.Run{
 		Repetition: 1, Start: time.Date(2026, 12, 1, 21, 35, 48, 0, time.UTC),
@@ -627,15 +633,66 @@ func startedBefore() results.Run {
 		Timeline: []results.Entry{
 			cl(0.2, "pod_created", "app-new-1", "", nil),
 			cl(0.4, "pod_started", "app-new-1", "node-2", map[string]string{"ip": "10.0.2.2"}),
-			applied(400, "node-1", "10.0.1.1=1/1/0,10.0.2.1=1/1/0,10.0.2.2=0/0/0"),
-			applied(500, "node-2", "10.0.1.1=1/1/0,10.0.2.1=1/1/0,10.0.2.2=0/0/0"),
+			applied(400, "node-1", ready("10.0.1.1"), ready("10.0.2.1"), unready("10.0.2.2")),
+			applied(500, "node-2", ready("10.0.1.1"), ready("10.0.2.1"), unready("10.0.2.2")),
 			cl(2000, "pod_ready", "app-new-1", "node-2", nil),
 			cl(2005, "pod_deleted", "app-old-1", "node-1", nil),
 			cl(2006, "pod_terminating", "app-old-1", "node-1", nil),
 			cl(2009, "container_exited", "app-old-1", "node-1", map[string]string{"code": "0"}),
-			applied(2800, "node-1", "10.0.2.1=1/1/0,10.0.2.2=1/1/0"),
-			applied(2850, "node-2", "10.0.2.1=1/1/0,10.0.2.2=1/1/0"),
+			applied(2800, "node-1", ready("10.0.2.1"), ready("10.0.2.2")),
+			applied(2850, "node-2", ready("10.0.2.1"), ready("10.0.2.2")),
 		},
+	}
+}
+
+// TestHTMLNodeLocal: with internalTrafficPolicy Local, a node's routing
+// view sends new connections only to the endpoints on that node, and the
+// report draws it so once each view has applied the endpoints.
+func TestHTMLNodeLocal(t *testing.T) {
+	applied := func(at float64, node string) results.Entry {
+		return results.Entry{AtMS: at, Source: results.SourceCluster, Kind: "endpoints_applied", Node: node,
+			Detail: map[string]string{"object": "Service/default/app"},
+			Endpoints: cluster.Endpoints{NodeLocal: true, List: []cluster.Endpoint{
+				{Address: "10.0.1.1", Ready: true, Serving: true, Node: "node-1"},
+				{Address: "10.0.2.1", Ready: true, Serving: true, Node: "node-2"},
+			}}}
+	}
+	run := results.Run{
+		Repetition: 1, Start: time.Date(2026, 12, 1, 21, 35, 48, 0, time.UTC),
+		Clients: []load.ClientReport{{Kind: load.NewConn, Rate: 50, Seconds: []load.Second{{Time: time.Date(2026, 12, 1, 21, 35, 47, 0, time.UTC)}}}},
+		Running: []results.RunningPod{{Name: "app-1", Node: "node-1", IP: "10.0.1.1", Ready: true}, {Name: "app-2", Node: "node-2", IP: "10.0.2.1", Ready: true}},
+		Timeline: []results.Entry{applied(100, "node-1"), applied(200, "node-2"),
+			{AtMS: 1000, Source: results.SourceCluster, Kind: "pod_created", Pod: "app-3"}},
+	}
+	page := html.UnescapeString(renderHTML(t, &results.Results{Scenarios: []results.Result{{Name: "local", Runs: []results.Run{run}}}}))
+	for _, want := range []string{
+		"app-1: new connections routed to it by node-1 from +0.200 s to +1.000 s",
+		"app-2: new connections routed to it by node-2 from +0.100 s to +1.000 s",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+}
+
+// TestHTMLEndpointsWrittenAgain: results read from a file written before
+// timeline entries had their Endpoints, written again and read back, give
+// the same page.
+func TestHTMLEndpointsWrittenAgain(t *testing.T) {
+	r := readLabResults(t)
+	var b bytes.Buffer
+	if err := results.Write(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), `"endpoints": "`) {
+		t.Error("results written again still hold endpoints as a detail string")
+	}
+	again, err := results.Read(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := renderHTML(t, again), renderHTML(t, readLabResults(t)); got != want {
+		t.Errorf("the page of the results written again differs:\n%s", cmp.Diff(want, got))
 	}
 }
 

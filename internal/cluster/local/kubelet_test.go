@@ -134,6 +134,9 @@ func describe(events []cluster.Event) string {
 			start = e.Time
 		}
 		fmt.Fprintf(&b, "\n  +%6.3fs %s %s %v", e.Time.Sub(start).Seconds(), e.Pod, e.Kind, e.Fields)
+		if e.Kind == cluster.EndpointsPublished || e.Kind == cluster.EndpointsApplied {
+			fmt.Fprintf(&b, " %s %s %s", e.Node, e.Object, e.Endpoints)
+		}
 	}
 	return b.String()
 }
