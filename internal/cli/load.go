@@ -62,7 +62,7 @@ given, and then only what is safe to resend (see the retry package).
 
 With --wait-serving, the run begins once URL answers: ` + strconv.Itoa(load.ServingInARow) + ` requests in a row,
 each on a new connection, with a status below 500 (failed tries 100 ms
-apart). If it does not within that time, the command fails (exit status 1)
+apart). If it does not within that time, the command fails (exit status 3)
 and sends nothing. The load pods of rollout --kube and lab --kube use it,
 so that their traffic starts, as the embedded cluster's does, once the
 Service answers where the traffic comes from.
@@ -188,7 +188,12 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		err := load.WaitServing(wctx, cfg, nil)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("load: --wait-serving %v: %w", flags.waitServing, err)
+			err = fmt.Errorf("load: --wait-serving %v: %w", flags.waitServing, err)
+			if ctx.Err() == nil {
+				// URL never answered: there is nothing to measure.
+				err = &setupError{err}
+			}
+			return err
 		}
 	}
 	if flags.output == "jsonl" {

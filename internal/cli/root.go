@@ -32,19 +32,26 @@ func StdStreams() Streams {
 	return Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
 }
 
-// Exit statuses shared by every command.
+// Exit statuses shared by every command (README.md § Exit status), and
+// ExitInterrupted. `serve` alone exits as its server did.
 const (
 	// ExitOK means the command did what was asked and found nothing wrong.
 	ExitOK = 0
-	// ExitError means the tool itself failed.
-	ExitError = 1
-	// ExitUsage means a flag, argument or environment value was invalid.
+	// ExitFailed means the command ran and what it found fails its gate:
+	// lint findings at or above --threshold, a run with more failed requests
+	// than --max-failures allows.
+	ExitFailed = 1
+	// ExitUsage means a flag, argument, input file or environment value
+	// was invalid; nothing ran.
 	ExitUsage = 2
 	// ExitSetup means the setup did not run, so nothing was measured: the
 	// workload of a run that sends traffic did not deploy (pods that never
 	// all became ready, a Service that never answered, containers that
 	// exited before the action: scenario.DeployError).
 	ExitSetup = 3
+	// ExitError means the tool itself failed: a cluster that did not come
+	// up or could not be reached, a file that could not be written.
+	ExitError = 4
 )
 
 // usageError marks an error in the command line or environment; it maps to
@@ -85,6 +92,14 @@ func nonNegative[T int | int64 | float64 | time.Duration](command, flag string, 
 	return usagef("%s: invalid %s %v: must not be negative", command, flag, v)
 }
 
+// setupError marks an error of a setup that did not run, so that nothing
+// was measured: a target that never answered. It maps to ExitSetup, as a
+// scenario.DeployError does.
+type setupError struct{ err error }
+
+func (e *setupError) Error() string { return e.err.Error() }
+func (e *setupError) Unwrap() error { return e.err }
+
 // exitStatus is returned by a command whose outcome is a specific exit status
 // rather than an error, such as `serve`, which exits as its server did.
 type exitStatus int
@@ -115,7 +130,7 @@ func Run(ctx context.Context, args []string, streams Streams) int {
 	switch {
 	case errors.As(err, new(*usageError)):
 		return ExitUsage
-	case errors.As(err, new(*scenario.DeployError)):
+	case errors.As(err, new(*scenario.DeployError)), errors.As(err, new(*setupError)):
 		return ExitSetup
 	}
 	return ExitError
