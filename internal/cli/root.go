@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -106,10 +107,29 @@ type exitStatus int
 
 func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
+// KubectlPlugin is the name under which kubectl finds closingtime as a
+// plugin: with the binary installed (or linked) as kubectl-closingtime on
+// the PATH, `kubectl closingtime lint …` runs `kubectl-closingtime lint …`.
+const KubectlPlugin = "kubectl-closingtime"
+
+// Main runs the command line argv, the program's path then its arguments,
+// as Run does. A program named KubectlPlugin calls itself `kubectl
+// closingtime` in help and usage.
+func Main(ctx context.Context, argv []string, streams Streams) int {
+	root := newRootCommand(streams)
+	if len(argv) > 0 && strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == KubectlPlugin {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl closingtime"}
+	}
+	return run(ctx, root, argv[min(1, len(argv)):], streams)
+}
+
 // Run executes the command line args and returns the process exit status.
 // It prints any error once, to streams.Err.
 func Run(ctx context.Context, args []string, streams Streams) int {
-	root := newRootCommand(streams)
+	return run(ctx, newRootCommand(streams), args, streams)
+}
+
+func run(ctx context.Context, root *cobra.Command, args []string, streams Streams) int {
 	root.SetArgs(args)
 	// Cobra rejects unknown commands and wrong arguments before any command
 	// runs; such errors are usage errors.
@@ -200,7 +220,7 @@ signals and TCP, and finds their causes before they ship.`,
 		}
 		err = fmt.Errorf("%w%s (see %s --help)", err, hint, cmd.CommandPath())
 		if cmd.HasParent() {
-			err = fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), err)
+			err = fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), root.DisplayName()+" "), err)
 		}
 		return &usageError{err}
 	})

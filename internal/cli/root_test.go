@@ -87,3 +87,27 @@ func TestClosestFlag(t *testing.T) {
 	}
 }
 
+// TestKubectlPlugin runs closingtime as kubectl runs its plugin, by the
+// name kubectl-closingtime: it works as closingtime does, and its help
+// and errors name it as the user typed it.
+func TestKubectlPlugin(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args             []string
+		want             int
+		wantOut, wantErr string
+	}{
+		{args: []string{"lint", "--help"}, want: ExitOK, wantOut: "kubectl closingtime lint [flags]"},
+		{args: []string{"lint", "../lint/testdata/readiness-probe-missing/invalid-no-probe.yaml"}, want: ExitFailed, wantOut: "readiness-probe-missing"},
+		{args: []string{"lint", "--bogus"}, want: ExitUsage, wantErr: "closingtime: lint: unknown flag: --bogus (see kubectl closingtime lint --help)\n"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			got := Main(context.Background(), append([]string{"/usr/local/bin/" + KubectlPlugin}, tt.args...), Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+			if got != tt.want || !strings.Contains(out.String(), tt.wantOut) || !strings.Contains(errOut.String(), tt.wantErr) {
+				t.Errorf("exit %d, stdout:\n%s\nstderr %q\nwant %d, %q in stdout, %q in stderr", got, out.String(), errOut.String(), tt.want, tt.wantOut, tt.wantErr)
+			}
+		})
+	}
+}
