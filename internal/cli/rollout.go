@@ -12,26 +12,20 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
-	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
 type rolloutFlags struct {
-	files           []string
-	local           bool
-	repeat          int
-	rate            float64
-	clients         []string
-	connections     int
-	connectTimeout  time.Duration
-	responseTimeout time.Duration
-	retry           bool
-	service         string
-	path            string
-	warmUp, after   time.Duration
-	out             resultsOutput
-	images          []string
+	files  []string
+	local  bool
+	repeat int
+	trafficFlags
+	service       string
+	path          string
+	warmUp, after time.Duration
+	out           resultsOutput
+	images        []string
 	kubeFlags
 }
 
@@ -103,12 +97,7 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
 	f.StringArrayVarP(&flags.files, "filename", "f", nil, "manifest file or directory, as kubectl's -f; repeatable")
 	f.BoolVar(&flags.local, "local", false, "run on the embedded local cluster")
 	f.IntVar(&flags.repeat, "repeat", 1, "rollouts to run")
-	f.Float64Var(&flags.rate, "rate", load.DefaultRate, "requests per second of each --client that gives no rate of its own")
-	f.StringArrayVar(&flags.clients, "client", nil, "a client: new-conn or keep-alive, with its own rate as KIND=RATE; repeatable (default new-conn)")
-	f.IntVar(&flags.connections, "connections", load.DefaultConnections, "persistent connections of a keep-alive client")
-	f.DurationVar(&flags.connectTimeout, "connect-timeout", load.DefaultConnectTimeout, "how long a connect may take")
-	f.DurationVar(&flags.responseTimeout, "response-timeout", load.DefaultResponseTimeout, "how long a response may take once connected")
-	f.BoolVar(&flags.retry, "retry", false, "resend the requests that are safe to resend, on a new connection, and report them as absorbed")
+	flags.trafficFlags.bind(f)
 	f.StringVar(&flags.service, "service", "", "the Service to send traffic to (default: the only one in the files)")
 	f.StringVar(&flags.path, "path", scenario.DefaultPath, "the HTTP path to request")
 	f.DurationVar(&flags.warmUp, "warm-up", scenario.DefaultWarmUp, "traffic before each rollout")
@@ -133,10 +122,6 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	if err := cmp.Or(
 		flags.out.check("rollout"),
 		positive("rollout", "--repeat", flags.repeat),
-		positive("rollout", "--rate", flags.rate),
-		positive("rollout", "--connections", flags.connections),
-		positive("rollout", "--connect-timeout", flags.connectTimeout),
-		positive("rollout", "--response-timeout", flags.responseTimeout),
 		nonNegative("rollout", "--warm-up", flags.warmUp),
 		nonNegative("rollout", "--after", flags.after),
 	); err != nil {
@@ -146,9 +131,9 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	if err != nil {
 		return err
 	}
-	clients, err := parseClients(flags.clients, flags.rate, flags.connections)
+	clients, err := flags.trafficFlags.parse("rollout")
 	if err != nil {
-		return &usageError{fmt.Errorf("rollout: %w", err)}
+		return err
 	}
 	traffic := scenario.Traffic{Service: flags.service, Path: flags.path,
 		ConnectTimeout: flags.connectTimeout, ResponseTimeout: flags.responseTimeout}
