@@ -112,8 +112,8 @@ func TestClusterRollout(t *testing.T) {
 	}
 
 	status, plain, stderr := rollout("plain", clusterApp("exit", ""), 1)
-	if status != ExitError || plain.Refused == 0 || plain.OK == 0 {
-		t.Errorf("without a readiness probe: exit %d, %+v; want exit %d and refused requests among answered ones\n%s", status, plain, ExitError, stderr)
+	if status != ExitFailed || plain.Refused == 0 || plain.OK == 0 {
+		t.Errorf("without a readiness probe: exit %d, %+v; want exit %d and refused requests among answered ones\n%s", status, plain, ExitFailed, stderr)
 	}
 	graceful := `        readinessProbe:
           httpGet:

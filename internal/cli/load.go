@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -27,19 +26,14 @@ import (
 )
 
 type loadFlags struct {
-	rate            float64
-	duration        time.Duration
-	clients         []string
-	connections     int
-	connectTimeout  time.Duration
-	responseTimeout time.Duration
-	retry           bool
-	retryAttempts   int
-	retryBaseDelay  time.Duration
-	waitServing     time.Duration
-	stopFile        string
-	events          string
-	output          string
+	trafficFlags
+	duration       time.Duration
+	retryAttempts  int
+	retryBaseDelay time.Duration
+	waitServing    time.Duration
+	stopFile       string
+	events         string
+	output         string
 }
 
 // stopFilePoll is how often --stop-file is looked for.
@@ -62,7 +56,7 @@ given, and then only what is safe to resend (see the retry package).
 
 With --wait-serving, the run begins once URL answers: ` + strconv.Itoa(load.ServingInARow) + ` requests in a row,
 each on a new connection, with a status below 500 (failed tries 100 ms
-apart). If it does not within that time, the command fails (exit status 1)
+apart). If it does not within that time, the command fails (exit status 3)
 and sends nothing. The load pods of rollout --kube and lab --kube use it,
 so that their traffic starts, as the embedded cluster's does, once the
 Service answers where the traffic comes from.
@@ -104,13 +98,8 @@ kube-proxy routes a pod's connections (docs/load.md).`,
 		},
 	}
 	f := cmd.Flags()
-	f.Float64Var(&flags.rate, "rate", load.DefaultRate, "requests per second of each --client that gives no rate of its own")
+	flags.trafficFlags.bind(f)
 	f.DurationVar(&flags.duration, "duration", load.DefaultDuration, "how long to send requests")
-	f.StringArrayVar(&flags.clients, "client", nil, "a client: new-conn or keep-alive, with its own rate as KIND=RATE; repeatable (default new-conn)")
-	f.IntVar(&flags.connections, "connections", load.DefaultConnections, "persistent connections of a keep-alive client")
-	f.DurationVar(&flags.connectTimeout, "connect-timeout", load.DefaultConnectTimeout, "how long a connect may take")
-	f.DurationVar(&flags.responseTimeout, "response-timeout", load.DefaultResponseTimeout, "how long a response may take once connected")
-	f.BoolVar(&flags.retry, "retry", false, "resend the requests that are safe to resend, on a new connection, and report them as absorbed")
 	f.IntVar(&flags.retryAttempts, "retry-attempts", retry.DefaultAttempts, "with --retry, the most attempts per request, the first included")
 	f.DurationVar(&flags.retryBaseDelay, "retry-base-delay", retry.DefaultBaseDelay, "with --retry, the backoff ceiling before the first retry")
 	f.DurationVar(&flags.waitServing, "wait-serving", 0, "before the run, wait up to this long for URL to answer "+strconv.Itoa(load.ServingInARow)+" requests in a row, and fail if it does not (0: start at once)")
@@ -131,18 +120,14 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		ResponseTimeout: flags.responseTimeout,
 	}
 	if err := cmp.Or(
-		positive("load", "--rate", flags.rate),
 		positive("load", "--duration", flags.duration),
-		positive("load", "--connect-timeout", flags.connectTimeout),
-		positive("load", "--response-timeout", flags.responseTimeout),
-		positive("load", "--connections", flags.connections),
 		nonNegative("load", "--wait-serving", flags.waitServing),
 	); err != nil {
 		return err
 	}
-	clients, err := parseClients(flags.clients, flags.rate, flags.connections)
+	clients, err := flags.trafficFlags.parse("load")
 	if err != nil {
-		return &usageError{fmt.Errorf("load: %w", err)}
+		return err
 	}
 	cfg.Clients = clients
 	if err := cmp.Or(positive("load", "--retry-attempts", flags.retryAttempts), positive("load", "--retry-base-delay", flags.retryBaseDelay)); err != nil {
@@ -188,7 +173,12 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		err := load.WaitServing(wctx, cfg, nil)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("load: --wait-serving %v: %w", flags.waitServing, err)
+			err = fmt.Errorf("load: --wait-serving %v: %w", flags.waitServing, err)
+			if ctx.Err() == nil {
+				// URL never answered: there is nothing to measure.
+				err = &setupError{err}
+			}
+			return err
 		}
 	}
 	if flags.output == "jsonl" {
@@ -310,33 +300,6 @@ func podDialer(ctx context.Context) (load.Dialer, func(), error) {
 		return direct.DialContext(ctx, network, address)
 	}
 	return dial, routes.Close, nil
-}
-
-// parseClients turns --client values (KIND or KIND=RATE) into clients; a
-// client without a rate gets rate.
-func parseClients(values []string, rate float64, connections int) ([]load.Client, error) {
-	if len(values) == 0 {
-		values = []string{load.NewConn.String()}
-	}
-	var clients []load.Client
-	for _, v := range values {
-		name, rateText, hasRate := strings.Cut(v, "=")
-		kind, err := load.ParseKind(name)
-		if err != nil {
-			return nil, fmt.Errorf("--client %q: %w", v, err)
-		}
-		c := load.Client{Kind: kind, Rate: rate, Connections: connections}
-		if hasRate {
-			if c.Rate, err = strconv.ParseFloat(rateText, 64); err != nil || c.Rate <= 0 {
-				return nil, fmt.Errorf("--client %q: invalid rate %q: want a positive number of requests per second", v, rateText)
-			}
-		}
-		if kind == load.NewConn {
-			c.Connections = 0
-		}
-		clients = append(clients, c)
-	}
-	return clients, nil
 }
 
 // watchStopFile calls stop once path exists, as the seeds' load script

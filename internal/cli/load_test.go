@@ -341,9 +341,9 @@ func TestLoadWaitServing(t *testing.T) {
 	start := time.Now()
 	status, stdout, stderr := runCLI(context.Background(), "load", "http://"+addr+"/", "--wait-serving", "1s", "-o", "jsonl")
 	elapsed := time.Since(start)
-	if status != ExitError || !strings.Contains(stderr, "--wait-serving 1s") || !strings.Contains(stderr, "refused") || stdout != "" {
+	if status != ExitSetup || !strings.Contains(stderr, "--wait-serving 1s") || !strings.Contains(stderr, "refused") || stdout != "" {
 		t.Errorf("exit status %d, stderr %q, %d bytes of output; want %d, an error naming --wait-serving and the refused connects, no output",
-			status, stderr, len(stdout), ExitError)
+			status, stderr, len(stdout), ExitSetup)
 	}
 	if elapsed < time.Second || elapsed > 20*time.Second {
 		t.Errorf("failed after %v, want soon after the 1 s bound", elapsed)
