@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
@@ -184,25 +185,25 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 
 // clientErrorWarnings returns the lab's warning for each scenario of
 // scenarios whose result, in r at the same index, had mostly 4xx
-// responses (clientErrorsWarning), naming its traffic's path and file.
+// responses (see clientErrorsWarning), naming its traffic's path and file.
 func clientErrorWarnings(scenarios []*scenario.Scenario, r *results.Results) []string {
 	var warnings []string
 	for i, s := range scenarios {
 		set := "set traffic.path in " + s.File + " to one it serves"
-		if warning := clientErrorsWarning(statusesOf(&r.Scenarios[i]), cmp.Or(s.Traffic.Path, scenario.DefaultPath), set); warning != "" {
+		if warning := clientErrorsWarning(clientErrorsOf(&r.Scenarios[i]), cmp.Or(s.Traffic.Path, scenario.DefaultPath), set); warning != "" {
 			warnings = append(warnings, "scenario "+s.Name+": "+warning)
 		}
 	}
 	return warnings
 }
 
-// statusesOf returns the responses of r's runs by status.
-func statusesOf(r *results.Result) map[int]int64 {
-	statuses := map[int]int64{}
+// clientErrorsOf counts the 4xx responses of r's runs.
+func clientErrorsOf(r *results.Result) load.ClientErrors {
+	var clients []load.ClientReport
 	for _, run := range r.Runs {
-		addStatuses(statuses, run.Clients)
+		clients = append(clients, run.Clients...)
 	}
-	return statuses
+	return load.CountClientErrors(clients)
 }
 
 // kubeScenarios returns those of scenarios that can run on a real

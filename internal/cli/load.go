@@ -202,49 +202,25 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	// rollout --kube, which warns of its own: a load pod's log carries
 	// standard error too, where a line after the report would break the
 	// stream.
-	statuses := map[int]int64{}
-	addStatuses(statuses, report.Clients)
 	if u, perr := url.Parse(target); perr == nil && flags.output != "jsonl" {
-		if w := clientErrorsWarning(statuses, cmp.Or(u.Path, "/"), "give the path it serves in the URL, http://HOST:PORT/PATH"); w != "" {
+		if w := clientErrorsWarning(load.CountClientErrors(report.Clients), cmp.Or(u.Path, "/"), "give the path it serves in the URL, http://HOST:PORT/PATH"); w != "" {
 			fmt.Fprintf(streams.Err, "load: %s\n", w)
 		}
 	}
 	return err
 }
 
-// addStatuses adds the responses by status of clients to statuses.
-func addStatuses(statuses map[int]int64, clients []load.ClientReport) {
-	for _, c := range clients {
-		for status, n := range c.Statuses {
-			statuses[status] += n
-		}
-	}
-}
-
-// clientErrorsWarning returns a warning for a run whose responses, counted
-// by status in statuses, had a 4xx status more than half the time: the
-// server answered, so they count as ok and nothing failed, but the path
-// requested, path, is likely not one it serves; set says how to request
-// another. It returns "" when at most half of the responses had a 4xx
-// status.
-func clientErrorsWarning(statuses map[int]int64, path, set string) string {
-	var responses, clientErrors int64
-	commonest := 0
-	for status, n := range statuses {
-		responses += n
-		if status < 400 || status > 499 {
-			continue
-		}
-		clientErrors += n
-		if c := statuses[commonest]; commonest == 0 || n > c || n == c && status < commonest {
-			commonest = status
-		}
-	}
-	if clientErrors*2 <= responses {
+// clientErrorsWarning returns a warning for a run whose responses had a
+// 4xx status more than half the time (e): the server answered, so they
+// count as ok and nothing failed, but the path requested, path, is likely
+// not one it serves; set says how to request another. It returns "" when
+// at most half of the responses had a 4xx status.
+func clientErrorsWarning(e load.ClientErrors, path, set string) string {
+	if !e.Mostly() {
 		return ""
 	}
 	return fmt.Sprintf("warning: %d of %d responses (%.0f%%) had a 4xx status, most often %d %s: they count as ok, but path %s is likely not one the server serves; %s",
-		clientErrors, responses, 100*float64(clientErrors)/float64(responses), commonest, http.StatusText(commonest), path, set)
+		e.Count, e.Responses, 100*float64(e.Count)/float64(e.Responses), e.Commonest, http.StatusText(e.Commonest), path, set)
 }
 
 // routesStartTimeout bounds the wait for the routing view of a pod's node

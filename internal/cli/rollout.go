@@ -183,7 +183,7 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		return err
 	}
 	var warnings []string
-	if w := clientErrorsWarning(statusesOf(&results.Scenarios[0]), flags.path, "give the path your app serves with --path PATH"); w != "" {
+	if w := clientErrorsWarning(clientErrorsOf(&results.Scenarios[0]), flags.path, "give the path your app serves with --path PATH"); w != "" {
 		warnings = append(warnings, w)
 	}
 	return flags.out.write(streams, "rollout", results, warnings)
