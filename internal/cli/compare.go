@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
-	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
@@ -75,7 +74,7 @@ func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scen
 // flags.stateDir, with the embedded cluster's number of nodes and image
 // commands if it starts one.
 func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Scenario, cfg scenario.RunnerConfig, flags labFlags) (_ *results.Results, err error) {
-	st, stop, err := ensureCluster(ctx, streams, flags.stateDir, clusterFlags{nodes: local.DefaultNodes, images: flags.images})
+	st, stop, err := ensureCluster(ctx, streams, flags.stateDir, flags.images)
 	if err != nil {
 		// Its errors begin with the command they stand for: "cluster"
 		// or "cluster up".

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/nodeagent"
 	"github.com/closingtime-dev/closingtime/retry"
@@ -231,14 +229,12 @@ const routesStartTimeout = 30 * time.Second
 
 // podDialer returns the dialer of a load that runs in a pod of
 // `closingtime cluster`, which names its API server and node in the
-// environment (nodeagent.RoutingEnv): Service hosts,
-// name.namespace[.svc[.cluster.local]], are dialed through the node's
-// routing view, once it holds the Services and EndpointSlices of the API
-// server, as a pod's connections go through its node's kube-proxy; other
-// hosts directly. Without the environment, it returns a nil dialer (the
-// generator's net.Dialer). The returned function stops the view. A
-// variable missing or a kubeconfig that cannot be read is a usage error
-// that names the variable and the file.
+// environment (nodeagent.RoutingEnv): nodeagent.Routes.DialFromPod of the
+// node's routing view, once the view holds the Services and
+// EndpointSlices of the API server. Without the environment, it returns a
+// nil dialer (the generator's net.Dialer). The returned function stops the
+// view. A variable missing or a kubeconfig that cannot be read is a usage
+// error that names the variable and the file.
 func podDialer(ctx context.Context) (load.Dialer, func(), error) {
 	path := os.Getenv(nodeagent.KubeconfigEnv)
 	if path == "" {
@@ -266,16 +262,7 @@ func podDialer(ctx context.Context) (load.Dialer, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("load: routing view of node %s from the API server at %s (%s=%s): %w", node, rest.Host, nodeagent.KubeconfigEnv, path, err)
 	}
-	var direct net.Dialer
-	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
-		if host, _, err := net.SplitHostPort(address); err == nil {
-			if _, _, ok := local.SplitServiceHost(host); ok {
-				return routes.DialContext(ctx, network, address)
-			}
-		}
-		return direct.DialContext(ctx, network, address)
-	}
-	return dial, routes.Close, nil
+	return routes.DialFromPod, routes.Close, nil
 }
 
 // watchStopFile calls stop once path exists, as the seeds' load script

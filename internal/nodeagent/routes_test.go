@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,6 +65,21 @@ func TestRoutes(t *testing.T) {
 		if seen := reached(t, r.DialContext, "http://"+host+"/", 40); seen["a"] == 0 || seen["b"] == 0 {
 			t.Errorf("connections to %s reached %v, want both Ready endpoints", host, seen)
 		}
+	}
+
+	// A pod's dialer takes the view for Service hosts, and dials other
+	// addresses directly, which the view does not.
+	if seen := reached(t, r.DialFromPod, "http://web."+ns+".svc:80/", 20); seen["a"] == 0 || seen["b"] == 0 {
+		t.Errorf("a pod's connections to Service web reached %v, want both Ready endpoints", seen)
+	}
+	other := newNamedBackend(t, "127.76.0.3", "other")
+	otherURL := "http://" + net.JoinHostPort(other.ip, strconv.Itoa(int(other.port))) + "/"
+	if seen := reached(t, r.DialFromPod, otherURL, 2); seen["other"] != 2 {
+		t.Errorf("a pod's connections to %s reached %v, want it directly", otherURL, seen)
+	}
+	if c, err := r.DialContext(ctx, "tcp", strings.TrimSuffix(strings.TrimPrefix(otherURL, "http://"), "/")); err == nil {
+		c.Close()
+		t.Errorf("the view dialed %s, which is no Service", otherURL)
 	}
 
 	// A Ready endpoint starts terminating, still serving: the other one
