@@ -105,7 +105,7 @@ func figures(run *results.Run, report *load.Report, requests []load.Event, event
 	pods := map[string]*podTimes{}
 	var names []string
 	for _, e := range events {
-		run.Timeline = append(run.Timeline, results.Entry{AtMS: at(e.Time), Source: results.SourceCluster, Kind: string(e.Kind), Pod: e.Pod, Node: e.Node, Detail: withObject(e)})
+		run.Timeline = append(run.Timeline, results.Entry{AtMS: at(e.Time), Source: results.SourceCluster, Kind: string(e.Kind), Pod: e.Pod, Node: e.Node, Detail: withObject(e), Endpoints: e.Endpoints})
 		if e.Kind == cluster.ContainerStarted {
 			if n, _ := strconv.Atoi(e.Fields["restart"]); n > 0 {
 				run.Restarts++

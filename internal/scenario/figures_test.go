@@ -356,6 +356,21 @@ func TestFiguresHeaderlessRollout(t *testing.T) {
 	}
 }
 
+// TestFiguresEndpoints: the timeline entry of an endpoints event carries
+// the event's Endpoints and names the Service in its detail.
+func TestFiguresEndpoints(t *testing.T) {
+	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	eps := cluster.Endpoints{NodeLocal: true, List: []cluster.Endpoint{{Address: "127.77.0.2", Ready: true, Serving: true, Node: "node-1"}}}
+	events := []cluster.Event{{Time: start.Add(time.Second), Kind: cluster.EndpointsApplied, Node: "node-1", Object: "Service/default/app", Endpoints: eps}}
+	run := &results.Run{Start: start}
+	figures(run, &load.Report{}, nil, events, podAddressesOf(events), nil, start.Add(2*time.Second))
+	want := []results.Entry{{AtMS: 1000, Source: results.SourceCluster, Kind: string(cluster.EndpointsApplied), Node: "node-1",
+		Detail: map[string]string{"object": "Service/default/app"}, Endpoints: eps}}
+	if diff := cmp.Diff(want, run.Timeline); diff != "" {
+		t.Errorf("timeline (-want +got):\n%s", diff)
+	}
+}
+
 // deref spells what p points to, or nil.
 func deref[T any](p *T) any {
 	if p == nil {
