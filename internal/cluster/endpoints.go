@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 )
 
 // Endpoint is one endpoint of a Service as an EndpointSlice lists it
@@ -76,12 +77,8 @@ func EndpointsOf(slices ...*discoveryv1.EndpointSlice) []Endpoint {
 				continue
 			}
 			c := ep.Conditions
-			e := Endpoint{Address: ep.Addresses[0], Ready: c.Ready == nil || *c.Ready,
-				Serving: c.Serving == nil || *c.Serving, Terminating: c.Terminating != nil && *c.Terminating}
-			if ep.NodeName != nil {
-				e.Node = *ep.NodeName
-			}
-			out = append(out, e)
+			out = append(out, Endpoint{Address: ep.Addresses[0], Ready: ptr.Deref(c.Ready, true), Serving: ptr.Deref(c.Serving, true),
+				Terminating: ptr.Deref(c.Terminating, false), Node: ptr.Deref(ep.NodeName, "")})
 		}
 	}
 	return out
