@@ -588,12 +588,6 @@ type output struct {
 	write func(io.Writer) error
 }
 
-// writeAtomically writes path with write, through a temporary file in the
-// same directory renamed over path once complete.
-func writeAtomically(path string, write func(io.Writer) error) error {
-	return writeAll(output{path, write})
-}
-
 // writeAll writes each of outputs that has a path to a temporary file in
 // its directory, and once every one is complete renames them over their
 // paths: either every file appears whole, or none is written. Only a
