@@ -320,10 +320,9 @@ func TestClusterUpFails(t *testing.T) {
 
 // clusterTestDir returns a state directory for a test that runs a
 // cluster, skipping the test under -short and where the control plane
-// cannot be built. The
-// daemon that up starts is this test binary, which runs the command line
-// because of runAsCommand (TestMain). The cluster is stopped at the end
-// of the test if the test did not stop it.
+// cannot be built. The daemon that up starts is this test binary, which
+// runs the command line because of runAsCommand (TestMain). The cluster is
+// stopped at the end of the test if the test did not stop it.
 func clusterTestDir(t *testing.T) string {
 	t.Helper()
 	controlplanetest.Binaries(t)
