@@ -254,10 +254,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 		followers.Go(func() { explain(ectx, c, notice, explained) })
 	}
 
-	cfg, err := loadConfig(s.Traffic, target, st.rl)
-	if err != nil {
-		return nil, err
-	}
+	cfg := loadConfig(s.Traffic, target, st.rl)
 
 	// Deploy, and wait until the Service answers, telling every
 	// noticeInterval how many pods are ready and what the Service last
@@ -429,15 +426,15 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	type outcome struct {
-		report *load.Report
-		lines  []load.Event
-		err    error
+		report   *load.Report
+		requests []load.Result
+		err      error
 	}
 	loaded := make(chan outcome, 1)
 	started := make(chan struct{})
 	go func() {
-		rep, lines, err := traffic.Run(lctx, cfg, func() { close(started) })
-		loaded <- outcome{rep, lines, err}
+		rep, requests, err := traffic.Run(lctx, cfg, func() { close(started) })
+		loaded <- outcome{rep, requests, err}
 	}()
 	// fail stops the traffic and returns err.
 	fail := func(err error) (*results.Run, error) {
@@ -483,7 +480,6 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 	}
 	all := rec.since(0)
 	events := all[firstEvent:]
-	lines := out.lines
 	logs := map[string][]cluster.LogLine{}
 	for _, pod := range podsOf(events) {
 		l, err := c.Logs(ctx, d.Namespace, pod, d.Spec.Template.Spec.Containers[0].Name)
@@ -492,7 +488,7 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 		}
 		logs[pod] = l
 	}
-	figures(run, out.report, lines, events, podAddressesOf(all), logs, goneAt)
+	figures(run, out.report, out.requests, events, podAddressesOf(all), logs, goneAt)
 	run.Running = runningOf(all[:firstEvent], d.Name)
 	disruption(run, all, d.Name, replicas(d), rolloutAllowed(d, replicas(d), a.action.Kind))
 	return run, nil

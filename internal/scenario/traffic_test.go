@@ -27,28 +27,28 @@ func (s *splitTraffic) WaitServing(ctx context.Context, cfg load.Config, failed 
 	return LocalTraffic(s.dial).WaitServing(ctx, cfg, failed)
 }
 
-func (s *splitTraffic) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Event, error) {
+func (s *splitTraffic) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Result, error) {
 	s.runs.Add(1)
 	part := load.Split(cfg, s.generators)
 	reports := make([]*load.Report, s.generators)
-	events := make([][]load.Event, s.generators)
+	requests := make([][]load.Result, s.generators)
 	errs := make([]error, s.generators)
 	var ready, done sync.WaitGroup
 	for i := range s.generators {
 		ready.Add(1)
 		done.Go(func() {
-			reports[i], events[i], errs[i] = LocalTraffic(s.dial).Run(ctx, part, ready.Done)
+			reports[i], requests[i], errs[i] = LocalTraffic(s.dial).Run(ctx, part, ready.Done)
 		})
 	}
 	ready.Wait()
 	started()
 	done.Wait()
-	var all []load.Event
+	var all []load.Result
 	for i := range s.generators {
 		if errs[i] != nil {
 			return nil, nil, errs[i]
 		}
-		all = append(all, events[i]...)
+		all = append(all, requests[i]...)
 	}
 	merged, err := load.Merge(reports...)
 	return merged, all, err
