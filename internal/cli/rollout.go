@@ -174,8 +174,9 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		if s, c, err = existingRollout(ctx, flags, name, traffic); err != nil {
 			return fmt.Errorf("rollout: %w", err)
 		}
-		cfg.NewCluster = func(scenario.ClusterSettings) (scenario.Cluster, error) { return existingWorkload{c}, nil }
-		cfg.NewTraffic = flags.kubeFlags.traffic
+		cfg.NewCluster = func(scenario.ClusterSettings) (*scenario.Cluster, error) {
+			return flags.kubeFlags.cluster(c, true), nil
+		}
 	default:
 		action := scenario.Action{Kind: scenario.ActionRolloutRestart, Deployment: name}
 		if s, err = scenario.FromManifests("rollout", flags.files, traffic, action, flags.repeat); err != nil {

@@ -351,7 +351,7 @@ func TestFiguresHeaderlessRollout(t *testing.T) {
 		t.Skip("runs a rollout under load")
 	}
 	t.Parallel()
-	_, res := runWithTraffic(t, "3-graceful", func(c Cluster) TrafficSource { return headerless{dial: c.DialContext, t: t} })
+	_, res := runWithTraffic(t, "3-graceful", func(c cluster.Backend) TrafficSource { return headerless{dial: c.DialContext, t: t} })
 	run := res.Runs[0]
 	if len(run.OldPods) != 3 {
 		t.Fatalf("%d old pods, want 3: %+v", len(run.OldPods), run.OldPods)

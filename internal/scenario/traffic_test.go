@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
@@ -55,9 +56,9 @@ func (s *splitTraffic) Run(ctx context.Context, cfg load.Config, started func())
 }
 
 // runWithTraffic runs the catalog's scenario name quick on a local
-// cluster, with the traffic source that newTraffic returns, and returns
-// the scenario and its result.
-func runWithTraffic(t *testing.T, name string, newTraffic func(Cluster) TrafficSource) (*Scenario, *results.Result) {
+// cluster, with the traffic source that newTraffic returns for it, and
+// returns the scenario and its result.
+func runWithTraffic(t *testing.T, name string, newTraffic func(cluster.Backend) TrafficSource) (*Scenario, *results.Result) {
 	t.Helper()
 	all, err := Catalog()
 	if err != nil {
@@ -67,7 +68,15 @@ func runWithTraffic(t *testing.T, name string, newTraffic func(Cluster) TrafficS
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRunner(RunnerConfig{Quick: true, NewCluster: newRunner(t).cfg.NewCluster, NewTraffic: newTraffic})
+	newCluster := newRunner(t).cfg.NewCluster
+	r, err := NewRunner(RunnerConfig{Quick: true, NewCluster: func(s ClusterSettings) (*Cluster, error) {
+		c, err := newCluster(s)
+		if err != nil {
+			return nil, err
+		}
+		c.Traffic = newTraffic(c.Backend)
+		return c, nil
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +99,7 @@ func TestRunnerTrafficSource(t *testing.T) {
 	}
 	t.Parallel()
 	var source *splitTraffic
-	s, res := runWithTraffic(t, "1-plain", func(c Cluster) TrafficSource {
+	s, res := runWithTraffic(t, "1-plain", func(c cluster.Backend) TrafficSource {
 		source = &splitTraffic{dial: c.DialContext, generators: 2}
 		return source
 	})
