@@ -10,7 +10,8 @@
 // until SIGKILL resets what is in flight.
 //
 // A [Server] answers both. On the first configured signal (SIGTERM and
-// SIGINT by default), or when the context passed to [Server.Serve] is done:
+// SIGINT by default), or when the context passed to
+// [Server.ListenAndServe] or [Server.Serve] is done:
 //
 //  1. Readiness fails: [Server.ReadyHandler] answers 503 from this moment,
 //     while [Server.LiveHandler] keeps answering 200.
@@ -51,10 +52,15 @@
 // Shutdown until only HTTP/2 connections remain, and closes everything at
 // its deadline.
 //
-// A minimal use:
+// A minimal use, in main. ListenAndServe blocks until the termination
+// sequence is over, which SIGTERM or SIGINT starts, or the end of the
+// context it is given; it returns nil after a complete drain.
 //
+//	mux := http.NewServeMux()
 //	srv := &graceful.Server{HTTP: &http.Server{Addr: ":8080", Handler: mux}}
 //	mux.Handle("/ready", srv.ReadyHandler())
 //	mux.Handle("/live", srv.LiveHandler())
-//	err := srv.ListenAndServe(ctx)
+//	if err := srv.ListenAndServe(context.Background()); err != nil {
+//		log.Print(err) // ErrDrainTimeout, ErrInterrupted, or the listener's error
+//	}
 package graceful

@@ -13,5 +13,5 @@ func main() {
 	// No signal context here: each command installs the signal handlers it
 	// needs. `closingtime serve --shutdown ignore` must run with no SIGTERM
 	// handler at all, so that as PID 1 the kernel ignores the signal.
-	os.Exit(cli.Run(context.Background(), os.Args[1:], cli.StdStreams()))
+	os.Exit(cli.Main(context.Background(), os.Args, cli.StdStreams()))
 }

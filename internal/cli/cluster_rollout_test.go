@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
@@ -93,7 +95,7 @@ func TestClusterRollout(t *testing.T) {
 	if status, stdout, stderr := runCLI(ctx, "cluster", "up", "--state-dir", dir); status != ExitOK {
 		t.Fatalf("up: exit %d\n%s%s", status, stderr, stdout)
 	}
-	st := readTestState(t, dir)
+	st := clusterTestStatus(t, ctx, dir)
 	files := t.TempDir()
 	rollout := func(name, manifest string, repeat int) (int, results.Totals, string) {
 		path := filepath.Join(files, name+".yaml")
@@ -110,8 +112,8 @@ func TestClusterRollout(t *testing.T) {
 	}
 
 	status, plain, stderr := rollout("plain", clusterApp("exit", ""), 1)
-	if status != ExitError || plain.Refused == 0 || plain.OK == 0 {
-		t.Errorf("without a readiness probe: exit %d, %+v; want exit %d and refused requests among answered ones\n%s", status, plain, ExitError, stderr)
+	if status != ExitFailed || plain.Refused == 0 || plain.OK == 0 {
+		t.Errorf("without a readiness probe: exit %d, %+v; want exit %d and refused requests among answered ones\n%s", status, plain, ExitFailed, stderr)
 	}
 	graceful := `        readinessProbe:
           httpGet:
@@ -130,10 +132,7 @@ func TestClusterRollout(t *testing.T) {
 
 	// One pod, and a budget that wants it available: the API server
 	// refuses its eviction.
-	client, err := kubeClient(st.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := controlplanetest.ClientOf(t, st.Kubeconfig)
 	labels := map[string]string{"app": "solo"}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "solo"},
@@ -214,7 +213,7 @@ func TestLabCompare(t *testing.T) {
 	if left := clusterProcesses(t, dir, -1); len(left) > 0 {
 		t.Errorf("processes of the cluster left after lab --compare: %v", left)
 	}
-	if st, _ := readClusterState(dir); st != nil {
-		t.Errorf("a cluster state left after lab --compare: %+v", st)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state directory after lab --compare: %v; want it removed", err)
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/controlplane"
+	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
+	"github.com/closingtime-dev/closingtime/internal/hostcluster"
 )
 
 // TestClusterUsage gives up, down and status invalid command lines: each
@@ -91,7 +93,7 @@ func TestClusterUpDown(t *testing.T) {
 	if first.status != ExitOK || second.status != ExitOK {
 		t.Fatalf("up twice at once: exit %d and %d\n%s%s\n%s%s", first.status, second.status, first.stderr, first.stdout, second.stderr, second.stdout)
 	}
-	st := readTestState(t, dir)
+	st := clusterTestStatus(t, ctx, dir)
 	if !strings.Contains(first.stdout, "export KUBECONFIG="+st.Kubeconfig) || !strings.Contains(first.stdout, "2 nodes ready") {
 		t.Errorf("up printed:\n%s", first.stdout)
 	}
@@ -104,7 +106,7 @@ func TestClusterUpDown(t *testing.T) {
 	if status != ExitOK || !strings.Contains(stdout, "already up") {
 		t.Errorf("second up: exit %d, stdout %q, stderr %q; want 0 and already up", status, stdout, stderr)
 	}
-	if again := readTestState(t, dir); again.PID != st.PID {
+	if again := clusterTestStatus(t, ctx, dir); again.PID != st.PID {
 		t.Errorf("second up: daemon pid %d, want %d still", again.PID, st.PID)
 	}
 	status, _, stderr = runCLI(ctx, "cluster", "up", "--state-dir", dir, "--nodes", "3")
@@ -122,10 +124,7 @@ func TestClusterUpDown(t *testing.T) {
 		}
 	}
 
-	client, err := kubeClient(st.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := controlplanetest.ClientOf(t, st.Kubeconfig)
 	labels := map[string]string{"app": "web"}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
@@ -179,7 +178,8 @@ func TestClusterUpDown(t *testing.T) {
 	// A NodePort Service: GET / through 127.0.0.1:nodePort reaches a pod.
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
 		Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}}}
-	if svc, err = client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	svc, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	nodePort := svc.Spec.Ports[0].NodePort
@@ -202,7 +202,7 @@ func TestClusterUpDown(t *testing.T) {
 		}
 	}
 	cs = clusterTestStatus(t, ctx, dir)
-	want := clusterNodePort{Namespace: "default", Name: "web", Port: 80, NodePort: nodePort, Address: "127.0.0.1:" + strconv.Itoa(int(nodePort))}
+	want := hostcluster.NodePort{Namespace: "default", Name: "web", Port: 80, NodePort: nodePort, Address: "127.0.0.1:" + strconv.Itoa(int(nodePort))}
 	if len(cs.NodePorts) != 1 || cs.NodePorts[0] != want {
 		t.Errorf("status lists node ports %+v, want %+v", cs.NodePorts, want)
 	}
@@ -266,14 +266,18 @@ func TestClusterStaleState(t *testing.T) {
 	if status, stdout, stderr := runCLI(ctx, "cluster", "up", "--state-dir", dir, "--nodes", "1"); status != ExitOK {
 		t.Fatalf("up: exit %d\n%s%s", status, stderr, stdout)
 	}
-	st := readTestState(t, dir)
+	st := clusterTestStatus(t, ctx, dir)
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	// The control plane and the pods die with the daemon (their
-	// parent-death signal is SIGKILL), a moment after it.
-	if !waitGone(func() bool { return len(clusterProcesses(t, dir, st.PID)) > 0 }, 10*time.Second) {
-		t.Errorf("processes left after the daemon was killed: %v", clusterProcesses(t, dir, st.PID))
+	// parent-death signal is SIGKILL), a moment after it. One scan per
+	// round, for at most 10 s.
+	for deadline := time.Now().Add(10 * time.Second); len(clusterProcesses(t, dir, st.PID)) > 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("processes left after the daemon was killed: %v", clusterProcesses(t, dir, st.PID))
+			break
+		}
 	}
 	status, stdout, stderr := runCLI(ctx, "cluster", "up", "--state-dir", dir, "--nodes", "1")
 	if status != ExitOK {
@@ -282,12 +286,9 @@ func TestClusterStaleState(t *testing.T) {
 	if want := "(pid " + strconv.Itoa(st.PID) + ") is gone; clearing its state"; strings.Count(stderr, want) != 1 {
 		t.Errorf("up after the crash: stderr does not report the stale state once (%q):\n%s", want, stderr)
 	}
-	again := readTestState(t, dir)
-	if again.PID == st.PID || !again.alive() {
-		t.Errorf("up after the crash: daemon %d (alive %v), want a new one", again.PID, again.alive())
-	}
-	if cs := clusterTestStatus(t, ctx, dir); !cs.Up || len(cs.Nodes) != 1 || cs.Nodes[0].Ready != corev1.ConditionTrue {
-		t.Errorf("status after the new up: %+v", cs)
+	again := clusterTestStatus(t, ctx, dir)
+	if !again.Up || again.PID == st.PID || len(again.Nodes) != 1 || again.Nodes[0].Ready != corev1.ConditionTrue {
+		t.Errorf("status after the new up: %+v; want a new daemon, not pid %d, and its node Ready", again, st.PID)
 	}
 	if status, stdout, stderr := runCLI(ctx, "cluster", "down", "--state-dir", dir); status != ExitOK {
 		t.Fatalf("down: exit %d, stdout %q, stderr %q", status, stdout, stderr)
@@ -339,31 +340,21 @@ func clusterTestDir(t *testing.T) string {
 	t.Setenv(runAsCommand, "1")
 	dir := filepath.Join(t.TempDir(), "state")
 	t.Cleanup(func() {
-		if st, _ := readClusterState(dir); st != nil {
-			stopCluster(st)
+		if _, err := hostcluster.Down(hostcluster.Config{StateDir: dir}); err != nil {
+			t.Errorf("stop the cluster: %v", err)
 		}
 	})
 	return dir
 }
 
-// readTestState returns the state that the daemon recorded in dir.
-func readTestState(t *testing.T, dir string) *clusterState {
-	t.Helper()
-	st, err := readClusterState(dir)
-	if err != nil || st == nil {
-		t.Fatalf("state in %s: %v, %v", dir, st, err)
-	}
-	return st
-}
-
 // clusterTestStatus runs `cluster status -o json` on dir.
-func clusterTestStatus(t *testing.T, ctx context.Context, dir string) clusterStatus {
+func clusterTestStatus(t *testing.T, ctx context.Context, dir string) hostcluster.Report {
 	t.Helper()
 	status, stdout, stderr := runCLI(ctx, "cluster", "status", "--state-dir", dir, "-o", "json")
 	if status != ExitOK {
 		t.Fatalf("status: exit %d: %s", status, stderr)
 	}
-	var cs clusterStatus
+	var cs hostcluster.Report
 	if err := json.Unmarshal([]byte(stdout), &cs); err != nil {
 		t.Fatalf("status: %v\n%s", err, stdout)
 	}
@@ -381,19 +372,15 @@ func clusterProcesses(t *testing.T, dir string, sid int) []string {
 		t.Fatal(err)
 	}
 	var found []string
-	for _, pid := range runningProcesses() {
-		if pid == os.Getpid() {
+	for _, p := range hostcluster.Processes() {
+		if p.PID == os.Getpid() {
 			continue
 		}
-		proc := filepath.Join("/proc", strconv.Itoa(pid))
-		fields, err := statFields(pid)
-		if err != nil {
-			continue // it exited since
-		}
+		proc := filepath.Join("/proc", strconv.Itoa(p.PID))
 		cmdline, _ := os.ReadFile(filepath.Join(proc, "cmdline"))
 		target, _ := os.Readlink(filepath.Join(proc, "exe"))
-		if fields[3] == strconv.Itoa(sid) || target == exe || strings.Contains(string(cmdline), dir) {
-			found = append(found, strconv.Itoa(pid)+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+		if p.Session == sid || target == exe || strings.Contains(string(cmdline), dir) {
+			found = append(found, strconv.Itoa(p.PID)+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
 	return found

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
-	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
@@ -44,12 +43,20 @@ func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scen
 		}
 	}
 	sides := []report.Side{{Cluster: sideEmbedded, Results: embedded}, {Cluster: sideCluster, Results: real}}
-	if err := writeComparisonFiles(flags.out.results, flags.out.report, sides); err != nil {
+	both := bothSides(sides)
+	err = writeAll(
+		output{flags.out.results, func(w io.Writer) error { return report.WriteComparisonJSON(w, sides) }},
+		output{flags.out.report, func(w io.Writer) error { return report.WriteHTML(w, both) }},
+		output{flags.out.junit, func(w io.Writer) error { return flags.out.writeJUnit(w, "lab", both) }})
+	if err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}
-	if flags.out.format == "json" {
+	switch flags.out.format {
+	case "json":
 		err = report.WriteComparisonJSON(streams.Out, sides)
-	} else {
+	case "junit":
+		err = flags.out.writeJUnit(streams.Out, "lab", both)
+	default:
 		err = report.WriteComparison(streams.Out, sides)
 	}
 	if err != nil {
@@ -57,15 +64,17 @@ func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scen
 	}
 	flags.out.wrote(streams.Err, "lab")
 	// The paths are the same on both sides.
-	warnClientErrors(streams.Err, scenarios, embedded)
-	return nil
+	for _, w := range clientErrorWarnings(scenarios, embedded) {
+		fmt.Fprintf(streams.Err, "lab: %s\n", w)
+	}
+	return flags.out.gate(streams.Err, "lab", both)
 }
 
 // runOnCluster runs scenarios on the `closingtime cluster` of
 // flags.stateDir, with the embedded cluster's number of nodes and image
 // commands if it starts one.
 func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Scenario, cfg scenario.RunnerConfig, flags labFlags) (_ *results.Results, err error) {
-	st, stop, err := ensureCluster(ctx, streams, flags.stateDir, clusterFlags{nodes: local.DefaultNodes, images: flags.images})
+	st, stop, err := ensureCluster(ctx, streams, flags.stateDir, flags.images)
 	if err != nil {
 		// Its errors begin with the command they stand for: "cluster"
 		// or "cluster up".
@@ -89,11 +98,9 @@ func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Sc
 	return results, nil
 }
 
-// writeComparisonFiles writes the comparison to resultsPath as JSON and,
-// to reportPath, the HTML report of both sides' runs, each scenario named
-// with its side, both whole or neither (writeAll); an empty path writes
-// nothing.
-func writeComparisonFiles(resultsPath, reportPath string, sides []report.Side) error {
+// bothSides returns the scenarios of every side as one set of results,
+// each scenario named with its side.
+func bothSides(sides []report.Side) *results.Results {
 	both := &results.Results{}
 	for _, side := range sides {
 		for _, s := range side.Results.Scenarios {
@@ -101,7 +108,5 @@ func writeComparisonFiles(resultsPath, reportPath string, sides []report.Side) e
 			both.Scenarios = append(both.Scenarios, s)
 		}
 	}
-	return writeAll(
-		output{resultsPath, func(w io.Writer) error { return report.WriteComparisonJSON(w, sides) }},
-		output{reportPath, func(w io.Writer) error { return report.WriteHTML(w, both) }})
+	return both
 }

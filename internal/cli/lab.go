@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
@@ -64,6 +65,11 @@ are written to --results as JSON, and to --report as one self-contained
 HTML page with the table and a timeline per run (docs/report.md), both
 whole or neither. The last line on standard error says where.
 
+--junit FILE, or -o junit, writes the results as JUnit XML for CI: a test
+suite per scenario, a test case per run, failed when more of its requests
+failed than --max-failures allows (no limit unless given: the catalog's
+scenarios fail requests on purpose).
+
 --quick shortens the warm-up, the repetitions and the grace periods that
 would otherwise be waited out, keeping every phenomenon visible.
 
@@ -72,6 +78,12 @@ ready, its Service never answers, or a container exits before the
 action; the scenarios that crash or fail probes on purpose do so only
 after it) is not measured: the lab stops, says why, writes no file and
 exits with status 3.
+
+Exit status: 0 when the scenarios ran and none of their runs failed more
+requests than --max-failures allows; 1 when one did (standard error names
+it); 2 for a bad flag, name or scenario file, before any cluster starts;
+3 when a scenario's workload did not deploy; 4 when the tool failed; 130
+when interrupted.
 
 --kube runs the scenarios on the real cluster of your kubeconfig instead,
 each in a namespace of its own (or all in -n, one at a time), the image
@@ -92,6 +104,7 @@ shows the runs of both.`,
   closingtime lab 1-plain 3-graceful --repeat 3
   closingtime lab pdb surge-vs-unavailable
   closingtime lab -f my-scenario.yaml
+  closingtime lab -f my-scenario.yaml --max-failures 0 --junit lab.xml
   closingtime lab --quick -o json > results.json
   closingtime lab --kube --quick --image closingtime:dev 1-plain 3-graceful
   closingtime lab --compare --quick 1-plain 3-graceful`,
@@ -106,7 +119,7 @@ shows the runs of both.`,
 	f.StringArrayVarP(&flags.files, "filename", "f", nil, "a scenario file to run, instead of the built-in scenarios; repeatable")
 	f.IntVar(&flags.repeat, "repeat", 0, "repetitions of each scenario (default: the scenario's own)")
 	f.BoolVar(&flags.quick, "quick", false, "shorter periods and one repetition, every phenomenon still shown")
-	flags.out.bind(f, "results.json", "report.html")
+	flags.out.bind(f, "results.json", "report.html", report.NoLimit)
 	f.StringArrayVar(&flags.images, "image-command", nil, imageCommandUsage)
 	f.BoolVar(&flags.list, "list", false, "list the built-in scenarios, with their group, the published experiment they replay (seed) and description, and exit")
 	f.IntVar(&flags.parallel, "parallel", 0, "scenarios run at once, each on a cluster of its own (default: all)")
@@ -167,32 +180,30 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		return err
 	}
 	fmt.Fprintf(streams.Err, "lab: %d scenarios in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
-	if err := flags.out.write(streams, "lab", results); err != nil {
-		return err
-	}
-	warnClientErrors(streams.Err, scenarios, results)
-	return nil
+	return flags.out.write(streams, "lab", results, clientErrorWarnings(scenarios, results))
 }
 
-// warnClientErrors writes on w the lab's warning for each scenario of
-// scenarios whose result, in results at the same index, had mostly 4xx
-// responses (clientErrorsWarning), naming its traffic's path and file.
-func warnClientErrors(w io.Writer, scenarios []*scenario.Scenario, results *results.Results) {
+// clientErrorWarnings returns the lab's warning for each scenario of
+// scenarios whose result, in r at the same index, had mostly 4xx
+// responses (see clientErrorsWarning), naming its traffic's path and file.
+func clientErrorWarnings(scenarios []*scenario.Scenario, r *results.Results) []string {
+	var warnings []string
 	for i, s := range scenarios {
 		set := "set traffic.path in " + s.File + " to one it serves"
-		if warning := clientErrorsWarning(statusesOf(&results.Scenarios[i]), cmp.Or(s.Traffic.Path, scenario.DefaultPath), set); warning != "" {
-			fmt.Fprintf(w, "lab: scenario %s: %s\n", s.Name, warning)
+		if warning := clientErrorsWarning(clientErrorsOf(&r.Scenarios[i]), cmp.Or(s.Traffic.Path, scenario.DefaultPath), set); warning != "" {
+			warnings = append(warnings, "scenario "+s.Name+": "+warning)
 		}
 	}
+	return warnings
 }
 
-// statusesOf returns the responses of r's runs by status.
-func statusesOf(r *results.Result) map[int]int64 {
-	statuses := map[int]int64{}
+// clientErrorsOf counts the 4xx responses of r's runs.
+func clientErrorsOf(r *results.Result) load.ClientErrors {
+	var clients []load.ClientReport
 	for _, run := range r.Runs {
-		addStatuses(statuses, run.Clients)
+		clients = append(clients, run.Clients...)
 	}
-	return statuses
+	return load.CountClientErrors(clients)
 }
 
 // kubeScenarios returns those of scenarios that can run on a real
@@ -446,51 +457,102 @@ func imageCommands(command string, values []string) (map[string][]string, error)
 const imageCommandUsage = "run the local command CMD for containers of image IMAGE that give no command of their own, as IMAGE=CMD ARGS... (docs/local-cluster.md); repeatable"
 
 // resultsOutput are the flags of the commands whose runs end with
-// scenario results, lab and rollout: what standard output shows of them
-// (-o), and the files they are written to (--results, --report).
+// results, lab and rollout: what standard output shows of them (-o), the
+// files they are written to (--results, --report, --junit), and the
+// failed requests a run may have before the exit status is ExitFailed
+// (--max-failures).
 type resultsOutput struct {
-	format, results, report string
+	format, results, report, junit string
+	maxFailures                    int64
 }
 
 // bind binds the flags on f, with results and report the files written by
-// default ("" for none).
-func (o *resultsOutput) bind(f *pflag.FlagSet, results, report string) {
-	f.StringVarP(&o.format, "output", "o", "text", "output format: text or json")
+// default ("" for none) and maxFailures the default limit
+// (report.NoLimit for none).
+func (o *resultsOutput) bind(f *pflag.FlagSet, results, report string, maxFailures int64) {
+	f.StringVarP(&o.format, "output", "o", "text", "output format: text, json, or junit (JUnit XML, a test case per run)")
 	f.StringVar(&o.results, "results", results, "file to write the results to as JSON; empty for none")
 	f.StringVar(&o.report, "report", report, "file to write the HTML report to (docs/report.md); empty for none")
+	f.StringVar(&o.junit, "junit", "", "file to write the results to as JUnit XML, for CI: a test case per run, failed over --max-failures; empty for none")
+	f.Int64Var(&o.maxFailures, "max-failures", maxFailures, "failed requests allowed in each run before the exit status is 1; -1 for no limit")
 }
 
 // check returns a usage error, named by command, for an -o other than
-// text and json, or one file given to both --results and --report.
+// text, json and junit, one file given to two of --results, --report and
+// --junit, or a --max-failures below -1.
 func (o resultsOutput) check(command string) error {
-	if o.format != "text" && o.format != "json" {
-		return usagef("%s: invalid --output %q: accepted values are text, json", command, o.format)
+	if o.format != "text" && o.format != "json" && o.format != "junit" {
+		return usagef("%s: invalid --output %q: accepted values are text, json, junit", command, o.format)
 	}
-	if o.results != "" && filepath.Clean(o.results) == filepath.Clean(o.report) {
-		return usagef("%s: --results and --report both name %s: the report would replace the results; give each its own file", command, o.results)
+	if o.maxFailures < report.NoLimit {
+		return usagef("%s: invalid --max-failures %d: give a count, or -1 for no limit", command, o.maxFailures)
+	}
+	type file struct{ flag, path string }
+	seen := map[string]file{}
+	for _, f := range []file{{"--results", o.results}, {"--report", o.report}, {"--junit", o.junit}} {
+		if f.path == "" {
+			continue
+		}
+		if first, ok := seen[filepath.Clean(f.path)]; ok {
+			return usagef("%s: %s and %s both name %s: one would replace the other; give each its own file", command, first.flag, f.flag, first.path)
+		}
+		seen[filepath.Clean(f.path)] = f
 	}
 	return nil
 }
 
 // write writes r to the files, all of them whole or none, then shows it on
-// streams.Out as -o says, and tells on streams.Err, named by command,
-// which files it wrote (see wrote).
-func (o resultsOutput) write(streams Streams, command string, r *results.Results) error {
+// streams.Out as -o says, tells on streams.Err, named by command, which
+// files it wrote (see wrote), and writes the warnings there. It returns
+// exitStatus(ExitFailed) after naming on streams.Err each run over
+// --max-failures, if any was.
+func (o resultsOutput) write(streams Streams, command string, r *results.Results, warnings []string) error {
 	err := writeAll(
 		output{o.results, func(w io.Writer) error { return results.Write(w, r) }},
-		output{o.report, func(w io.Writer) error { return report.WriteHTML(w, r) }})
+		output{o.report, func(w io.Writer) error { return report.WriteHTML(w, r) }},
+		output{o.junit, func(w io.Writer) error { return o.writeJUnit(w, command, r) }})
 	if err != nil {
 		return fmt.Errorf("%s: %w", command, err)
 	}
-	if o.format == "json" {
+	switch o.format {
+	case "json":
 		err = results.Write(streams.Out, r)
-	} else {
+	case "junit":
+		err = o.writeJUnit(streams.Out, command, r)
+	default:
 		err = report.WriteText(streams.Out, r)
 	}
 	if err != nil {
 		return err
 	}
 	o.wrote(streams.Err, command)
+	for _, w := range warnings {
+		fmt.Fprintf(streams.Err, "%s: %s\n", command, w)
+	}
+	return o.gate(streams.Err, command, r)
+}
+
+// writeJUnit writes r as JUnit XML against --max-failures, its suites
+// named for command.
+func (o resultsOutput) writeJUnit(w io.Writer, command string, r *results.Results) error {
+	return report.WriteJUnit(w, "closingtime "+command, r, o.maxFailures)
+}
+
+// gate writes on w, named by command, a line for each run of r over
+// --max-failures, and returns exitStatus(ExitFailed) if there was one.
+func (o resultsOutput) gate(w io.Writer, command string, r *results.Results) error {
+	over := false
+	for _, s := range r.Scenarios {
+		for _, run := range s.Runs {
+			if report.Over(run, o.maxFailures) {
+				fmt.Fprintf(w, "%s: %s run %d: %d requests failed, more than --max-failures %d\n", command, s.Name, run.Repetition, run.Totals.Failed(), o.maxFailures)
+				over = true
+			}
+		}
+	}
+	if over {
+		return exitStatus(ExitFailed)
+	}
 	return nil
 }
 
@@ -504,6 +566,9 @@ func (o resultsOutput) wrote(w io.Writer, command string) {
 	}
 	if o.report != "" {
 		files = append(files, "the HTML report to "+absolute(o.report))
+	}
+	if o.junit != "" {
+		files = append(files, "the JUnit XML to "+absolute(o.junit))
 	}
 	if len(files) == 0 {
 		fmt.Fprintf(w, "%s: no file written: --results FILE keeps the results as JSON, --report FILE as an HTML page\n", command)

@@ -14,16 +14,6 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
-// Exit statuses of `closingtime lint`, besides ExitOK.
-const (
-	// lintExitFindings means a finding at or above the threshold.
-	lintExitFindings = 1
-	// lintExitUnreadable means an input could not be read, the others
-	// still checked, or a Deployment that --measured measured is in none
-	// of them.
-	lintExitUnreadable = 2
-)
-
 // lintFlags are the flags of `closingtime lint`.
 type lintFlags struct {
 	output    string
@@ -183,9 +173,9 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 	}
 	switch {
 	case len(errs) > 0 || len(unmatched) > 0:
-		return exitStatus(lintExitUnreadable)
+		return exitStatus(ExitUsage)
 	case report.Count(threshold) > 0:
-		return exitStatus(lintExitFindings)
+		return exitStatus(ExitFailed)
 	}
 	return nil
 }

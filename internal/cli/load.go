@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -20,26 +18,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/nodeagent"
 	"github.com/closingtime-dev/closingtime/retry"
 )
 
 type loadFlags struct {
-	rate            float64
-	duration        time.Duration
-	clients         []string
-	connections     int
-	connectTimeout  time.Duration
-	responseTimeout time.Duration
-	retry           bool
-	retryAttempts   int
-	retryBaseDelay  time.Duration
-	waitServing     time.Duration
-	stopFile        string
-	events          string
-	output          string
+	trafficFlags
+	duration       time.Duration
+	retryAttempts  int
+	retryBaseDelay time.Duration
+	waitServing    time.Duration
+	stopFile       string
+	events         string
+	output         string
 }
 
 // stopFilePoll is how often --stop-file is looked for.
@@ -62,7 +54,7 @@ given, and then only what is safe to resend (see the retry package).
 
 With --wait-serving, the run begins once URL answers: ` + strconv.Itoa(load.ServingInARow) + ` requests in a row,
 each on a new connection, with a status below 500 (failed tries 100 ms
-apart). If it does not within that time, the command fails (exit status 1)
+apart). If it does not within that time, the command fails (exit status 3)
 and sends nothing. The load pods of rollout --kube and lab --kube use it,
 so that their traffic starts, as the embedded cluster's does, once the
 Service answers where the traffic comes from.
@@ -104,13 +96,8 @@ kube-proxy routes a pod's connections (docs/load.md).`,
 		},
 	}
 	f := cmd.Flags()
-	f.Float64Var(&flags.rate, "rate", load.DefaultRate, "requests per second of each --client that gives no rate of its own")
+	flags.trafficFlags.bind(f)
 	f.DurationVar(&flags.duration, "duration", load.DefaultDuration, "how long to send requests")
-	f.StringArrayVar(&flags.clients, "client", nil, "a client: new-conn or keep-alive, with its own rate as KIND=RATE; repeatable (default new-conn)")
-	f.IntVar(&flags.connections, "connections", load.DefaultConnections, "persistent connections of a keep-alive client")
-	f.DurationVar(&flags.connectTimeout, "connect-timeout", load.DefaultConnectTimeout, "how long a connect may take")
-	f.DurationVar(&flags.responseTimeout, "response-timeout", load.DefaultResponseTimeout, "how long a response may take once connected")
-	f.BoolVar(&flags.retry, "retry", false, "resend the requests that are safe to resend, on a new connection, and report them as absorbed")
 	f.IntVar(&flags.retryAttempts, "retry-attempts", retry.DefaultAttempts, "with --retry, the most attempts per request, the first included")
 	f.DurationVar(&flags.retryBaseDelay, "retry-base-delay", retry.DefaultBaseDelay, "with --retry, the backoff ceiling before the first retry")
 	f.DurationVar(&flags.waitServing, "wait-serving", 0, "before the run, wait up to this long for URL to answer "+strconv.Itoa(load.ServingInARow)+" requests in a row, and fail if it does not (0: start at once)")
@@ -131,18 +118,14 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		ResponseTimeout: flags.responseTimeout,
 	}
 	if err := cmp.Or(
-		positive("load", "--rate", flags.rate),
 		positive("load", "--duration", flags.duration),
-		positive("load", "--connect-timeout", flags.connectTimeout),
-		positive("load", "--response-timeout", flags.responseTimeout),
-		positive("load", "--connections", flags.connections),
 		nonNegative("load", "--wait-serving", flags.waitServing),
 	); err != nil {
 		return err
 	}
-	clients, err := parseClients(flags.clients, flags.rate, flags.connections)
+	clients, err := flags.trafficFlags.parse("load")
 	if err != nil {
-		return &usageError{fmt.Errorf("load: %w", err)}
+		return err
 	}
 	cfg.Clients = clients
 	if err := cmp.Or(positive("load", "--retry-attempts", flags.retryAttempts), positive("load", "--retry-base-delay", flags.retryBaseDelay)); err != nil {
@@ -188,7 +171,12 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		err := load.WaitServing(wctx, cfg, nil)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("load: --wait-serving %v: %w", flags.waitServing, err)
+			err = fmt.Errorf("load: --wait-serving %v: %w", flags.waitServing, err)
+			if ctx.Err() == nil {
+				// URL never answered: there is nothing to measure.
+				err = &setupError{err}
+			}
+			return err
 		}
 	}
 	if flags.output == "jsonl" {
@@ -214,49 +202,25 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	// rollout --kube, which warns of its own: a load pod's log carries
 	// standard error too, where a line after the report would break the
 	// stream.
-	statuses := map[int]int64{}
-	addStatuses(statuses, report.Clients)
 	if u, perr := url.Parse(target); perr == nil && flags.output != "jsonl" {
-		if w := clientErrorsWarning(statuses, cmp.Or(u.Path, "/"), "give the path it serves in the URL, http://HOST:PORT/PATH"); w != "" {
+		if w := clientErrorsWarning(load.CountClientErrors(report.Clients), cmp.Or(u.Path, "/"), "give the path it serves in the URL, http://HOST:PORT/PATH"); w != "" {
 			fmt.Fprintf(streams.Err, "load: %s\n", w)
 		}
 	}
 	return err
 }
 
-// addStatuses adds the responses by status of clients to statuses.
-func addStatuses(statuses map[int]int64, clients []load.ClientReport) {
-	for _, c := range clients {
-		for status, n := range c.Statuses {
-			statuses[status] += n
-		}
-	}
-}
-
-// clientErrorsWarning returns a warning for a run whose responses, counted
-// by status in statuses, had a 4xx status more than half the time: the
-// server answered, so they count as ok and nothing failed, but the path
-// requested, path, is likely not one it serves; set says how to request
-// another. It returns "" when at most half of the responses had a 4xx
-// status.
-func clientErrorsWarning(statuses map[int]int64, path, set string) string {
-	var responses, clientErrors int64
-	commonest := 0
-	for status, n := range statuses {
-		responses += n
-		if status < 400 || status > 499 {
-			continue
-		}
-		clientErrors += n
-		if c := statuses[commonest]; commonest == 0 || n > c || n == c && status < commonest {
-			commonest = status
-		}
-	}
-	if clientErrors*2 <= responses {
+// clientErrorsWarning returns a warning for a run whose responses had a
+// 4xx status more than half the time (e): the server answered, so they
+// count as ok and nothing failed, but the path requested, path, is likely
+// not one it serves; set says how to request another. It returns "" when
+// at most half of the responses had a 4xx status.
+func clientErrorsWarning(e load.ClientErrors, path, set string) string {
+	if !e.Mostly() {
 		return ""
 	}
 	return fmt.Sprintf("warning: %d of %d responses (%.0f%%) had a 4xx status, most often %d %s: they count as ok, but path %s is likely not one the server serves; %s",
-		clientErrors, responses, 100*float64(clientErrors)/float64(responses), commonest, http.StatusText(commonest), path, set)
+		e.Count, e.Responses, 100*float64(e.Count)/float64(e.Responses), e.Commonest, http.StatusText(e.Commonest), path, set)
 }
 
 // routesStartTimeout bounds the wait for the routing view of a pod's node
@@ -265,14 +229,12 @@ const routesStartTimeout = 30 * time.Second
 
 // podDialer returns the dialer of a load that runs in a pod of
 // `closingtime cluster`, which names its API server and node in the
-// environment (nodeagent.RoutingEnv): Service hosts,
-// name.namespace[.svc[.cluster.local]], are dialed through the node's
-// routing view, once it holds the Services and EndpointSlices of the API
-// server, as a pod's connections go through its node's kube-proxy; other
-// hosts directly. Without the environment, it returns a nil dialer (the
-// generator's net.Dialer). The returned function stops the view. A
-// variable missing or a kubeconfig that cannot be read is a usage error
-// that names the variable and the file.
+// environment (nodeagent.RoutingEnv): nodeagent.Routes.DialFromPod of the
+// node's routing view, once the view holds the Services and
+// EndpointSlices of the API server. Without the environment, it returns a
+// nil dialer (the generator's net.Dialer). The returned function stops the
+// view. A variable missing or a kubeconfig that cannot be read is a usage
+// error that names the variable and the file.
 func podDialer(ctx context.Context) (load.Dialer, func(), error) {
 	path := os.Getenv(nodeagent.KubeconfigEnv)
 	if path == "" {
@@ -300,43 +262,7 @@ func podDialer(ctx context.Context) (load.Dialer, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("load: routing view of node %s from the API server at %s (%s=%s): %w", node, rest.Host, nodeagent.KubeconfigEnv, path, err)
 	}
-	var direct net.Dialer
-	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
-		if host, _, err := net.SplitHostPort(address); err == nil {
-			if _, _, ok := local.SplitServiceHost(host); ok {
-				return routes.DialContext(ctx, network, address)
-			}
-		}
-		return direct.DialContext(ctx, network, address)
-	}
-	return dial, routes.Close, nil
-}
-
-// parseClients turns --client values (KIND or KIND=RATE) into clients; a
-// client without a rate gets rate.
-func parseClients(values []string, rate float64, connections int) ([]load.Client, error) {
-	if len(values) == 0 {
-		values = []string{load.NewConn.String()}
-	}
-	var clients []load.Client
-	for _, v := range values {
-		name, rateText, hasRate := strings.Cut(v, "=")
-		kind, err := load.ParseKind(name)
-		if err != nil {
-			return nil, fmt.Errorf("--client %q: %w", v, err)
-		}
-		c := load.Client{Kind: kind, Rate: rate, Connections: connections}
-		if hasRate {
-			if c.Rate, err = strconv.ParseFloat(rateText, 64); err != nil || c.Rate <= 0 {
-				return nil, fmt.Errorf("--client %q: invalid rate %q: want a positive number of requests per second", v, rateText)
-			}
-		}
-		if kind == load.NewConn {
-			c.Connections = 0
-		}
-		clients = append(clients, c)
-	}
-	return clients, nil
+	return routes.DialFromPod, routes.Close, nil
 }
 
 // watchStopFile calls stop once path exists, as the seeds' load script

@@ -12,31 +12,20 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
-	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
-// rolloutExitFailures is the exit status of `closingtime rollout` when more
-// requests failed than --max-failures allows.
-const rolloutExitFailures = 1
-
 type rolloutFlags struct {
-	files           []string
-	local           bool
-	repeat          int
-	maxFailures     int64
-	rate            float64
-	clients         []string
-	connections     int
-	connectTimeout  time.Duration
-	responseTimeout time.Duration
-	retry           bool
-	service         string
-	path            string
-	warmUp, after   time.Duration
-	out             resultsOutput
-	images          []string
+	files  []string
+	local  bool
+	repeat int
+	trafficFlags
+	service       string
+	path          string
+	warmUp, after time.Duration
+	out           resultsOutput
+	images        []string
 	kubeFlags
 }
 
@@ -55,13 +44,17 @@ the results on standard output, --results FILE as JSON and --report FILE
 as an HTML page (neither by default); standard error says at the end
 which files were written and where.
 
-Exit status: 0 when at most --max-failures requests failed over all
-repetitions, 1 when more did (so that it can gate CI) or when the tool
-failed, 2 for a bad flag or a manifest that cannot be read or run (with
---local, a container without a command for its image), 3 when the setup
-did not run: the workload did not deploy (its pods never all became
-ready, its Service never answered, or a container exited before the
-rollout), so nothing was measured and no file is written; 130 when
+--junit FILE, or -o junit, writes the results as JUnit XML for CI: a test
+case per rollout, failed when more of its requests failed than
+--max-failures allows.
+
+Exit status: 0 when no rollout failed more than --max-failures requests;
+1 when one did (standard error names it), so that it can gate CI; 2 for a
+bad flag or a manifest that cannot be read or run (with --local, a
+container without a command for its image); 3 when the setup did not run:
+the workload did not deploy (its pods never all became ready, its Service
+never answered, or a container exited before the rollout), so nothing was
+measured and no file is written; 4 when the tool failed; 130 when
 interrupted.
 
 With --kube, the same runs on the real cluster of your kubeconfig
@@ -80,6 +73,7 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
 		Example: `  closingtime rollout -f deploy.yaml --local
   closingtime rollout -f k8s/ --local --repeat 3 --client new-conn=50 --client keep-alive=20 --path /work
   closingtime rollout -f deploy.yaml --local --image-command 'registry.example/shop:1.4=./bin/shop --port $(PORT)'
+  closingtime rollout -f deploy.yaml --local --repeat 3 --max-failures 0 --junit rollout.xml
   closingtime rollout --kube deploy/web -n shop --rate 200 --load-pods 2
   closingtime rollout --kube -f deploy.yaml --image closingtime:dev`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -103,18 +97,12 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
 	f.StringArrayVarP(&flags.files, "filename", "f", nil, "manifest file or directory, as kubectl's -f; repeatable")
 	f.BoolVar(&flags.local, "local", false, "run on the embedded local cluster")
 	f.IntVar(&flags.repeat, "repeat", 1, "rollouts to run")
-	f.Int64Var(&flags.maxFailures, "max-failures", 0, "failed requests allowed over all rollouts before the exit status is 1")
-	f.Float64Var(&flags.rate, "rate", load.DefaultRate, "requests per second of each --client that gives no rate of its own")
-	f.StringArrayVar(&flags.clients, "client", nil, "a client: new-conn or keep-alive, with its own rate as KIND=RATE; repeatable (default new-conn)")
-	f.IntVar(&flags.connections, "connections", load.DefaultConnections, "persistent connections of a keep-alive client")
-	f.DurationVar(&flags.connectTimeout, "connect-timeout", load.DefaultConnectTimeout, "how long a connect may take")
-	f.DurationVar(&flags.responseTimeout, "response-timeout", load.DefaultResponseTimeout, "how long a response may take once connected")
-	f.BoolVar(&flags.retry, "retry", false, "resend the requests that are safe to resend, on a new connection, and report them as absorbed")
+	flags.trafficFlags.bind(f)
 	f.StringVar(&flags.service, "service", "", "the Service to send traffic to (default: the only one in the files)")
 	f.StringVar(&flags.path, "path", scenario.DefaultPath, "the HTTP path to request")
 	f.DurationVar(&flags.warmUp, "warm-up", scenario.DefaultWarmUp, "traffic before each rollout")
 	f.DurationVar(&flags.after, "after", scenario.DefaultAfter, "traffic after each rollout is complete and its old pods are gone")
-	flags.out.bind(f, "", "")
+	flags.out.bind(f, "", "", 0)
 	f.StringArrayVar(&flags.images, "image-command", nil, imageCommandUsage)
 	flags.kubeFlags.bind(f)
 	return cmd
@@ -134,11 +122,6 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	if err := cmp.Or(
 		flags.out.check("rollout"),
 		positive("rollout", "--repeat", flags.repeat),
-		positive("rollout", "--rate", flags.rate),
-		positive("rollout", "--connections", flags.connections),
-		positive("rollout", "--connect-timeout", flags.connectTimeout),
-		positive("rollout", "--response-timeout", flags.responseTimeout),
-		nonNegative("rollout", "--max-failures", flags.maxFailures),
 		nonNegative("rollout", "--warm-up", flags.warmUp),
 		nonNegative("rollout", "--after", flags.after),
 	); err != nil {
@@ -148,9 +131,9 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	if err != nil {
 		return err
 	}
-	clients, err := parseClients(flags.clients, flags.rate, flags.connections)
+	clients, err := flags.trafficFlags.parse("rollout")
 	if err != nil {
-		return &usageError{fmt.Errorf("rollout: %w", err)}
+		return err
 	}
 	traffic := scenario.Traffic{Service: flags.service, Path: flags.path,
 		ConnectTimeout: flags.connectTimeout, ResponseTimeout: flags.responseTimeout}
@@ -200,17 +183,11 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	if err != nil {
 		return err
 	}
-	if err := flags.out.write(streams, "rollout", results); err != nil {
-		return err
+	var warnings []string
+	if w := clientErrorsWarning(clientErrorsOf(&results.Scenarios[0]), flags.path, "give the path your app serves with --path PATH"); w != "" {
+		warnings = append(warnings, w)
 	}
-	if w := clientErrorsWarning(statusesOf(&results.Scenarios[0]), flags.path, "give the path your app serves with --path PATH"); w != "" {
-		fmt.Fprintf(streams.Err, "rollout: %s\n", w)
-	}
-	if failed := results.Scenarios[0].Totals.Failed(); failed > flags.maxFailures {
-		fmt.Fprintf(streams.Err, "rollout: %d requests failed, more than --max-failures %d\n", failed, flags.maxFailures)
-		return exitStatus(rolloutExitFailures)
-	}
-	return nil
+	return flags.out.write(streams, "rollout", results, warnings)
 }
 
 // flagErrors returns err, an error of scenario.FromManifests, in the terms

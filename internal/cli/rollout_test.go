@@ -51,7 +51,8 @@ func TestRolloutUsage(t *testing.T) {
 			wantErr: "closingtime: rollout: deploy/web: no Deployment \"web\" in " + plain + "; Deployments: app\n"},
 		{name: "zero repeat", args: []string{"rollout", "-f", plain, "--local", "--repeat", "0"}, wantErr: "rollout: invalid --repeat 0: must be positive"},
 		{name: "zero connect timeout", args: []string{"rollout", "-f", plain, "--local", "--connect-timeout", "0s"}, wantErr: "rollout: invalid --connect-timeout 0s: must be positive"},
-		{name: "negative max failures", args: []string{"rollout", "-f", plain, "--local", "--max-failures", "-3"}, wantErr: "rollout: invalid --max-failures -3: must not be negative"},
+		{name: "negative max failures", args: []string{"rollout", "-f", plain, "--local", "--max-failures", "-3"}, wantErr: "rollout: invalid --max-failures -3: give a count, or -1 for no limit"},
+		{name: "junit and results one file", args: []string{"rollout", "-f", plain, "--local", "--results", "out.xml", "--junit", "out.xml"}, wantErr: "rollout: --results and --junit both name out.xml"},
 		{name: "negative warm-up", args: []string{"rollout", "-f", plain, "--local", "--warm-up", "-1s"}, wantErr: "rollout: invalid --warm-up -1s: must not be negative"},
 		{name: "bad client", args: []string{"rollout", "-f", plain, "--local", "--client", "udp"}, wantErr: `--client "udp"`},
 		{name: "bad image command", args: []string{"rollout", "-f", plain, "--local", "--image-command", "shop:1"}, wantErr: `--image-command "shop:1"`},
@@ -59,8 +60,9 @@ func TestRolloutUsage(t *testing.T) {
 }
 
 // TestRolloutGate runs a rollout of a Deployment without a readiness probe,
-// which fails requests: the exit status is 1 with the default allowance
-// and 0 with a large one. Either way, standard error says at the end
+// which fails requests: the exit status is 1 with the default allowance,
+// and the JUnit XML has the run as a failed test case; 0 with a large one,
+// and the test case passed. Either way, standard error says at the end
 // which files were written, with their absolute paths, or that none was.
 func TestRolloutGate(t *testing.T) {
 	if testing.Short() {
@@ -68,18 +70,21 @@ func TestRolloutGate(t *testing.T) {
 	}
 	t.Parallel()
 	dir := t.TempDir()
-	results, page := filepath.Join(dir, "results.json"), filepath.Join(dir, "report.html")
+	results, page, junit := filepath.Join(dir, "results.json"), filepath.Join(dir, "report.html"), filepath.Join(dir, "junit.xml")
 	tests := []struct {
 		name        string
 		maxFailures string
 		files       []string
 		wantCode    int
 		wantWrote   string
+		// wantJUnit is in the JUnit XML, of the file or, without one, of
+		// standard output (-o junit).
+		wantJUnit string
 	}{
-		{name: "over the allowance", maxFailures: "0", wantCode: rolloutExitFailures,
-			wantWrote: "rollout: no file written: --results FILE keeps the results as JSON, --report FILE as an HTML page\n"},
-		{name: "within the allowance", maxFailures: "1000000", files: []string{"--results", results, "--report", page}, wantCode: ExitOK,
-			wantWrote: "rollout: wrote the results to " + results + " and the HTML report to " + page + "\n"},
+		{name: "over the allowance", maxFailures: "0", files: []string{"--junit", junit}, wantCode: ExitFailed,
+			wantWrote: "rollout: wrote the JUnit XML to " + junit + "\n", wantJUnit: `<testsuites name="closingtime rollout" tests="1" failures="1">`},
+		{name: "within the allowance", maxFailures: "1000000", files: []string{"--results", results, "--report", page, "-o", "junit"}, wantCode: ExitOK,
+			wantWrote: "rollout: wrote the results to " + results + " and the HTML report to " + page + "\n", wantJUnit: `<testsuites name="closingtime rollout" tests="1" failures="0">`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -97,10 +102,24 @@ func TestRolloutGate(t *testing.T) {
 			if !strings.Contains(errOut.String(), tt.wantWrote) {
 				t.Errorf("stderr:\n%s\nwant %q", errOut.String(), tt.wantWrote)
 			}
-			for i := 1; i < len(tt.files); i += 2 {
-				if st, err := os.Stat(tt.files[i]); err != nil || st.Size() == 0 {
-					t.Errorf("%s: %v, want it written", tt.files[i], err)
+			if tt.wantCode == ExitFailed && !strings.Contains(errOut.String(), "rollout: rollout run 1: ") {
+				t.Errorf("stderr:\n%s\nwant the run over the allowance named", errOut.String())
+			}
+			xml := out.String()
+			for i := 0; i < len(tt.files); i += 2 {
+				if tt.files[i] == "-o" {
+					continue
 				}
+				b, err := os.ReadFile(tt.files[i+1])
+				if err != nil || len(b) == 0 {
+					t.Errorf("%s: %v, want it written", tt.files[i+1], err)
+				}
+				if tt.files[i] == "--junit" {
+					xml = string(b)
+				}
+			}
+			if !strings.Contains(xml, tt.wantJUnit) {
+				t.Errorf("JUnit XML:\n%s\nwant %q", xml, tt.wantJUnit)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,19 +33,26 @@ func StdStreams() Streams {
 	return Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
 }
 
-// Exit statuses shared by every command.
+// Exit statuses shared by every command (README.md § Exit status), and
+// ExitInterrupted. `serve` alone exits as its server did.
 const (
 	// ExitOK means the command did what was asked and found nothing wrong.
 	ExitOK = 0
-	// ExitError means the tool itself failed.
-	ExitError = 1
-	// ExitUsage means a flag, argument or environment value was invalid.
+	// ExitFailed means the command ran and what it found fails its gate:
+	// lint findings at or above --threshold, a run with more failed requests
+	// than --max-failures allows.
+	ExitFailed = 1
+	// ExitUsage means a flag, argument, input file or environment value
+	// was invalid; nothing ran.
 	ExitUsage = 2
 	// ExitSetup means the setup did not run, so nothing was measured: the
 	// workload of a run that sends traffic did not deploy (pods that never
 	// all became ready, a Service that never answered, containers that
 	// exited before the action: scenario.DeployError).
 	ExitSetup = 3
+	// ExitError means the tool itself failed: a cluster that did not come
+	// up or could not be reached, a file that could not be written.
+	ExitError = 4
 )
 
 // usageError marks an error in the command line or environment; it maps to
@@ -85,16 +93,43 @@ func nonNegative[T int | int64 | float64 | time.Duration](command, flag string, 
 	return usagef("%s: invalid %s %v: must not be negative", command, flag, v)
 }
 
+// setupError marks an error of a setup that did not run, so that nothing
+// was measured: a target that never answered. It maps to ExitSetup, as a
+// scenario.DeployError does.
+type setupError struct{ err error }
+
+func (e *setupError) Error() string { return e.err.Error() }
+func (e *setupError) Unwrap() error { return e.err }
+
 // exitStatus is returned by a command whose outcome is a specific exit status
 // rather than an error, such as `serve`, which exits as its server did.
 type exitStatus int
 
 func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
+// KubectlPlugin is the name under which kubectl finds closingtime as a
+// plugin: with the binary installed (or linked) as kubectl-closingtime on
+// the PATH, `kubectl closingtime lint …` runs `kubectl-closingtime lint …`.
+const KubectlPlugin = "kubectl-closingtime"
+
+// Main runs the command line argv, the program's path then its arguments,
+// as Run does. A program named KubectlPlugin calls itself `kubectl
+// closingtime` in help and usage.
+func Main(ctx context.Context, argv []string, streams Streams) int {
+	root := newRootCommand(streams)
+	if len(argv) > 0 && strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == KubectlPlugin {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl closingtime"}
+	}
+	return run(ctx, root, argv[min(1, len(argv)):], streams)
+}
+
 // Run executes the command line args and returns the process exit status.
 // It prints any error once, to streams.Err.
 func Run(ctx context.Context, args []string, streams Streams) int {
-	root := newRootCommand(streams)
+	return run(ctx, newRootCommand(streams), args, streams)
+}
+
+func run(ctx context.Context, root *cobra.Command, args []string, streams Streams) int {
 	root.SetArgs(args)
 	// Cobra rejects unknown commands and wrong arguments before any command
 	// runs; such errors are usage errors.
@@ -115,7 +150,7 @@ func Run(ctx context.Context, args []string, streams Streams) int {
 	switch {
 	case errors.As(err, new(*usageError)):
 		return ExitUsage
-	case errors.As(err, new(*scenario.DeployError)):
+	case errors.As(err, new(*scenario.DeployError)), errors.As(err, new(*setupError)):
 		return ExitSetup
 	}
 	return ExitError
@@ -185,7 +220,7 @@ signals and TCP, and finds their causes before they ship.`,
 		}
 		err = fmt.Errorf("%w%s (see %s --help)", err, hint, cmd.CommandPath())
 		if cmd.HasParent() {
-			err = fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), err)
+			err = fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), root.DisplayName()+" "), err)
 		}
 		return &usageError{err}
 	})

@@ -2,22 +2,34 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"io"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spf13/pflag"
 )
 
+// TestRunExitStatus pins the exit statuses of README.md § Exit status that
+// need no run: ExitOK, ExitFailed (a lint finding), ExitUsage and
+// ExitError (the output cannot be written). TestRolloutGate has ExitFailed
+// for failed requests, TestNotDeployed ExitSetup and
+// TestLabInterrupt ExitInterrupted.
 func TestRunExitStatus(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
 		args    []string
+		out     io.Writer // standard output; nil for a buffer
 		want    int
 		wantErr string // in standard error; empty: nothing printed
 	}{
 		{name: "version", args: []string{"version"}, want: ExitOK},
+		{name: "lint finding", args: []string{"lint", "../lint/testdata/readiness-probe-missing/invalid-no-probe.yaml"}, want: ExitFailed},
+		{name: "output not written", args: []string{"version", "-o", "json"}, out: brokenPipe{}, want: ExitError, wantErr: "closingtime: write |1: broken pipe\n"},
 		{name: "unknown command", args: []string{"bogus"}, want: ExitUsage, wantErr: `unknown command "bogus"`},
 		{name: "unknown flag", args: []string{"version", "--bogus"}, want: ExitUsage, wantErr: "closingtime: version: unknown flag: --bogus (see closingtime version --help)\n"},
 		{name: "unknown root flag", args: []string{"--bogus"}, want: ExitUsage, wantErr: "closingtime: unknown flag: --bogus (see closingtime --help)\n"},
@@ -30,8 +42,9 @@ func TestRunExitStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var out, errOut bytes.Buffer
-			got := Run(context.Background(), tt.args, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+			var errOut bytes.Buffer
+			out := cmp.Or[io.Writer](tt.out, &bytes.Buffer{})
+			got := Run(context.Background(), tt.args, Streams{In: strings.NewReader(""), Out: out, Err: &errOut})
 			if got != tt.want {
 				t.Errorf("exit status %d, want %d (stderr %q)", got, tt.want, errOut.String())
 			}
@@ -40,6 +53,13 @@ func TestRunExitStatus(t *testing.T) {
 			}
 		})
 	}
+}
+
+// brokenPipe is a standard output whose reader has gone.
+type brokenPipe struct{}
+
+func (brokenPipe) Write([]byte) (int, error) {
+	return 0, &os.PathError{Op: "write", Path: "|1", Err: syscall.EPIPE}
 }
 
 // TestClosestFlag: a misspelt flag is matched to the nearest flag that help
@@ -64,5 +84,30 @@ func TestClosestFlag(t *testing.T) {
 		if got := closestFlag(flags, name); got != want {
 			t.Errorf("closestFlag(%q) = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// TestKubectlPlugin runs closingtime as kubectl runs its plugin, by the
+// name kubectl-closingtime: it works as closingtime does, and its help
+// and errors name it as the user typed it.
+func TestKubectlPlugin(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args             []string
+		want             int
+		wantOut, wantErr string
+	}{
+		{args: []string{"lint", "--help"}, want: ExitOK, wantOut: "kubectl closingtime lint [flags]"},
+		{args: []string{"lint", "../lint/testdata/readiness-probe-missing/invalid-no-probe.yaml"}, want: ExitFailed, wantOut: "readiness-probe-missing"},
+		{args: []string{"lint", "--bogus"}, want: ExitUsage, wantErr: "closingtime: lint: unknown flag: --bogus (see kubectl closingtime lint --help)\n"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			got := Main(context.Background(), append([]string{"/usr/local/bin/" + KubectlPlugin}, tt.args...), Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+			if got != tt.want || !strings.Contains(out.String(), tt.wantOut) || !strings.Contains(errOut.String(), tt.wantErr) {
+				t.Errorf("exit %d, stdout:\n%s\nstderr %q\nwant %d, %q in stdout, %q in stderr", got, out.String(), errOut.String(), tt.want, tt.wantOut, tt.wantErr)
+			}
+		})
 	}
 }

@@ -75,11 +75,12 @@ const (
 	// to evict the pod. Fields of EvictionRefused: budget, status.
 	PodEvicted      EventKind = "pod_evicted"
 	EvictionRefused EventKind = "eviction_refused"
-	// EndpointsPublished: the endpoints of Service Object changed. Fields:
-	// endpoints (ip=ready/serving/terminating, comma separated).
+	// EndpointsPublished: the endpoints of Service Object changed; they
+	// are the event's Endpoints.
 	EndpointsPublished EventKind = "endpoints_published"
 	// EndpointsApplied: Node's routing view applied a change of Service
-	// Object's endpoints. Fields: endpoints.
+	// Object's endpoints; Endpoints are the view's, with the Service's
+	// internalTrafficPolicy ([Endpoints.NodeLocal]).
 	EndpointsApplied EventKind = "endpoints_applied"
 	// ReplicaSetScaled: ReplicaSet Object's desired replicas changed.
 	// Fields: from, to.
@@ -115,6 +116,9 @@ type Event struct {
 	Object string
 	// Fields holds the kind's details, as listed with each kind.
 	Fields map[string]string
+	// Endpoints are the endpoints of EndpointsPublished and
+	// EndpointsApplied; zero for the other kinds.
+	Endpoints Endpoints
 }
 
 // A Recorder takes events. Implementations must be safe for concurrent use

@@ -595,11 +595,8 @@ func (a *Agent) node() *corev1.Node {
 			NodeInfo:  nodeInfo(),
 		},
 	}
-	cidr := a.cfg.Kubelet.PodCIDR
-	if !cidr.IsValid() {
-		cidr = local.DefaultPodCIDR
-	}
-	n.Spec.PodCIDR, n.Spec.PodCIDRs = cidr.Masked().String(), []string{cidr.Masked().String()}
+	cidr := a.kubelet.PodCIDR().String()
+	n.Spec.PodCIDR, n.Spec.PodCIDRs = cidr, []string{cidr}
 	if a.cfg.KubeletPort != 0 {
 		n.Status.DaemonEndpoints.KubeletEndpoint.Port = a.cfg.KubeletPort
 	}

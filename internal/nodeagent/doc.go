@@ -21,6 +21,12 @@
 // never from where the pods were placed. [StartNodes] starts a scheduler
 // and N agents, as the embedded cluster has N nodes.
 //
+// [Routes] is a node's routing view of the Services, fed by the API
+// server's EndpointSlices as a node's kube-proxy is; [Routes.DialFromPod]
+// is the dialer of a process in a pod on that node, such as a load pod's
+// `closingtime load`, which finds its node in the variables of
+// [RoutingEnv].
+//
 // The control plane runs no node lifecycle controller: a node whose agent
 // stopped keeps its last status, Ready included, and its pods, until it is
 // deleted.

@@ -332,6 +332,24 @@ func (r *Routes) DialContext(ctx context.Context, network, address string) (net.
 	return &apiAddrConn{TCPConn: tc, remote: net.TCPAddrFromAddrPort(netip.AddrPortFrom(PodIPInAPI(ap.Addr().Unmap()), ap.Port()))}, nil
 }
 
+// DialFromPod connects to address as a process in a pod on the view's node
+// connects: a Service host, name.namespace with ".svc" or
+// ".svc.cluster.local" optional (local.SplitServiceHost), through the view
+// as through the node's kube-proxy ([Routes.DialContext]), and any other
+// address directly, as net.Dialer does. It is the dialer of `closingtime
+// load` in a pod of `closingtime cluster`, which finds its node's view in
+// the variables of [RoutingEnv]; a real pod resolves the names through the
+// cluster's DNS instead.
+func (r *Routes) DialFromPod(ctx context.Context, network, address string) (net.Conn, error) {
+	if host, _, err := net.SplitHostPort(address); err == nil {
+		if _, _, ok := local.SplitServiceHost(host); ok {
+			return r.DialContext(ctx, network, address)
+		}
+	}
+	var direct net.Dialer
+	return direct.DialContext(ctx, network, address)
+}
+
 // apiAddrConn is a connection to a pod whose RemoteAddr is the pod's
 // address in the API. It is a *net.TCPConn otherwise, so that a client
 // still reaches the socket (syscall.Conn) to check an idle connection.

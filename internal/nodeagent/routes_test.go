@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,6 +65,21 @@ func TestRoutes(t *testing.T) {
 		if seen := reached(t, r.DialContext, "http://"+host+"/", 40); seen["a"] == 0 || seen["b"] == 0 {
 			t.Errorf("connections to %s reached %v, want both Ready endpoints", host, seen)
 		}
+	}
+
+	// A pod's dialer takes the view for Service hosts, and dials other
+	// addresses directly, which the view does not.
+	if seen := reached(t, r.DialFromPod, "http://web."+ns+".svc:80/", 20); seen["a"] == 0 || seen["b"] == 0 {
+		t.Errorf("a pod's connections to Service web reached %v, want both Ready endpoints", seen)
+	}
+	other := newNamedBackend(t, "127.76.0.3", "other")
+	otherURL := "http://" + net.JoinHostPort(other.ip, strconv.Itoa(int(other.port))) + "/"
+	if seen := reached(t, r.DialFromPod, otherURL, 2); seen["other"] != 2 {
+		t.Errorf("a pod's connections to %s reached %v, want it directly", otherURL, seen)
+	}
+	if c, err := r.DialContext(ctx, "tcp", strings.TrimSuffix(strings.TrimPrefix(otherURL, "http://"), "/")); err == nil {
+		c.Close()
+		t.Errorf("the view dialed %s, which is no Service", otherURL)
 	}
 
 	// A Ready endpoint starts terminating, still serving: the other one
@@ -259,7 +275,7 @@ func updateSlice(t *testing.T, client kubernetes.Interface, s *discoveryv1.Endpo
 
 // waitApplied returns the first EndpointsApplied event of object at or
 // after index from whose endpoints are endpoints (as
-// cluster.DescribeEndpoints gives them); it fails the test after
+// cluster.Endpoints.String renders them); it fails the test after
 // routesWait.
 func waitApplied(t *testing.T, log *cluster.EventLog, from int, object, endpoints string) cluster.Event {
 	t.Helper()
@@ -271,7 +287,7 @@ func waitApplied(t *testing.T, log *cluster.EventLog, from int, object, endpoint
 		if err != nil {
 			t.Fatalf("no EndpointsApplied %s of %s within %v; events: %v", endpoints, object, routesWait, log.Events()[from:])
 		}
-		if e.Kind == cluster.EndpointsApplied && e.Object == object && e.Fields["endpoints"] == endpoints {
+		if e.Kind == cluster.EndpointsApplied && e.Object == object && e.Endpoints.String() == endpoints {
 			return e
 		}
 	}

@@ -281,30 +281,38 @@ func WriteText(w io.Writer, r *results.Results) error {
 	}
 	for _, s := range r.Scenarios {
 		for _, run := range s.Runs {
-			fmt.Fprintf(w, "\n%s, run %d (action at %s UTC): %d requests, %d failed\n",
-				s.Name, run.Repetition, run.Start.UTC().Format("15:04:05.000"), run.Totals.Requests, run.Totals.Failed())
-			for _, c := range run.Clients {
-				fmt.Fprintf(w, "  %s\n", clientLine(c))
-			}
-			for _, sec := range run.FailedSeconds {
-				fmt.Fprintf(w, "  %+4ds %s\n", sec.Second, counts(sec.Counts))
-			}
-			for _, p := range run.OldPods {
-				if p.SigtermMS == nil && p.ExitCode < 0 {
-					// A pod in CrashLoopBackOff has no process to signal.
-					fmt.Fprintf(w, "  old pod %s: ended with no container running\n", p.Name)
-					continue
-				}
-				fmt.Fprintf(w, "  old pod %s: SIGTERM %s, last request %s%s, %s requests after SIGTERM, exit %s %s after termination began\n",
-					p.Name, offset(p.SigtermMS), offset(p.LastRequestMS), gap(p.GapMS), count(p.AfterSigterm), exitCodes([]int{p.ExitCode}), seconds(p.DrainMS))
-			}
-			if unattributed(run) {
-				fmt.Fprintf(w, "  %s\n", unattributedNote)
-			}
-			writeDisruption(w, run)
+			fmt.Fprintln(w)
+			writeRun(w, s.Name, run)
 		}
 	}
 	return nil
+}
+
+// writeRun writes run, of scenario name: its headline, the requests of
+// each client by class, the seconds that had failures, a line per old pod
+// and its disruption figures.
+func writeRun(w io.Writer, name string, run results.Run) {
+	fmt.Fprintf(w, "%s, run %d (action at %s UTC): %d requests, %d failed\n",
+		name, run.Repetition, run.Start.UTC().Format("15:04:05.000"), run.Totals.Requests, run.Totals.Failed())
+	for _, c := range run.Clients {
+		fmt.Fprintf(w, "  %s\n", clientLine(c))
+	}
+	for _, sec := range run.FailedSeconds {
+		fmt.Fprintf(w, "  %+4ds %s\n", sec.Second, counts(sec.Counts))
+	}
+	for _, p := range run.OldPods {
+		if p.SigtermMS == nil && p.ExitCode < 0 {
+			// A pod in CrashLoopBackOff has no process to signal.
+			fmt.Fprintf(w, "  old pod %s: ended with no container running\n", p.Name)
+			continue
+		}
+		fmt.Fprintf(w, "  old pod %s: SIGTERM %s, last request %s%s, %s requests after SIGTERM, exit %s %s after termination began\n",
+			p.Name, offset(p.SigtermMS), offset(p.LastRequestMS), gap(p.GapMS), count(p.AfterSigterm), exitCodes([]int{p.ExitCode}), seconds(p.DrainMS))
+	}
+	if unattributed(run) {
+		fmt.Fprintf(w, "  %s\n", unattributedNote)
+	}
+	writeDisruption(w, run)
 }
 
 // clientLine spells a client's kind, rate and requests by class, and the

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
 )
 
@@ -240,6 +242,9 @@ type Entry struct {
 	Node string `json:"node,omitempty"`
 	// Detail holds the event's fields.
 	Detail map[string]string `json:"detail,omitempty"`
+	// Endpoints are the endpoints of a cluster event that has them
+	// (endpoints_published, endpoints_applied).
+	Endpoints cluster.Endpoints `json:"endpoints,omitzero"`
 }
 
 // Source is what a timeline entry records; its value is the entry's
@@ -294,11 +299,41 @@ func Write(w io.Writer, r *Results) error {
 	return enc.Encode(r)
 }
 
-// Read reads results written by Write.
+// Read reads results written by Write, and those written before
+// timeline entries had their Endpoints.
 func Read(rd io.Reader) (*Results, error) {
 	var r Results
 	if err := json.NewDecoder(rd).Decode(&r); err != nil {
 		return nil, fmt.Errorf("read results: %w", err)
 	}
+	for i := range r.Scenarios {
+		for j := range r.Scenarios[i].Runs {
+			upgradeEndpoints(r.Scenarios[i].Runs[j].Timeline)
+		}
+	}
 	return &r, nil
+}
+
+// upgradeEndpoints gives the endpoints events of a timeline written before
+// Entry.Endpoints existed their Endpoints, from the detail "endpoints" in
+// which such files held them: address=ready/serving/terminating for each
+// endpoint, each condition 1 or 0, comma separated. Those files did not
+// record an endpoint's node or the Service's internalTrafficPolicy.
+func upgradeEndpoints(timeline []Entry) {
+	for k := range timeline {
+		e := &timeline[k]
+		old, ok := e.Detail["endpoints"]
+		if e.Source != SourceCluster || !ok || e.Endpoints.List != nil {
+			continue
+		}
+		for _, part := range strings.Split(old, ",") {
+			addr, flags, ok := strings.Cut(part, "=")
+			f := strings.Split(flags, "/")
+			if !ok || len(f) != 3 {
+				continue
+			}
+			e.Endpoints.List = append(e.Endpoints.List, cluster.Endpoint{Address: addr, Ready: f[0] == "1", Serving: f[1] == "1", Terminating: f[2] == "1"})
+		}
+		delete(e.Detail, "endpoints")
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -346,7 +347,7 @@ func noticeScenario(t *testing.T, args []string, limit time.Duration) *Scenario 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Spec.Replicas = ptr(int32(2))
+	d.Spec.Replicas = ptr.To(int32(2))
 	c := &d.Spec.Template.Spec.Containers[0]
 	c.Args = args
 	c.Env = []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}

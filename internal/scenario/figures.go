@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -105,7 +106,7 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 	pods := map[string]*podTimes{}
 	var names []string
 	for _, e := range events {
-		run.Timeline = append(run.Timeline, results.Entry{AtMS: at(e.Time), Source: results.SourceCluster, Kind: string(e.Kind), Pod: e.Pod, Node: e.Node, Detail: withObject(e)})
+		run.Timeline = append(run.Timeline, results.Entry{AtMS: at(e.Time), Source: results.SourceCluster, Kind: string(e.Kind), Pod: e.Pod, Node: e.Node, Detail: withObject(e), Endpoints: e.Endpoints})
 		if e.Kind == cluster.ContainerStarted {
 			if n, _ := strconv.Atoi(e.Fields["restart"]); n > 0 {
 				run.Restarts++
@@ -165,16 +166,16 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 			old.AfterSigterm = &after
 		}
 		if !p.sigterm.IsZero() {
-			old.SigtermMS = ptr(at(p.sigterm))
+			old.SigtermMS = ptr.To(at(p.sigterm))
 		}
 		if !last.IsZero() {
-			old.LastRequestMS = ptr(at(last))
+			old.LastRequestMS = ptr.To(at(last))
 			if !p.sigterm.IsZero() {
-				old.GapMS = ptr(ms(p.sigterm.Sub(last)))
+				old.GapMS = ptr.To(ms(p.sigterm.Sub(last)))
 			}
 		}
 		if !lastNew.IsZero() {
-			old.LastNewConnectionMS = ptr(at(lastNew))
+			old.LastNewConnectionMS = ptr.To(at(lastNew))
 		}
 		run.OldPods = append(run.OldPods, old)
 	}
@@ -287,8 +288,6 @@ func loggedSigterm(lines []cluster.LogLine, start time.Time) time.Time {
 	return time.Time{}
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // disruption computes a run's capacity, back-offs, evictions and, after an
 // outage, recovery, from every event of the cluster (those before the run
 // give the state at its start) and the run's timeline of failed requests.
@@ -349,7 +348,7 @@ func disruption(run *results.Run, events []cluster.Event, deployment string, rep
 			recovered = max(recovered, e.AtMS)
 		}
 	}
-	run.RecoverMS = ptr(max(0, recovered-run.Outage.EndMS))
+	run.RecoverMS = ptr.To(max(0, recovered-run.Outage.EndMS))
 }
 
 // rolloutAllowed returns the Capacity.Allowed of a run of action on d,
@@ -360,7 +359,7 @@ func rolloutAllowed(d *appsv1.Deployment, replicas int32, action string) *int {
 		return nil
 	}
 	if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
-		return ptr(0)
+		return ptr.To(0)
 	}
 	var surge, unavailable *intstr.IntOrString
 	if ru := d.Spec.Strategy.RollingUpdate; ru != nil {
@@ -370,7 +369,7 @@ func rolloutAllowed(d *appsv1.Deployment, replicas int32, action string) *int {
 	if err != nil {
 		return nil
 	}
-	return ptr(max(0, int(replicas-u)))
+	return ptr.To(max(0, int(replicas-u)))
 }
 
 // runningOf returns the pods of Deployment d that events, a recording's

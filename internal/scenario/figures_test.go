@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -63,12 +64,12 @@ func TestDisruption(t *testing.T) {
 			{AtMS: 21000, Source: results.SourceClient, Kind: "refused"},
 			{AtMS: 25000, Source: results.SourceCluster, Kind: "pod_ready"},
 		}}
-	disruption(run, events, "app", 3, ptr(2))
+	disruption(run, events, "app", 3, ptr.To(2))
 	want := &results.Run{Start: start, Outage: run.Outage, Timeline: run.Timeline,
-		Capacity:  &results.Capacity{MinReady: 1, Replicas: 3, Allowed: ptr(2), AtMS: 2500},
+		Capacity:  &results.Capacity{MinReady: 1, Replicas: 3, Allowed: ptr.To(2), AtMS: 2500},
 		BackOffs:  []results.BackOff{{AtMS: 2600, Pod: "app-a1b2c-2", DelayMS: 9998}, {AtMS: 12700, Pod: "app-a1b2c-2", DelayMS: 19990}},
 		Evictions: &results.Evictions{Accepted: 1, Refused: 1},
-		RecoverMS: ptr(13000.0), // all ready at 33 s, 13 s after the outage's end at 20 s
+		RecoverMS: ptr.To(13000.0), // all ready at 33 s, 13 s after the outage's end at 20 s
 	}
 	if diff := cmp.Diff(want, run); diff != "" {
 		t.Errorf("disruption (-want +got):\n%s", diff)
@@ -112,13 +113,13 @@ func TestRolloutAllowed(t *testing.T) {
 		action   string
 		want     *int
 	}{
-		{name: "defaults of 3", replicas: 3, action: ActionRolloutRestart, want: ptr(3)},
-		{name: "defaults of 8", replicas: 8, action: ActionRolloutRestart, want: ptr(6)},
-		{name: "maxUnavailable 1", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionRolloutRestart, want: ptr(2)},
-		{name: "set-env", strategy: rolling(n(1), n(0)), replicas: 2, action: ActionSetEnv, want: ptr(2)},
-		{name: "both round to zero", strategy: rolling(pct("0%"), pct("10%")), replicas: 3, action: ActionRolloutRestart, want: ptr(2)},
-		{name: "maxUnavailable above replicas", strategy: rolling(n(0), n(5)), replicas: 3, action: ActionRolloutRestart, want: ptr(0)},
-		{name: "recreate", strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}, replicas: 3, action: ActionRolloutRestart, want: ptr(0)},
+		{name: "defaults of 3", replicas: 3, action: ActionRolloutRestart, want: ptr.To(3)},
+		{name: "defaults of 8", replicas: 8, action: ActionRolloutRestart, want: ptr.To(6)},
+		{name: "maxUnavailable 1", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionRolloutRestart, want: ptr.To(2)},
+		{name: "set-env", strategy: rolling(n(1), n(0)), replicas: 2, action: ActionSetEnv, want: ptr.To(2)},
+		{name: "both round to zero", strategy: rolling(pct("0%"), pct("10%")), replicas: 3, action: ActionRolloutRestart, want: ptr.To(2)},
+		{name: "maxUnavailable above replicas", strategy: rolling(n(0), n(5)), replicas: 3, action: ActionRolloutRestart, want: ptr.To(0)},
+		{name: "recreate", strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}, replicas: 3, action: ActionRolloutRestart, want: ptr.To(0)},
 		{name: "not a percentage", strategy: rolling(n(0), pct("half")), replicas: 3, action: ActionRolloutRestart},
 		{name: "delete-pod", strategy: rolling(n(0), n(1)), replicas: 3, action: ActionDeletePod},
 		{name: "drain", replicas: 1, action: ActionDrain},
@@ -361,6 +362,21 @@ func TestFiguresHeaderlessRollout(t *testing.T) {
 			t.Errorf("old pod %s: gap %v ms, %v requests after SIGTERM: want its last request a second or more before SIGTERM, none after",
 				p.Name, deref(p.GapMS), deref(p.AfterSigterm))
 		}
+	}
+}
+
+// TestFiguresEndpoints: the timeline entry of an endpoints event carries
+// the event's Endpoints and names the Service in its detail.
+func TestFiguresEndpoints(t *testing.T) {
+	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	eps := cluster.Endpoints{NodeLocal: true, List: []cluster.Endpoint{{Address: "127.77.0.2", Ready: true, Serving: true, Node: "node-1"}}}
+	events := []cluster.Event{{Time: start.Add(time.Second), Kind: cluster.EndpointsApplied, Node: "node-1", Object: "Service/default/app", Endpoints: eps}}
+	run := &results.Run{Start: start}
+	figures(run, &load.Report{}, nil, events, podAddressesOf(events), nil, start.Add(2*time.Second))
+	want := []results.Entry{{AtMS: 1000, Source: results.SourceCluster, Kind: string(cluster.EndpointsApplied), Node: "node-1",
+		Detail: map[string]string{"object": "Service/default/app"}, Endpoints: eps}}
+	if diff := cmp.Diff(want, run.Timeline); diff != "" {
+		t.Errorf("timeline (-want +got):\n%s", diff)
 	}
 }
 

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -47,10 +48,10 @@ type PropagationConfig struct {
 }
 
 func (c PropagationConfig) withDefaults() PropagationConfig {
-	c.Pods = cmpOr(c.Pods, DefaultPropagationPods)
-	c.Window = cmpOr(c.Window, DefaultPropagationWindow)
-	c.Rate = cmpOr(c.Rate, DefaultPropagationRate)
-	c.Margin = cmpOr(c.Margin, DefaultPropagationMargin)
+	c.Pods = cmp.Or(c.Pods, DefaultPropagationPods)
+	c.Window = cmp.Or(c.Window, DefaultPropagationWindow)
+	c.Rate = cmp.Or(c.Rate, DefaultPropagationRate)
+	c.Margin = cmp.Or(c.Margin, DefaultPropagationMargin)
 	return c
 }
 

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -144,29 +145,19 @@ func (r *Runner) settings(s *Scenario) settings {
 		duration: s.Action.Duration, timeout: s.Action.Timeout}
 	if r.cfg.Quick {
 		q := s.Quick
-		st.repetitions = cmpOr(q.Repetitions, st.repetitions)
-		st.warmUp = cmpOr(q.WarmUp, st.warmUp)
-		st.after = cmpOr(q.After, st.after)
-		st.settle = cmpOr(q.Settle, st.settle)
-		st.duration = cmpOr(q.Duration, st.duration)
-		st.timeout = cmpOr(q.Timeout, st.timeout)
+		st.repetitions = cmp.Or(q.Repetitions, st.repetitions)
+		st.warmUp = cmp.Or(q.WarmUp, st.warmUp)
+		st.after = cmp.Or(q.After, st.after)
+		st.settle = cmp.Or(q.Settle, st.settle)
+		st.duration = cmp.Or(q.Duration, st.duration)
+		st.timeout = cmp.Or(q.Timeout, st.timeout)
 	}
-	st.repetitions = cmpOr(r.cfg.Repetitions, st.repetitions, DefaultRepetitions)
-	st.warmUp = cmpOr(st.warmUp, DefaultWarmUp)
-	st.after = cmpOr(st.after, DefaultAfter)
-	st.settle = cmpOr(st.settle, DefaultSettle)
-	st.rl = cmpOr(st.rl, DefaultRunLimit)
+	st.repetitions = cmp.Or(r.cfg.Repetitions, st.repetitions, DefaultRepetitions)
+	st.warmUp = cmp.Or(st.warmUp, DefaultWarmUp)
+	st.after = cmp.Or(st.after, DefaultAfter)
+	st.settle = cmp.Or(st.settle, DefaultSettle)
+	st.rl = cmp.Or(st.rl, DefaultRunLimit)
 	return st
-}
-
-// cmpOr returns the first of vs that is positive, or zero.
-func cmpOr[T int | time.Duration | float64](vs ...T) T {
-	for _, v := range vs {
-		if v > 0 {
-			return v
-		}
-	}
-	return 0
 }
 
 // Run runs scenario s on a cluster of its own: it starts the scenario's
@@ -617,7 +608,7 @@ func (a *actor) act(ctx context.Context, run *results.Run) error {
 		}
 		// Not complete within the timeout: back to the previous template,
 		// as `kubectl rollout undo` does.
-		run.RolledBackMS = ptr(step(results.RunnerRolledBack, "", timeout))
+		run.RolledBackMS = ptr.To(step(results.RunnerRolledBack, "", timeout))
 		return c.Apply(ctx, []runtime.Object{d})
 	case ActionOutage:
 		if err := a.dep.down(a.action.Mode); err != nil {

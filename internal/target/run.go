@@ -70,15 +70,8 @@ func (s *server) run(ctx context.Context) (int, error) {
 	}
 
 	if s.cfg.StartupDelay > 0 {
-		select {
-		case <-time.After(s.cfg.StartupDelay):
-		case <-sigterm:
-			s.onSigterm()
-			return s.exit(ExitSIGTERM)
-		case <-crash:
-			return s.crash()
-		case <-ctx.Done():
-			return 0, ctx.Err()
+		if _, by := await(ctx, time.After(s.cfg.StartupDelay), sigterm, crash); by != notInterrupted {
+			return s.interrupted(ctx, by)
 		}
 	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
@@ -105,17 +98,11 @@ func (s *server) serveExit(ctx context.Context, ln net.Listener, sigterm <-chan 
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	defer hs.Close()
-	select {
-	case err := <-served:
-		return 0, fmt.Errorf("serve: %w", err)
-	case <-sigterm:
-		s.onSigterm()
-		return s.exit(ExitSIGTERM)
-	case <-crash:
-		return s.crash()
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	err, by := await(ctx, served, sigterm, crash)
+	if by != notInterrupted {
+		return s.interrupted(ctx, by)
 	}
+	return 0, fmt.Errorf("serve: %w", err)
 }
 
 // serveGraceful serves through graceful.Server, which handles SIGTERM from
@@ -138,28 +125,23 @@ func (s *server) serveGraceful(ctx context.Context, ln net.Listener, crash <-cha
 	// The context is not ctx: graceful would drain when it is done, and Run
 	// stops at once then.
 	go func() { served <- gs.Serve(context.Background(), ln) }()
-	select {
-	case err := <-served:
-		switch {
-		case err == nil:
-			s.onDrained("complete")
-		case errors.Is(err, graceful.ErrDrainTimeout):
-			s.onDrained("deadline")
-		case errors.Is(err, graceful.ErrInterrupted):
-			s.onDrained("interrupted")
-		default:
-			return 0, fmt.Errorf("serve: %w", err)
-		}
-		return s.exit(ExitSIGTERM)
-	case <-crash:
+	err, by := await(ctx, served, nil, crash)
+	if by != notInterrupted {
 		gs.HTTP.Close()
 		<-served
-		return s.crash()
-	case <-ctx.Done():
-		gs.HTTP.Close()
-		<-served
-		return 0, ctx.Err()
+		return s.interrupted(ctx, by)
 	}
+	switch {
+	case err == nil:
+		s.onDrained("complete")
+	case errors.Is(err, graceful.ErrDrainTimeout):
+		s.onDrained("deadline")
+	case errors.Is(err, graceful.ErrInterrupted):
+		s.onDrained("interrupted")
+	default:
+		return 0, fmt.Errorf("serve: %w", err)
+	}
+	return s.exit(ExitSIGTERM)
 }
 
 // serveHostage serves until SIGTERM, then does what Node's server.close()
@@ -178,14 +160,12 @@ func (s *server) serveHostage(ctx context.Context, ln net.Listener, sigterm <-ch
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	defer hs.Close()
-	select {
-	case err := <-served:
+	switch err, by := await(ctx, served, sigterm, crash); by {
+	case notInterrupted:
 		return 0, fmt.Errorf("serve: %w", err)
-	case <-sigterm:
-	case <-crash:
-		return s.crash()
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	case bySigterm:
+	default:
+		return s.interrupted(ctx, by)
 	}
 
 	s.onSigterm()
@@ -195,14 +175,52 @@ func (s *server) serveHostage(ctx context.Context, ln net.Listener, sigterm <-ch
 	<-served
 	conns.closeIdle()
 	for conns.open() > 0 {
-		select {
-		case <-conns.changed:
-		case <-crash:
-			return s.crash()
-		case <-ctx.Done():
-			return 0, ctx.Err()
+		if _, by := await(ctx, conns.changed, nil, crash); by != notInterrupted {
+			return s.interrupted(ctx, by)
 		}
 	}
 	s.onDrained("complete")
 	return s.exit(ExitSIGTERM)
+}
+
+// interruption is what cut a wait of the server short.
+type interruption int
+
+const (
+	notInterrupted interruption = iota // what was waited for came first
+	bySigterm                          // SIGTERM arrived
+	byCrash                            // the crash time came
+	byCtx                              // Run's context is done
+)
+
+// await waits for next, SIGTERM, the crash time or the end of ctx, and
+// says which came first, with next's value if it did. A nil sigterm or
+// crash never comes: a wait that has SIGTERM handled elsewhere, or no
+// crash to come, passes nil.
+func await[T any](ctx context.Context, next <-chan T, sigterm <-chan os.Signal, crash <-chan time.Time) (T, interruption) {
+	var v T
+	select {
+	case v = <-next:
+		return v, notInterrupted
+	case <-sigterm:
+		return v, bySigterm
+	case <-crash:
+		return v, byCrash
+	case <-ctx.Done():
+		return v, byCtx
+	}
+}
+
+// interrupted ends the server as the interruption by says: after SIGTERM
+// with ExitSIGTERM, at the crash time with Config.CrashCode, at the end of
+// ctx with its error.
+func (s *server) interrupted(ctx context.Context, by interruption) (int, error) {
+	switch by {
+	case bySigterm:
+		s.onSigterm()
+		return s.exit(ExitSIGTERM)
+	case byCrash:
+		return s.crash()
+	}
+	return 0, ctx.Err()
 }

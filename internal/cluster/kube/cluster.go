@@ -102,7 +102,7 @@ type Cluster struct {
 	synced   bool                          // the informers listed what was there at the start
 	changed  chan struct{}                 // closed and replaced at every change an informer sees
 	pods     map[types.UID]*podState       // what was last seen of each pod
-	services map[string]string             // by namespace/name: the endpoints last described
+	services map[string][]cluster.Endpoint // by namespace/name: the endpoints last recorded
 	rollouts map[string]*rollout           // by namespace/name of the Deployment
 	logs     map[string]*cluster.LogBuffer // by namespace/pod/container
 	loadRuns map[string]bool               // the runs of load pods not yet deleted
@@ -142,7 +142,7 @@ func New(cfg Config) (*Cluster, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Cluster{
 		client: client, namespace: namespace, clock: cfg.Clock, images: cfg.Images, ctx: ctx, stop: stop,
-		changed: make(chan struct{}), pods: map[types.UID]*podState{}, services: map[string]string{},
+		changed: make(chan struct{}), pods: map[types.UID]*podState{}, services: map[string][]cluster.Endpoint{},
 		rollouts: map[string]*rollout{}, logs: map[string]*cluster.LogBuffer{}, loadRuns: map[string]bool{},
 	}
 	if cfg.CreateNamespace {

@@ -364,7 +364,7 @@ func (c *Cluster) podGone(l listers, pod *corev1.Pod) {
 
 // sliceChanged records the endpoints of the Service that slice belongs to
 // when they changed: every endpoint of its EndpointSlices, ordered by slice
-// name, as ip=ready/serving/terminating.
+// name.
 func (c *Cluster) sliceChanged(l listers, slice *discoveryv1.EndpointSlice, initial bool) {
 	svc := slice.Labels[discoveryv1.LabelServiceName]
 	if svc == "" {
@@ -375,16 +375,16 @@ func (c *Cluster) sliceChanged(l listers, slice *discoveryv1.EndpointSlice, init
 		return
 	}
 	slices.SortFunc(all, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
-	described := cluster.DescribeEndpoints(all)
+	eps := cluster.EndpointsOf(all...)
 	key := slice.Namespace + "/" + svc
 	c.mu.Lock()
 	defer c.changedLocked(l)
-	if prev, ok := c.services[key]; ok && prev == described {
+	if prev, ok := c.services[key]; ok && slices.Equal(prev, eps) {
 		return
 	}
-	c.services[key] = described
+	c.services[key] = eps
 	if !initial {
-		c.record(cluster.Event{Kind: cluster.EndpointsPublished, Object: "Service/" + key, Fields: map[string]string{"endpoints": described}})
+		c.record(cluster.Event{Kind: cluster.EndpointsPublished, Object: "Service/" + key, Endpoints: cluster.Endpoints{List: eps}})
 	}
 }
 

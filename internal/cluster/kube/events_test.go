@@ -188,20 +188,20 @@ func TestEndpointEvents(t *testing.T) {
 	slices := cs.DiscoveryV1().EndpointSlices("ns")
 	s, _ := slices.Create(ctx, slice("web-abc", endpoint("10.1.0.5", true, true, false)), metav1.CreateOptions{})
 	e := expect(t, ch, cluster.EndpointsPublished)
-	if e[0].Object != "Service/ns/web" || e[0].Fields["endpoints"] != "10.1.0.5=1/1/0,10.1.0.9=1/1/0" {
+	if e[0].Object != "Service/ns/web" || e[0].Endpoints.String() != "10.1.0.5=1/1/0,10.1.0.9=1/1/0" {
 		t.Errorf("endpoints %+v, want Service/ns/web with both slices' endpoints", e[0])
 	}
 	s.Endpoints[0] = endpoint("10.1.0.5", false, true, true)
 	slices.Update(ctx, s, metav1.UpdateOptions{})
-	if e := expect(t, ch, cluster.EndpointsPublished); e[0].Fields["endpoints"] != "10.1.0.5=0/1/1,10.1.0.9=1/1/0" {
-		t.Errorf("terminating endpoint: %s, want 10.1.0.5=0/1/1 first", e[0].Fields["endpoints"])
+	if e := expect(t, ch, cluster.EndpointsPublished); e[0].Endpoints.String() != "10.1.0.5=0/1/1,10.1.0.9=1/1/0" {
+		t.Errorf("terminating endpoint: %s, want 10.1.0.5=0/1/1 first", e[0].Endpoints.String())
 	}
 	// A change of nothing the endpoints show raises no event.
 	s.Labels["other"] = "x"
 	slices.Update(ctx, s, metav1.UpdateOptions{})
 	slices.Delete(ctx, "web-old", metav1.DeleteOptions{})
-	if e := expect(t, ch, cluster.EndpointsPublished); e[0].Fields["endpoints"] != "10.1.0.5=0/1/1" {
-		t.Errorf("after a slice's deletion: %s, want 10.1.0.5=0/1/1", e[0].Fields["endpoints"])
+	if e := expect(t, ch, cluster.EndpointsPublished); e[0].Endpoints.String() != "10.1.0.5=0/1/1" {
+		t.Errorf("after a slice's deletion: %s, want 10.1.0.5=0/1/1", e[0].Endpoints.String())
 	}
 }
 

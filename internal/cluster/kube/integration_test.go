@@ -311,7 +311,7 @@ func restart(t *testing.T, c cluster.Backend, namespace string, objects []runtim
 func settled(events []cluster.Event) bool {
 	for i := len(events) - 1; i >= 0; i-- {
 		if events[i].Kind == cluster.EndpointsPublished {
-			eps := events[i].Fields["endpoints"]
+			eps := events[i].Endpoints.String()
 			return eps != "" && !strings.Contains(eps, "=0")
 		}
 	}
@@ -337,10 +337,9 @@ func shape(events []cluster.Event) []string {
 			rs[e.Object] = e.Fields["to"]
 		case e.Kind == cluster.EndpointsPublished:
 			now := map[string]string{}
-			for _, ep := range strings.Split(e.Fields["endpoints"], ",") {
-				if ip, state, ok := strings.Cut(ep, "="); ok {
-					now[ip] = state
-				}
+			for _, ep := range e.Endpoints.List {
+				ep.Node = "" // the backends' node names differ
+				_, now[ep.Address], _ = strings.Cut(ep.String(), "=")
 			}
 			for ip, h := range endpoints {
 				if _, ok := now[ip]; !ok && h[len(h)-1] != "gone" {

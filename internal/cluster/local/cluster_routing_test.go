@@ -81,7 +81,7 @@ func TestClusterDelays(t *testing.T) {
 	}
 	endpoints := func(kind cluster.EventKind, node, state string) func(cluster.Event) bool {
 		return func(e cluster.Event) bool {
-			return e.Kind == kind && (node == "" || e.Node == node) && strings.Contains(e.Fields["endpoints"], ip+"="+state)
+			return e.Kind == kind && (node == "" || e.Node == node) && strings.Contains(e.Endpoints.String(), ip+"="+state)
 		}
 	}
 	after := func(what string, from, to cluster.Event, least time.Duration) {

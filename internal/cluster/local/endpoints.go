@@ -52,7 +52,7 @@ type Endpoints struct {
 	queue *delayQueue
 
 	mu      sync.Mutex
-	last    map[string]string       // by namespace/name: the endpoints last computed
+	last    map[string]sliceState   // by namespace/name: the endpoints last computed
 	pending map[string]*publication // by namespace/name: a batch not yet published
 }
 
@@ -78,7 +78,19 @@ func NewEndpoints(cfg EndpointsConfig) (*Endpoints, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	return &Endpoints{cfg: cfg, clock: cfg.Clock, queue: newDelayQueue(cfg.Clock),
-		last: map[string]string{}, pending: map[string]*publication{}}, nil
+		last: map[string]sliceState{}, pending: map[string]*publication{}}, nil
+}
+
+// sliceState is what tells one version of a Service's EndpointSlices
+// from another: their endpoints, and their port sets (portsKey).
+type sliceState struct {
+	endpoints []cluster.Endpoint
+	ports     string
+}
+
+// equal reports whether s and o are the same state.
+func (s sliceState) equal(o sliceState) bool {
+	return s.ports == o.ports && slices.Equal(s.endpoints, o.endpoints)
 }
 
 // Close stops the controller; changes not yet published are dropped.
@@ -94,10 +106,10 @@ func (e *Endpoints) Close() {
 func (e *Endpoints) Sync(svc *corev1.Service, pods []*corev1.Pod) {
 	slices := EndpointSlices(svc, pods)
 	key := svc.Namespace + "/" + svc.Name
-	state := cluster.DescribeEndpoints(slices) + portsKey(slices)
+	state := sliceState{endpoints: cluster.EndpointsOf(slices...), ports: portsKey(slices)}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if prev, ok := e.last[key]; ok && prev == state {
+	if prev, ok := e.last[key]; ok && prev.equal(state) {
 		return
 	}
 	e.last[key] = state
@@ -118,7 +130,7 @@ func (e *Endpoints) Sync(svc *corev1.Service, pods []*corev1.Pod) {
 		e.mu.Unlock()
 		if e.cfg.Recorder != nil {
 			e.cfg.Recorder.Record(cluster.Event{Time: e.clock.Now(), Kind: cluster.EndpointsPublished, Object: "Service/" + key,
-				Fields: map[string]string{"endpoints": cluster.DescribeEndpoints(slices)}})
+				Endpoints: cluster.Endpoints{List: cluster.EndpointsOf(slices...)}})
 		}
 		for _, p := range e.cfg.Proxies {
 			p.Publish(svc, slices)

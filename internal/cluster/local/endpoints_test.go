@@ -53,8 +53,8 @@ func TestEndpointSlices(t *testing.T) {
 		pod("failed", "127.77.0.6", nil, corev1.PodFailed, false),
 		other,
 	}
-	got := cluster.DescribeEndpoints(EndpointSlices(svc, pods))
-	want := "127.77.0.1=1/1/0,127.77.0.2=0/0/0,127.77.0.3=0/1/1,127.77.0.4=0/0/1"
+	got := cluster.Endpoints{List: cluster.EndpointsOf(EndpointSlices(svc, pods)...)}.String()
+	want := "127.77.0.1=1/1/0@node,127.77.0.2=0/0/0@node,127.77.0.3=0/1/1@node,127.77.0.4=0/0/1@node"
 	if got != want {
 		t.Errorf("EndpointSlices() = %s, want %s", got, want)
 	}
@@ -62,8 +62,8 @@ func TestEndpointSlices(t *testing.T) {
 		t.Errorf("EndpointSlices() ports = %v, want the named port resolved to 8080", slices)
 	}
 	svc.Spec.PublishNotReadyAddresses = true
-	got = cluster.DescribeEndpoints(EndpointSlices(svc, pods))
-	want = "127.77.0.1=1/1/0,127.77.0.2=1/0/0,127.77.0.3=1/1/1,127.77.0.4=1/0/1"
+	got = cluster.Endpoints{List: cluster.EndpointsOf(EndpointSlices(svc, pods)...)}.String()
+	want = "127.77.0.1=1/1/0@node,127.77.0.2=1/0/0@node,127.77.0.3=1/1/1@node,127.77.0.4=1/0/1@node"
 	if got != want {
 		t.Errorf("EndpointSlices() with publishNotReadyAddresses = %s, want %s", got, want)
 	}
@@ -180,7 +180,7 @@ func (m *miniCluster) waitApplied(from int, node string, ok func(endpoints strin
 		if err != nil {
 			m.t.Fatalf("node %s never applied the endpoints awaited; events: %s", node, describe(m.log.Events()))
 		}
-		if e.Kind == cluster.EndpointsApplied && e.Node == node && ok(e.Fields["endpoints"]) {
+		if e.Kind == cluster.EndpointsApplied && e.Node == node && ok(e.Endpoints.String()) {
 			return i + 1
 		}
 	}
@@ -396,7 +396,7 @@ func TestEndpointsDelayAndBatch(t *testing.T) {
 			}
 			var got []string
 			for _, ev := range log.Events() {
-				got = append(got, fmt.Sprintf("%s@%g", ev.Fields["endpoints"], ev.Time.Sub(t0).Seconds()))
+				got = append(got, fmt.Sprintf("%s@%g", ev.Endpoints, ev.Time.Sub(t0).Seconds()))
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("publications %q, want %q", got, tt.want)

@@ -131,7 +131,7 @@ func (p *Proxy) Load(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) {
 	p.mu.Unlock()
 	if p.cfg.Recorder != nil {
 		p.cfg.Recorder.Record(cluster.Event{Time: p.clock.Now(), Kind: cluster.EndpointsApplied, Node: p.cfg.NodeName,
-			Object: "Service/" + key, Fields: map[string]string{"endpoints": cluster.DescribeEndpoints(slices)}})
+			Object: "Service/" + key, Endpoints: cluster.Endpoints{List: cluster.EndpointsOf(slices...), NodeLocal: nodeLocal(svc)}})
 	}
 }
 
@@ -276,9 +276,10 @@ func (p *Proxy) pick(namespace, name string, port int32, client string, nodePort
 		// No rule matches the port: nothing answers there.
 		return "", errNoEndpoints
 	}
-	local := !nodePort && r.svc.Spec.InternalTrafficPolicy != nil && *r.svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
-	var ready, terminating []endpointPort
-	anywhere := false // a usable endpoint on any node
+	// The endpoints of the slices that have the port, and the port each
+	// of them gives it.
+	view := cluster.Endpoints{NodeLocal: !nodePort && nodeLocal(r.svc)}
+	var targets []int32
 	for _, s := range r.slices {
 		var target int32
 		for _, sp := range s.Ports {
@@ -289,35 +290,21 @@ func (p *Proxy) pick(namespace, name string, port int32, client string, nodePort
 		if target == 0 {
 			continue
 		}
-		for _, ep := range s.Endpoints {
-			if len(ep.Addresses) == 0 {
-				continue
-			}
-			c := ep.Conditions
-			isReady := c.Ready == nil || *c.Ready
-			servingTerminating := (c.Serving == nil || *c.Serving) && c.Terminating != nil && *c.Terminating
-			anywhere = anywhere || isReady || servingTerminating
-			if local && (ep.NodeName == nil || *ep.NodeName != p.cfg.NodeName) {
-				continue
-			}
-			e := endpointPort{addr: ep.Addresses[0], port: target}
-			switch {
-			case isReady:
-				ready = append(ready, e)
-			case servingTerminating:
-				terminating = append(terminating, e)
-			}
+		for _, ep := range cluster.EndpointsOf(s) {
+			view.List = append(view.List, ep)
+			targets = append(targets, target)
 		}
 	}
-	usable := ready
-	if len(usable) == 0 {
-		usable = terminating
-	}
+	to, dropped := view.Route(p.cfg.NodeName)
 	switch {
-	case len(usable) == 0 && anywhere:
+	case dropped:
 		return "", errDropped
-	case len(usable) == 0:
+	case len(to) == 0:
 		return "", errNoEndpoints
+	}
+	usable := make([]endpointPort, len(to))
+	for i, j := range to {
+		usable[i] = endpointPort{addr: view.List[j].Address, port: targets[j]}
 	}
 	if r.svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
 		return usable[p.randSrc.IntN(len(usable))].hostPort(), nil
@@ -338,6 +325,12 @@ func (p *Proxy) pick(namespace, name string, port int32, client string, nodePort
 	a.at = now
 	p.affinity[key] = a
 	return a.endpoint.hostPort(), nil
+}
+
+// nodeLocal reports whether svc's internalTrafficPolicy is Local.
+func nodeLocal(svc *corev1.Service) bool {
+	p := svc.Spec.InternalTrafficPolicy
+	return p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal
 }
 
 // hostPort returns e as a dial address, "host:port".

@@ -67,8 +67,14 @@ func Shared(t testing.TB) *controlplane.ControlPlane {
 // Client returns an administrator's client of the shared control plane.
 func Client(t testing.TB) kubernetes.Interface {
 	t.Helper()
-	cp := Shared(t)
-	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
+	return ClientOf(t, Shared(t).Kubeconfig)
+}
+
+// ClientOf returns a client of the kubeconfig at path, such as that of a
+// control plane that a test started itself.
+func ClientOf(t testing.TB, path string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		t.Fatal(err)
 	}

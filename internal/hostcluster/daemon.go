@@ -1,13 +1,13 @@
-package cli
+package hostcluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -20,51 +20,49 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
-// runClusterDaemon runs the cluster until SIGTERM or SIGINT: it starts
-// the control plane and the nodes, writes the kubeconfig, records each
-// phase in the state file, and on the signal stops the nodes (killing
-// every pod), then the control plane. Its output is the daemon's log.
-func runClusterDaemon(ctx context.Context, streams Streams, flags clusterFlags) error {
-	images, err := nodeFlags("cluster run", flags)
+// Run is the daemon: it runs the cluster of cfg until ctx is done. It
+// starts the control plane and the nodes, writes the administrator's
+// kubeconfig, and records each phase in the state directory (which must
+// exist); when ctx is done, it stops the nodes, killing every pod, then
+// the control plane, and returns once they are stopped. It writes its log
+// to log, a line per step with the time. Only the daemon that Up starts
+// calls it: Up reads what it records, and Down signals it.
+func Run(ctx context.Context, cfg Config, log io.Writer) error {
+	cfg, images, err := cfg.resolved()
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	dir, err := clusterStateDir(flags.stateDir)
-	if err != nil {
-		return err
-	}
+	dir, nodes := cfg.StateDir, cmp.Or(cfg.Nodes, local.DefaultNodes)
 	logf := func(format string, args ...any) {
-		fmt.Fprintf(streams.Err, "%s cluster: %s\n", time.Now().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
+		fmt.Fprintf(log, "%s cluster: %s\n", time.Now().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
 	}
 	start, _, err := procStat(os.Getpid())
 	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
+		return err
 	}
-	st := &clusterState{PID: os.Getpid(), ProcessStart: start, Phase: phaseControlPlane, Started: time.Now(),
-		Nodes: flags.nodes, KubernetesVersion: controlplane.KubernetesVersion, ImageCommands: flags.images,
-		Kubeconfig: filepath.Join(dir, clusterKubeconfig)}
-	if err := writeClusterState(dir, st); err != nil {
+	st := &State{PID: os.Getpid(), ProcessStart: start, Phase: PhaseControlPlane, Started: time.Now(),
+		Nodes: nodes, KubernetesVersion: controlplane.KubernetesVersion, ImageCommands: cfg.ImageCommands,
+		Kubeconfig: filepath.Join(dir, kubeconfigFile)}
+	if err := writeState(dir, st); err != nil {
 		return err
 	}
 
 	logf("starting the control plane")
 	cache, err := controlplane.DefaultCacheDir()
 	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
+		return err
 	}
 	bins, err := controlplane.Build(ctx, cache)
 	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
+		return err
 	}
-	cpDir := filepath.Join(dir, clusterControlPlaneDir)
+	cpDir := filepath.Join(dir, controlPlaneDir)
 	if err := os.MkdirAll(cpDir, 0o755); err != nil {
-		return fmt.Errorf("cluster run: %w", err)
+		return err
 	}
 	cp, err := controlplane.Start(ctx, controlplane.Config{Binaries: bins, Dir: cpDir})
 	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
+		return err
 	}
 	defer func() {
 		logf("stopping the control plane")
@@ -72,37 +70,37 @@ func runClusterDaemon(ctx context.Context, streams Streams, flags clusterFlags) 
 		logf("stopped")
 	}()
 	if err := writeAdminKubeconfig(cp.Kubeconfig, st.Kubeconfig); err != nil {
-		return fmt.Errorf("cluster run: %w", err)
-	}
-	st.Server, st.Phase = cp.Server, phaseNodes
-	if err := writeClusterState(dir, st); err != nil {
 		return err
 	}
-	logf("control plane up at %s; starting %d nodes", cp.Server, flags.nodes)
+	st.Server, st.Phase = cp.Server, PhaseNodes
+	if err := writeState(dir, st); err != nil {
+		return err
+	}
+	logf("control plane up at %s; starting %d nodes", cp.Server, nodes)
 
 	kubeletTLS, err := cp.KubeletTLS()
 	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
+		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("cluster run: find the closingtime binary for the pods: %w", err)
+		return fmt.Errorf("find the closingtime binary for the pods: %w", err)
 	}
-	nodes, err := nodeagent.StartNodes(ctx, nodeagent.NodesConfig{Kubeconfig: st.Kubeconfig, KubeletTLS: kubeletTLS, Nodes: flags.nodes,
-		Kubelet: local.KubeletConfig{ImageCommands: clusterImageCommands(exe, images)}, NodePorts: true, Logf: logf})
+	agents, err := nodeagent.StartNodes(ctx, nodeagent.NodesConfig{Kubeconfig: st.Kubeconfig, KubeletTLS: kubeletTLS, Nodes: nodes,
+		Kubelet: local.KubeletConfig{ImageCommands: imageCommands(exe, images)}, NodePorts: true, Logf: logf})
 	if err != nil {
-		return fmt.Errorf("cluster run: %w", err)
+		return err
 	}
 	defer func() {
 		logf("stopping the nodes: every pod is killed")
-		ctx, cancel := context.WithTimeout(context.Background(), clusterStopTimeout/2)
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout/2)
 		defer cancel()
-		if err := nodes.Close(ctx); err != nil {
+		if err := agents.Close(ctx); err != nil {
 			logf("stopping the nodes: %v", err)
 		}
 	}()
-	st.Phase = phaseReady
-	if err := writeClusterState(dir, st); err != nil {
+	st.Phase = PhaseReady
+	if err := writeState(dir, st); err != nil {
 		return err
 	}
 	logf("ready")
@@ -110,10 +108,10 @@ func runClusterDaemon(ctx context.Context, streams Streams, flags clusterFlags) 
 	return nil
 }
 
-// clusterImageCommands returns the images' commands of the cluster's
-// kubelets: closingtime and kube.DefaultImage run exe, and images adds to
-// them or overrides them.
-func clusterImageCommands(exe string, images map[string][]string) map[string][]string {
+// imageCommands returns the images' commands of the cluster's kubelets:
+// closingtime and kube.DefaultImage run exe, and images adds to them or
+// overrides them.
+func imageCommands(exe string, images map[string][]string) map[string][]string {
 	commands := map[string][]string{scenario.Image: {exe}, kube.DefaultImage: {exe}}
 	maps.Copy(commands, images)
 	return commands

@@ -1,0 +1,237 @@
+package local
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+)
+
+// podWorker runs one pod.
+type podWorker struct {
+	k      *Kubelet
+	pod    *corev1.Pod // the admitted version; its spec does not change
+	ip     string
+	ctx    context.Context // ends at the kubelet's Close, or after the pod terminated
+	cancel context.CancelFunc
+
+	containers []*containerWorker
+	kills      sync.WaitGroup // the kill sequences of the pod's termination
+	statusCh   chan struct{}  // a status change waits to be delivered
+	done       chan struct{}  // closed when the pod has terminated
+
+	mu            sync.Mutex
+	startTime     metav1.Time
+	ready         bool
+	readySince    metav1.Time
+	terminating   bool
+	terminatingCh chan struct{} // closed when termination starts
+	grace         int64         // the effective grace once terminating
+	phase         corev1.PodPhase
+}
+
+// run waits for the pod to terminate, for its containers to end by
+// themselves (restartPolicy Never or OnFailure), or for the kubelet to
+// close, and cleans up after it.
+func (p *podWorker) run() {
+	defer p.k.wg.Done()
+	allEnded := make(chan struct{})
+	p.k.wg.Add(1)
+	go func() {
+		defer p.k.wg.Done()
+		for _, c := range p.containers {
+			<-c.ended
+		}
+		close(allEnded)
+	}()
+	select {
+	case <-p.terminatingCh:
+	case <-p.ctx.Done():
+	case <-allEnded:
+	}
+	// Every container loop ends once the pod is terminating: wait for them,
+	// each bounded by its kill sequence.
+	for _, c := range p.containers {
+		<-c.ended
+	}
+	// A kill sequence outlives its container when the container exits
+	// during the preStop hook: the kubelet waits for the hook (T7).
+	p.kills.Wait()
+	p.mu.Lock()
+	p.phase = corev1.PodSucceeded
+	for _, c := range p.containers {
+		if t := c.status.State.Terminated; t == nil || t.ExitCode != 0 {
+			p.phase = corev1.PodFailed
+		}
+	}
+	p.updateReadyLocked()
+	// The event precedes the terminal status, and so what the status
+	// makes the controllers do.
+	p.k.record(cluster.Event{Kind: cluster.PodTerminated, Namespace: p.pod.Namespace, Pod: p.pod.Name,
+		Fields: map[string]string{"phase": string(p.phase)}})
+	p.statusChangedLocked()
+	p.mu.Unlock()
+	// The pod is terminal (T16): its address is free again and its
+	// readiness workers stop with its context.
+	p.k.mu.Lock()
+	delete(p.k.pods, p.pod.UID)
+	addr, _ := netip.ParseAddr(p.ip)
+	delete(p.k.used, addr)
+	p.k.mu.Unlock()
+	close(p.done)
+	p.cancel()
+}
+
+// terminate starts the pod's termination with grace seconds, or shortens a
+// termination under way to grace (T3, T5).
+func (p *podWorker) terminate(grace int64) {
+	p.mu.Lock()
+	if p.terminating {
+		shorter := grace < p.grace
+		if shorter {
+			p.grace = grace
+		}
+		insts := p.runningLocked()
+		p.mu.Unlock()
+		// The first kill sequence of each container is still waiting for
+		// it; these only add an earlier SIGKILL deadline.
+		if shorter {
+			p.k.wg.Add(len(insts))
+			for _, inst := range insts {
+				go func() {
+					defer p.k.wg.Done()
+					inst.c.kill(inst, grace)
+				}()
+			}
+		}
+		return
+	}
+	p.terminating, p.grace = true, grace
+	// Liveness and startup probing stop; readiness goes on until the
+	// containers stop (T6).
+	insts := p.runningLocked()
+	for _, inst := range insts {
+		inst.stopLiveness()
+	}
+	p.kills.Add(len(insts))
+	close(p.terminatingCh)
+	p.mu.Unlock()
+	p.k.record(cluster.Event{Kind: cluster.PodTerminating, Namespace: p.pod.Namespace, Pod: p.pod.Name,
+		Fields: map[string]string{"grace": (time.Duration(grace) * time.Second).String()}})
+	// Containers are killed concurrently (T7).
+	for _, inst := range insts {
+		go func() {
+			defer p.kills.Done()
+			inst.c.kill(inst, grace)
+		}()
+	}
+}
+
+// runningLocked returns the instances whose process still runs.
+func (p *podWorker) runningLocked() []*instance {
+	var out []*instance
+	for _, c := range p.containers {
+		if c.inst != nil && !c.inst.proc.exited() {
+			out = append(out, c.inst)
+		}
+	}
+	return out
+}
+
+// updateReadyLocked recomputes the Ready condition: every container ready
+// (E5). It records a change.
+func (p *podWorker) updateReadyLocked() {
+	ready := p.phase == "" || p.phase == corev1.PodRunning || p.phase == corev1.PodPending
+	for _, c := range p.containers {
+		ready = ready && c.status.Ready
+	}
+	if ready == p.ready {
+		return
+	}
+	p.ready, p.readySince = ready, metav1.NewTime(p.k.clock.Now())
+	kind := cluster.PodUnready
+	if ready {
+		kind = cluster.PodReady
+	}
+	p.k.record(cluster.Event{Kind: kind, Namespace: p.pod.Namespace, Pod: p.pod.Name})
+}
+
+// statusChangedLocked asks deliverStatus to send the current status.
+func (p *podWorker) statusChangedLocked() {
+	select {
+	case p.statusCh <- struct{}{}:
+	default:
+	}
+}
+
+// deliverStatus sends the pod's latest status to StatusUpdated whenever it
+// changed, until the pod is done and its last status is sent.
+func (p *podWorker) deliverStatus() {
+	defer p.k.wg.Done()
+	// Each round delivers one status; the loop ends with the pod.
+	for {
+		select {
+		case <-p.statusCh:
+		case <-p.done:
+			select {
+			case <-p.statusCh:
+			default:
+				return
+			}
+		}
+		p.mu.Lock()
+		pod := p.pod.DeepCopy()
+		pod.Status = p.statusLocked()
+		p.mu.Unlock()
+		if p.k.cfg.StatusUpdated != nil {
+			p.k.cfg.StatusUpdated(pod)
+		}
+	}
+}
+
+// statusLocked builds the pod's status.
+func (p *podWorker) statusLocked() corev1.PodStatus {
+	phase := p.phase
+	if phase == "" {
+		phase = corev1.PodPending
+		for _, c := range p.containers {
+			if c.status.State.Running != nil || c.status.RestartCount > 0 {
+				phase = corev1.PodRunning
+			}
+		}
+	}
+	cond := func(t corev1.PodConditionType, ok bool) corev1.PodCondition {
+		s := corev1.ConditionFalse
+		if ok {
+			s = corev1.ConditionTrue
+		}
+		return corev1.PodCondition{Type: t, Status: s, LastTransitionTime: p.readySince}
+	}
+	st := corev1.PodStatus{
+		Phase:     phase,
+		HostIP:    "127.0.0.1",
+		PodIP:     p.ip,
+		PodIPs:    []corev1.PodIP{{IP: p.ip}},
+		StartTime: &p.startTime,
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: p.startTime},
+			cond(corev1.ContainersReady, p.ready),
+			cond(corev1.PodReady, p.ready),
+		},
+	}
+	for _, c := range p.containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, *c.status.DeepCopy())
+	}
+	return st
+}
+
+func (p *podWorker) isTerminating() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.terminating
+}
