@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
@@ -66,11 +64,11 @@ func (k *kubeFlags) config() kube.Config {
 	}
 }
 
-// runnerConfig sets cfg's clusters: with --kube, NewCluster and
-// NewTraffic to real clusters of the flags, with their load pods;
-// otherwise NewCluster to embedded clusters whose image closingtime runs
-// this binary and whose other images run the commands of images
-// ([localClusters]). command names the command in an error.
+// runnerConfig sets cfg's clusters: with --kube, real clusters of the
+// flags, with their load pods (k.cluster); otherwise embedded clusters
+// whose image closingtime runs this binary and whose other images run the
+// commands of images ([localClusters]). command names the command in an
+// error.
 func (k *kubeFlags) runnerConfig(command string, cfg scenario.RunnerConfig, images map[string][]string) (scenario.RunnerConfig, error) {
 	if !k.kube {
 		exe, err := os.Executable()
@@ -81,33 +79,28 @@ func (k *kubeFlags) runnerConfig(command string, cfg scenario.RunnerConfig, imag
 		return cfg, nil
 	}
 	kc := k.config()
-	cfg.NewCluster = func(scenario.ClusterSettings) (scenario.Cluster, error) { return kube.New(kc) }
-	cfg.NewTraffic = k.traffic
+	cfg.NewCluster = func(scenario.ClusterSettings) (*scenario.Cluster, error) {
+		c, err := kube.New(kc)
+		if err != nil {
+			return nil, err
+		}
+		return k.cluster(c, false), nil
+	}
 	return cfg, nil
 }
 
-// traffic returns the load pods of c, a cluster that runnerConfig or
-// existing made.
-func (k *kubeFlags) traffic(c scenario.Cluster) scenario.TrafficSource {
-	var kc *kube.Cluster
-	switch c := c.(type) {
-	case *kube.Cluster:
-		kc = c
-	case existingWorkload:
-		kc = c.Cluster
-	default:
-		panic(fmt.Sprintf("cli: load pods of a %T", c))
+// cluster returns the run's cluster c, in its namespace, with the load
+// pods of the flags; deployed says that the workload runs on c already,
+// so that the runner applies none of it (rollout deploy/NAME).
+func (k *kubeFlags) cluster(c *kube.Cluster, deployed bool) *scenario.Cluster {
+	return &scenario.Cluster{
+		Backend:   c,
+		Namespace: c.Namespace(),
+		Traffic:   c.LoadPods(kube.LoadConfig{Image: k.image, Pods: k.loadPods}),
+		Deployed:  deployed,
+		Close:     c.Close,
 	}
-	return kc.LoadPods(kube.LoadConfig{Image: k.image, Pods: k.loadPods})
 }
-
-// existingWorkload is a real cluster whose workload runs already: the
-// runner's Apply applies nothing, so that closingtime takes no ownership
-// of the workload's fields and changes nothing but what its action does.
-type existingWorkload struct{ *kube.Cluster }
-
-// Apply applies nothing: the objects are the cluster's own.
-func (existingWorkload) Apply(context.Context, []runtime.Object) error { return nil }
 
 // parseDeploymentRef returns the name of ref, deploy/NAME or
 // deployment/NAME (or deployment.apps/NAME), as kubectl spells it.

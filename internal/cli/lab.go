@@ -362,15 +362,19 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 // localClusters returns a scenario.RunnerConfig.NewCluster that starts
 // embedded clusters whose image scenario.Image runs exe and whose other
 // images run the commands of images. Each claims a pod range of its own.
-func localClusters(exe string, images map[string][]string) func(scenario.ClusterSettings) (scenario.Cluster, error) {
+func localClusters(exe string, images map[string][]string) func(scenario.ClusterSettings) (*scenario.Cluster, error) {
 	commands := localCommands(exe, images)
-	return func(s scenario.ClusterSettings) (scenario.Cluster, error) {
-		return local.New(local.Config{
+	return func(s scenario.ClusterSettings) (*scenario.Cluster, error) {
+		c, err := local.New(local.Config{
 			Nodes:               s.Nodes,
 			MinPropagationDelay: s.PropagationDelay.Min,
 			MaxPropagationDelay: s.PropagationDelay.Max,
 			Kubelet:             local.KubeletConfig{ImageCommands: commands},
 		})
+		if err != nil {
+			return nil, err
+		}
+		return &scenario.Cluster{Backend: c, Close: c.Close}, nil
 	}
 }
 

@@ -138,7 +138,7 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	traffic := scenario.Traffic{Service: flags.service, Path: flags.path,
 		ConnectTimeout: flags.connectTimeout, ResponseTimeout: flags.responseTimeout}
 	for _, c := range clients {
-		traffic.Clients = append(traffic.Clients, scenario.Client{Kind: c.Kind.String(), Rate: c.Rate, Connections: c.Connections})
+		traffic.Clients = append(traffic.Clients, scenario.Client{Kind: c.Kind, Rate: c.Rate, Connections: c.Connections})
 	}
 	if flags.retry {
 		traffic.Retry = &scenario.Retry{}
@@ -157,8 +157,9 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		if s, c, err = existingRollout(ctx, flags, name, traffic); err != nil {
 			return fmt.Errorf("rollout: %w", err)
 		}
-		cfg.NewCluster = func(scenario.ClusterSettings) (scenario.Cluster, error) { return existingWorkload{c}, nil }
-		cfg.NewTraffic = flags.kubeFlags.traffic
+		cfg.NewCluster = func(scenario.ClusterSettings) (*scenario.Cluster, error) {
+			return flags.kubeFlags.cluster(c, true), nil
+		}
 	default:
 		action := scenario.Action{Kind: scenario.ActionRolloutRestart, Deployment: name}
 		if s, err = scenario.FromManifests("rollout", flags.files, traffic, action, flags.repeat); err != nil {

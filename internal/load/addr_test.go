@@ -54,12 +54,12 @@ func TestEventAddr(t *testing.T) {
 			got := map[string]int64{}
 			for _, e := range events {
 				if e.Class != OK {
-					t.Fatalf("request %s: %s (%s); want ok", e.ID, e.Class, e.Error)
+					t.Fatalf("request %s: %s (%v); want ok", e.ID, e.Class, e.Err)
 				}
 				if e.Pod != "" {
 					t.Errorf("request %s: pod %q from a server that sets no %s", e.ID, e.Pod, PodHeader)
 				}
-				got[e.Addr]++
+				got[e.Addr.String()]++
 			}
 			for i, addr := range addrs {
 				if got[addr] != counts[i].Load() || got[addr] == 0 {

@@ -131,8 +131,14 @@ type Config struct {
 	// (see package retry), on a new connection. Nil means no retries:
 	// every failure is counted.
 	Retry *retry.Policy
+	// OnResult, if not nil, is called with each request's Result when it
+	// completes: the typed record, for a caller in this process. Calls do
+	// not overlap; each must return soon, as the generator's other
+	// requests wait to record theirs.
+	OnResult func(Result)
 	// Events, if not nil, receives one JSON line per request when it
-	// completes (see [Event]).
+	// completes (see [Event]): the record for another process, as
+	// `closingtime load` writes it.
 	Events io.Writer
 }
 
@@ -262,12 +268,12 @@ func hostPort(u *url.URL) string {
 // response timeouts (and the retry policy's backoff, if any), not by ctx.
 // The error is about writing events.
 func (g *Generator) Run(ctx context.Context) (*Report, error) {
-	events := newEventWriter(g.cfg.Events)
+	results := newResultSink(g.cfg.OnResult, g.cfg.Events)
 	start := time.Now()
 	end := start.Add(g.cfg.Duration)
 	var inFlight, pacers sync.WaitGroup
 	for _, s := range g.clients {
-		s.recorder.events = events
+		s.recorder.results = results
 		pacers.Go(func() { g.pace(ctx, s, start, end, &inFlight) })
 	}
 	pacers.Wait()
@@ -278,7 +284,7 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 		s.client.close()
 		report.Clients = append(report.Clients, s.recorder.report())
 	}
-	return report, events.flush()
+	return report, results.flush()
 }
 
 // pace starts the requests of s on their schedule, from start until end or

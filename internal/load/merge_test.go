@@ -2,9 +2,13 @@ package load
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +33,7 @@ func TestMergeEqualsOneReport(t *testing.T) {
 	}
 	for _, rs := range append(whole[:], parts[:]...) {
 		for _, r := range rs {
-			r.events = newEventWriter(nil)
+			r.results = newResultSink(nil, nil)
 		}
 	}
 	classes := []Class{OK, OK, OK, OK, Refused, Reset, ConnectTimeout, HTTP5xx}
@@ -145,7 +149,9 @@ func TestStream(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
 	var buf bytes.Buffer
-	gen, err := New(Config{URL: srv.URL, Clients: []Client{{Kind: KeepAlive, Rate: 100}}, Duration: 200 * time.Millisecond, Events: &buf})
+	var direct []Result
+	gen, err := New(Config{URL: srv.URL, Clients: []Client{{Kind: KeepAlive, Rate: 100}}, Duration: 200 * time.Millisecond,
+		Events: &buf, OnResult: func(r Result) { direct = append(direct, r) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +176,11 @@ func TestStream(t *testing.T) {
 	if int64(len(events)) != report.Clients[0].Totals.Total() || len(events) == 0 {
 		t.Errorf("%d events, want %d", len(events), report.Clients[0].Totals.Total())
 	}
+	// The event lines decode into the results that OnResult got, in the
+	// same order.
+	if diff := cmp.Diff(direct, events, sameResult); diff != "" {
+		t.Errorf("results read back (-OnResult +read):\n%s", diff)
+	}
 	// Times go through JSON at their RFC 3339 precision.
 	report.Start, report.End = report.Start.Round(0), report.End.Round(0)
 	if diff := cmp.Diff(report, got); diff != "" {
@@ -177,10 +188,10 @@ func TestStream(t *testing.T) {
 	}
 
 	for _, tt := range []struct{ name, stream, want string }{
-		{"not JSON", `{"id":"a","class":"ok"}` + "\nclosingtime: load: oops\n", "line 2"},
+		{"not JSON", okLine + "\nclosingtime: load: oops\n", "line 2"},
 		{"neither", "{}\n", "line 1: neither a request nor the report"},
-		{"after the report", `{"report":{"url":"http://a/"}}` + "\n" + `{"id":"a","class":"ok"}` + "\n", "line 2: a line after the report"},
-		{"start not first", `{"id":"a","class":"ok"}` + "\n" + `{"start":"2026-01-02T03:04:05Z"}` + "\n", "line 2: a start line after the first line"},
+		{"after the report", `{"report":{"url":"http://a/"}}` + "\n" + okLine + "\n", "line 2: a line after the report"},
+		{"start not first", okLine + "\n" + `{"start":"2026-01-02T03:04:05Z"}` + "\n", "line 2: a start line after the first line"},
 		{"start not a time", `{"start":"soon"}` + "\n", "line 1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -189,15 +200,66 @@ func TestStream(t *testing.T) {
 			}
 		})
 	}
-	for _, line := range []string{`{"id":"a","class":"ok"}`, `{"report":{"start":"2026-01-02T03:04:05Z"}}`, `{"start":"soon"}`, "closingtime: load: oops"} {
+	for _, line := range []string{okLine, `{"report":{"start":"2026-01-02T03:04:05Z"}}`, `{"start":"soon"}`, "closingtime: load: oops"} {
 		if IsStartLine([]byte(line)) {
 			t.Errorf("IsStartLine(%s) = true, want false", line)
 		}
 	}
 	// A stream cut before its report has no report and no error.
-	events, got, err = ReadStream(strings.NewReader(`{"id":"a","class":"ok","client":"new-conn"}` + "\n"))
+	events, got, err = ReadStream(strings.NewReader(okLine + "\n"))
 	if err != nil || got != nil || len(events) != 1 {
 		t.Errorf("cut stream: %d events, report %v, %v; want 1 event and no report", len(events), got, err)
+	}
+}
+
+// okLine is the event line of an ok request.
+const okLine = `{"id":"a","client":"new-conn","time":"2026-01-02T03:04:05Z","class":"ok"}`
+
+// sameResult compares Results: their errors by their text, as an error
+// read back from a stream keeps only that, and their addresses by value.
+var sameResult = cmp.Options{
+	cmp.Comparer(func(a, b error) bool { return fmt.Sprint(a) == fmt.Sprint(b) }),
+	cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b }),
+}
+
+// TestStreamResult writes results that carry every field as event lines
+// and reads them back: each is the result written, but for its Err, which
+// keeps its text, and its Time, which is in UTC.
+func TestStreamResult(t *testing.T) {
+	at := time.Date(2026, 10, 1, 13, 43, 25, 123456789, time.FixedZone("CEST", 2*3600))
+	written := []Result{
+		{ID: "r-0", Client: KeepAlive, Time: at, Lag: 1234567 * time.Nanosecond, Connect: 4023 * time.Microsecond,
+			FirstByte: 9 * time.Millisecond, Total: 10*time.Millisecond + 1, Class: OK, Status: 200, Pod: "web-a",
+			Addr: netip.MustParseAddrPort("[fe80::1%eth0]:8080"), Reused: true, Attempts: 2, FirstClass: Reset},
+		{ID: "r-1", Client: NewConn, Time: at.Add(time.Second), Total: 2 * time.Second, Class: ConnectTimeout,
+			Addr: netip.MustParseAddrPort("10.96.0.10:80"), Attempts: 1, FirstClass: ConnectTimeout, Err: errors.New("dial tcp: i/o timeout")},
+		{ID: "r-2", Client: NewConn, Time: at.Add(2 * time.Second), Class: Error, FirstClass: Error, Err: errors.New("bad request")},
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, r := range written {
+		if err := enc.Encode(EventOf(&r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read, report, err := ReadStream(&buf)
+	if err != nil || report != nil {
+		t.Fatalf("ReadStream: report %v, %v; want no report, no error", report, err)
+	}
+	if diff := cmp.Diff(written, read, sameResult); diff != "" {
+		t.Errorf("results read back (-written +read):\n%s", diff)
+	}
+	if read[0].Time.Location() != time.UTC {
+		t.Errorf("time read back in %v, want UTC", read[0].Time.Location())
+	}
+
+	for _, tt := range []struct{ name, stream, want string }{
+		{"bad time", `{"id":"a","class":"ok","time":"noon"}`, "line 1: request a: time"},
+		{"bad addr", `{"id":"a","class":"ok","time":"2026-01-02T03:04:05Z","addr":"web:80"}`, "line 1: request a: addr"},
+	} {
+		if _, _, err := ReadStream(strings.NewReader(tt.stream + "\n")); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: ReadStream: %v, want an error with %q", tt.name, err, tt.want)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package load
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -274,8 +275,8 @@ func (h histogram) percentiles() Percentiles {
 
 // A recorder accumulates the results of one client.
 type recorder struct {
-	client Client
-	events *eventWriter
+	client  Client
+	results *resultSink
 
 	mu       sync.Mutex
 	totals   Counts
@@ -299,7 +300,7 @@ func newRecorder(client Client) *recorder {
 }
 
 func (r *recorder) record(res *Result) {
-	r.events.write(res)
+	r.results.put(res)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.totals[res.Class]++
@@ -396,46 +397,95 @@ func EventOf(r *Result) Event {
 	return e
 }
 
-// An eventWriter writes event lines; the zero value, for no events file,
-// writes nothing.
-type eventWriter struct {
+// result returns the Result that event line e records, as EventOf wrote
+// it: its Time in UTC, and its Err an error with the text of the one
+// recorded.
+func (e *Event) result() (Result, error) {
+	at, err := time.Parse(time.RFC3339Nano, e.Time)
+	if err != nil {
+		return Result{}, fmt.Errorf("request %s: time: %w", e.ID, err)
+	}
+	r := Result{
+		ID:         e.ID,
+		Client:     e.Client,
+		Time:       at,
+		Lag:        DurationMS(e.LagMS),
+		Connect:    DurationMS(e.ConnectMS),
+		FirstByte:  DurationMS(e.FirstByteMS),
+		Total:      DurationMS(e.TotalMS),
+		Class:      e.Class,
+		Status:     e.Status,
+		Pod:        e.Pod,
+		Reused:     e.Reused,
+		Attempts:   e.Attempts,
+		FirstClass: e.Class,
+	}
+	if e.Addr != "" {
+		if r.Addr, err = netip.ParseAddrPort(e.Addr); err != nil {
+			return Result{}, fmt.Errorf("request %s: addr: %w", e.ID, err)
+		}
+	}
+	if e.FirstClass != nil {
+		r.FirstClass = *e.FirstClass
+	}
+	if e.Error != "" {
+		r.Err = errors.New(e.Error)
+	}
+	return r, nil
+}
+
+// A resultSink hands each request's result to a generator's OnResult and,
+// as an event line, to its Events writer, one result at a time; either may
+// be nil.
+type resultSink struct {
+	onResult func(Result)
+
 	mu  sync.Mutex
-	w   *bufio.Writer
+	w   *bufio.Writer // nil for no events
 	enc *json.Encoder
 	err error
 }
 
-func newEventWriter(w io.Writer) *eventWriter {
-	if w == nil {
-		return &eventWriter{}
+func newResultSink(onResult func(Result), events io.Writer) *resultSink {
+	s := &resultSink{onResult: onResult}
+	if events != nil {
+		s.w = bufio.NewWriterSize(events, 64<<10)
+		s.enc = json.NewEncoder(s.w)
 	}
-	bw := bufio.NewWriterSize(w, 64<<10)
-	return &eventWriter{w: bw, enc: json.NewEncoder(bw)}
+	return s
 }
 
-func (ew *eventWriter) write(r *Result) {
-	if ew.enc == nil {
+func (s *resultSink) put(r *Result) {
+	if s.onResult == nil && s.enc == nil {
 		return
 	}
-	e := EventOf(r)
-	ew.mu.Lock()
-	defer ew.mu.Unlock()
-	if ew.err == nil {
-		ew.err = ew.enc.Encode(e)
+	var e Event
+	if s.enc != nil {
+		e = EventOf(r)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.onResult != nil {
+		s.onResult(*r)
+	}
+	if s.enc != nil && s.err == nil {
+		s.err = s.enc.Encode(e)
 	}
 }
 
-func (ew *eventWriter) flush() error {
-	if ew.w == nil {
+// flush writes the buffered event lines, and returns the first error of
+// writing them.
+func (s *resultSink) flush() error {
+	if s.w == nil {
 		return nil
 	}
-	ew.mu.Lock()
-	defer ew.mu.Unlock()
-	if ew.err == nil {
-		ew.err = ew.w.Flush()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = s.w.Flush()
 	}
-	if ew.err != nil {
-		return fmt.Errorf("write events: %w", ew.err)
+	if s.err != nil {
+		return fmt.Errorf("write events: %w", s.err)
 	}
 	return nil
 }

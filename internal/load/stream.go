@@ -50,16 +50,19 @@ func WriteReportLine(w io.Writer, report *Report) error {
 // carries every second of the run and its histograms.
 const maxLineBytes = 16 << 20
 
-// ReadStream reads a stream: the event lines, in order, and the report of
-// its last line. The start line may be left out; it is not returned. A
-// stream without a report line returns the events, a nil report and no
-// error: the writer stopped before it finished. A line that is neither the
-// start line, an event nor a report, a start line after the first line,
-// or a line after the report, is an error that gives its number.
-func ReadStream(r io.Reader) ([]Event, *Report, error) {
+// ReadStream reads a stream: the results of its event lines, in order,
+// decoded once here into the values a generator in this process gives
+// its OnResult (but for each Err, which keeps only its text, and Time, in
+// UTC), and the report of its last line. The start line may be left out;
+// it is not returned. A stream without a report line returns the results,
+// a nil report and no error: the writer stopped before it finished. A
+// line that is neither the start line, an event nor a report, an event
+// whose time or address does not parse, a start line after the first
+// line, or a line after the report, is an error that gives its number.
+func ReadStream(r io.Reader) ([]Result, *Report, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
-	var events []Event
+	var results []Result
 	var report *Report
 	for n := 1; sc.Scan(); n++ {
 		if report != nil {
@@ -80,7 +83,11 @@ func ReadStream(r io.Reader) ([]Event, *Report, error) {
 		case l.Report != nil:
 			report = l.Report
 		case l.ID != "":
-			events = append(events, l.Event)
+			res, err := l.Event.result()
+			if err != nil {
+				return nil, nil, fmt.Errorf("read load stream: line %d: %w", n, err)
+			}
+			results = append(results, res)
 		default:
 			return nil, nil, fmt.Errorf("read load stream: line %d: neither a request nor the report", n)
 		}
@@ -88,5 +95,5 @@ func ReadStream(r io.Reader) ([]Event, *Report, error) {
 	if err := sc.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read load stream: %w", err)
 	}
-	return events, report, nil
+	return results, report, nil
 }

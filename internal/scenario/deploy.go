@@ -74,23 +74,24 @@ func setupOf(events []cluster.Event, d string) (exits []string, failed, ready, k
 }
 
 // deployed returns nil if Deployment d of scenario s is one to measure, as
-// rec shows it: no container of its pods has exited or failed to start
-// while its pod was not terminating, and its replicas are ready. It waits up to catchUpTimeout
-// for rec, which follows the cluster's events a little behind, to show
-// them ready, or an exit. Readiness is judged only of pods that rec saw
-// created: the pods of a Deployment that ran before the run (rollout
-// --kube deploy/NAME) come without events, and its completed first
-// rollout vouches for them, also when some of its pods were replaced since. Otherwise it returns a *DeployError whose
-// cause is a diagnosis of rec's events, which reads c's logs; or
-// ctx.Err() if ctx ends.
-func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recording, d *appsv1.Deployment) error {
+// rec, the runner's recording of the cluster's events, shows it: no
+// container of its pods has exited or failed to start while its pod was
+// not terminating, and its replicas are ready. It waits up to
+// catchUpTimeout for rec, which follows the cluster's events a little
+// behind, to show them ready, or an exit. Readiness is judged only of pods
+// that rec saw created: the pods of a Deployment that ran before the run
+// (rollout --kube deploy/NAME) come without events, and its completed
+// first rollout vouches for them, also when some of its pods were replaced
+// since. Otherwise it returns a *DeployError whose cause is a diagnosis of
+// rec's events, which reads c's logs; or ctx.Err() if ctx ends.
+func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *cluster.EventLog, d *appsv1.Deployment) error {
 	want := int(replicas(d))
 	var exits []string
 	var failed, ready, known int
 	wctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	// A wait that times out leaves fewer ready than want: the answer.
-	_ = rec.wait(wctx, func(events []cluster.Event) bool {
+	_ = waitFor(wctx, rec, func(events []cluster.Event) bool {
 		exits, failed, ready, known = setupOf(events, d.Name)
 		return len(exits) > 0 || ready >= min(want, known)
 	})
@@ -114,7 +115,7 @@ func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *recordin
 		return nil
 	}
 	// The cause names the latest exit, with its log.
-	cause := explanationOf(ctx, c, rec.since(0))
+	cause := explanationOf(ctx, c, rec.Events())
 	if cause == "" && len(exits) > 0 {
 		cause = exits[len(exits)-1]
 	}

@@ -71,20 +71,24 @@ func TestDeployedExisting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	defer c.Close(ctx)
-	rec := &recording{events: []cluster.Event{{Kind: cluster.PodReady, Pod: "app-a1b2c-1"}}}
+	rec := &cluster.EventLog{}
+	record := func(events ...cluster.Event) {
+		for _, e := range events {
+			rec.Record(e)
+		}
+	}
+	record(cluster.Event{Kind: cluster.PodReady, Pod: "app-a1b2c-1"})
 	if err := deployed(ctx, s, c, rec, d); err != nil {
 		t.Errorf("deployed with no pod seen created: %v, want nil at once", err)
 	}
 	// One of its pods replaced since: the others are still the rollout's.
-	rec.events = append(rec.events,
-		cluster.Event{Kind: cluster.PodCreated, Pod: "app-f00-2", Object: "ReplicaSet/app-f00"},
+	record(cluster.Event{Kind: cluster.PodCreated, Pod: "app-f00-2", Object: "ReplicaSet/app-f00"},
 		cluster.Event{Kind: cluster.PodReady, Pod: "app-f00-2"})
 	begin := time.Now()
 	if err := deployed(ctx, s, c, rec, d); err != nil || time.Since(begin) > 5*time.Second {
 		t.Errorf("deployed with one pod replaced and ready: %v after %v, want nil at once", err, time.Since(begin))
 	}
-	rec.events = append(rec.events,
-		cluster.Event{Kind: cluster.PodCreated, Pod: "app-f00-1", Object: "ReplicaSet/app-f00"},
+	record(cluster.Event{Kind: cluster.PodCreated, Pod: "app-f00-1", Object: "ReplicaSet/app-f00"},
 		cluster.Event{Kind: cluster.ContainerExited, Pod: "app-f00-1", Container: "app", Fields: map[string]string{"code": "1"}})
 	var derr *DeployError
 	if err := deployed(ctx, s, c, rec, d); !errors.As(err, &derr) || derr.Cause != "pod app-f00-1: container app exited with code 1" {

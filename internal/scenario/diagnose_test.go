@@ -253,7 +253,7 @@ func TestRunnerNotices(t *testing.T) {
 			why:   "container app exited with code 2: closingtime: serve: unknown flag: --no-such-flag",
 			exits: true},
 		{name: "address in use", args: []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, limit: noticeInterval + 2*time.Second,
-			want:  []string{"container app exited with code 1"},
+			want:  []string{"container app exited with code 4"},
 			why:   "bind: address already in use; " + addressInUseHint + ")",
 			exits: true},
 		// The server listens on a port of its own, not the probe's.
@@ -265,7 +265,7 @@ func TestRunnerNotices(t *testing.T) {
 		// pods start.
 		{name: "undefined POD_IP", args: []string{"serve", "--listen", "$(POD_IP):8080"}, noPodIP: true, limit: noticeInterval + 2*time.Second,
 			want: []string{"Deployment app: container app: args[2] refers to $(POD_IP), which is not defined in env: it stays as written, and the process gets the text \"$(POD_IP)\"; " +
-				"add the env entry {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}", "container app exited with code 1"},
+				"add the env entry {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}", "container app exited with code 4"},
 			why:   "lookup $(POD_IP)",
 			exits: true},
 		// Every pod ready, /work slower than the run's response timeout,

@@ -36,20 +36,20 @@ func totalsOf(c load.Counts, absorbed int64) results.Totals {
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Microsecond)) / 1000 }
 
-// figures computes a run's figures from the load report, the load's event
-// lines, the cluster events and the pods' log lines, all recorded between
-// the start of the run's traffic and its end, and addrs, the addresses of
-// the pods, those that started before the run included.
+// figures computes a run's figures from the load report, the results of
+// the load's requests, the cluster events and the pods' log lines, all
+// recorded between the start of the run's traffic and its end, and addrs,
+// the addresses of the pods, those that started before the run included.
 //
 // A request a pod answered (OK or 5xx) is attributed to it by the
 // response's X-Pod-Name header, which `closingtime serve` sets; without
-// one, by the address its connection reached (load.Event's Addr), which is
-// a pod's when the traffic went through a routing view that picks the
+// one, by the address its connection reached (load.Result's Addr), which
+// is a pod's when the traffic went through a routing view that picks the
 // endpoint (the embedded cluster's, `closingtime cluster`'s) and the
 // Service's through a real cluster's kube-proxy. When requests were
 // answered and none could be attributed, the old pods' request figures
 // are left unknown (nil); when none was answered, they are known zeros.
-func figures(run *results.Run, report *load.Report, requests []load.Event, events []cluster.Event, addrs podAddresses, logs map[string][]cluster.LogLine, goneAt time.Time) {
+func figures(run *results.Run, report *load.Report, requests []load.Result, events []cluster.Event, addrs podAddresses, logs map[string][]cluster.LogLine, goneAt time.Time) {
 	start := run.Start
 	at := func(t time.Time) float64 { return ms(t.Sub(start)) }
 	for _, c := range report.Clients {
@@ -68,11 +68,8 @@ func figures(run *results.Run, report *load.Report, requests []load.Event, event
 	var answered []served
 	unattributed := 0 // answered requests that no pod could be given
 	for _, r := range requests {
-		t, err := time.Parse(time.RFC3339Nano, r.Time)
-		if err != nil {
-			continue
-		}
-		reached := t.Add(load.DurationMS(r.ConnectMS))
+		t := r.Time
+		reached := t.Add(r.Connect)
 		if r.Class == load.OK || r.Class == load.HTTP5xx {
 			if pod := cmp.Or(r.Pod, addrs.pod(r.Addr, reached)); pod != "" {
 				answered = append(answered, served{reached, pod, r.Reused})
@@ -86,8 +83,12 @@ func figures(run *results.Run, report *load.Report, requests []load.Event, event
 		}
 		seconds[sec][r.Class]++
 		if r.Class.Failed() {
+			why := ""
+			if r.Err != nil {
+				why = r.Err.Error()
+			}
 			run.Timeline = append(run.Timeline, results.Entry{AtMS: at(t), Source: results.SourceClient, Kind: r.Class.String(),
-				Detail: map[string]string{"client": r.Client.String(), "id": r.ID, "error": r.Error}})
+				Detail: map[string]string{"client": r.Client.String(), "id": r.ID, "error": why}})
 		}
 	}
 	for sec, c := range seconds {
@@ -224,16 +225,12 @@ func podAddressesOf(events []cluster.Event) podAddresses {
 	return m
 }
 
-// pod returns the pod that had the host of addr ("host:port") at t: the
-// last to start with it by then. It returns "" for an address no pod had,
-// such as a Service's ClusterIP.
-func (m podAddresses) pod(addr string, t time.Time) string {
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return ""
-	}
+// pod returns the pod that had the IP address of addr at t: the last to
+// start with it by then. It returns "" for an address no pod had, such as
+// a Service's ClusterIP, or the zero AddrPort.
+func (m podAddresses) pod(addr netip.AddrPort, t time.Time) string {
 	pod := ""
-	for _, pa := range m[ap.Addr().Unmap()] {
+	for _, pa := range m[addr.Addr().Unmap()] {
 		if pa.since.After(t) {
 			break
 		}

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -149,9 +150,9 @@ func TestFiguresSigtermFromLog(t *testing.T) {
 		{Time: at(0.2), Text: `not JSON`},
 		{Time: at(1.1), Text: `{"event":"sigterm","time":"` + stamp(1) + `","pod":"app-1"}`},
 	}}
-	requests := []load.Event{
-		{Time: stamp(0.5), Pod: "app-1", Class: load.OK},
-		{Time: stamp(1.5), Pod: "app-1", Class: load.OK},
+	requests := []load.Result{
+		{Time: at(0.5), Pod: "app-1", Class: load.OK},
+		{Time: at(1.5), Pod: "app-1", Class: load.OK},
 	}
 	run := &results.Run{Start: start}
 	figures(run, &load.Report{}, requests, events, podAddressesOf(events), logs, at(5))
@@ -202,12 +203,12 @@ func addressedRun(at func(float64) time.Time) (earlier, events []cluster.Event) 
 func TestFiguresByAddress(t *testing.T) {
 	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
-	req := func(s float64, class load.Class, pod, addr string) load.Event {
-		return load.Event{Time: at(s).Format(time.RFC3339Nano), ConnectMS: 0.5, Class: class, Pod: pod, Addr: addr}
+	req := func(s float64, class load.Class, pod, addr string) load.Result {
+		return load.Result{Time: at(s), Connect: 500 * time.Microsecond, Class: class, Pod: pod, Addr: addrPort(addr)}
 	}
-	kept := func(e load.Event) load.Event { e.Reused = true; return e }
+	kept := func(r load.Result) load.Result { r.Reused = true; return r }
 	earlier, events := addressedRun(at)
-	requests := []load.Event{
+	requests := []load.Result{
 		req(0.5, load.OK, "", "127.77.0.2:8080"),
 		kept(req(1.5, load.HTTP5xx, "", "127.77.0.2:8080")), // after SIGTERM
 		req(0.8, load.OK, "", "10.77.0.3:8080"),             // app-2
@@ -240,12 +241,11 @@ func TestFiguresByAddress(t *testing.T) {
 func TestFiguresUnattributed(t *testing.T) {
 	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
-	stamp := func(s float64) string { return at(s).Format(time.RFC3339Nano) }
 	earlier, events := addressedRun(at)
-	requests := []load.Event{
-		{Time: stamp(0.5), Class: load.OK, Addr: "10.96.0.10:80"},
-		{Time: stamp(1.5), Class: load.OK, Addr: "10.96.0.10:80"},
-		{Time: stamp(1.6), Class: load.OK},
+	requests := []load.Result{
+		{Time: at(0.5), Class: load.OK, Addr: addrPort("10.96.0.10:80")},
+		{Time: at(1.5), Class: load.OK, Addr: addrPort("10.96.0.10:80")},
+		{Time: at(1.6), Class: load.OK},
 	}
 	run := &results.Run{Start: start}
 	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, at(3))
@@ -266,7 +266,7 @@ func TestFiguresUnattributed(t *testing.T) {
 		}
 	}
 
-	requests = append(requests, load.Event{Time: stamp(0.7), Class: load.OK, Addr: "127.77.0.2:8080"})
+	requests = append(requests, load.Result{Time: at(0.7), Class: load.OK, Addr: addrPort("127.77.0.2:8080")})
 	run = &results.Run{Start: start}
 	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, at(3))
 	app2 := run.OldPods[1]
@@ -281,12 +281,12 @@ func TestFiguresUnattributed(t *testing.T) {
 		t.Errorf("JSON %s lacks \"afterSigterm\":0", b)
 	}
 
-	for _, requests := range [][]load.Event{
+	for _, requests := range [][]load.Result{
 		nil,
 		{
-			{Time: stamp(0.5), Class: load.Refused, Addr: "10.96.0.10:80"},
-			{Time: stamp(1.5), Class: load.Reset, Addr: "127.77.0.2:8080"},
-			{Time: stamp(1.6), Class: load.ConnectTimeout},
+			{Time: at(0.5), Class: load.Refused, Addr: addrPort("10.96.0.10:80")},
+			{Time: at(1.5), Class: load.Reset, Addr: addrPort("127.77.0.2:8080")},
+			{Time: at(1.6), Class: load.ConnectTimeout},
 		},
 	} {
 		run = &results.Run{Start: start}
@@ -300,7 +300,7 @@ func TestFiguresUnattributed(t *testing.T) {
 	}
 }
 
-// headerless hands the runner the events of a server that sets no
+// headerless hands the runner the results of a server that sets no
 // X-Pod-Name header: LocalTraffic's, with the header's pod removed. It
 // checks, on the way, that on the embedded cluster an answered request's
 // address names one pod, the one whose header it carried.
@@ -313,23 +313,32 @@ func (h headerless) WaitServing(ctx context.Context, cfg load.Config, failed fun
 	return LocalTraffic(h.dial).WaitServing(ctx, cfg, failed)
 }
 
-func (h headerless) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Event, error) {
-	report, events, err := LocalTraffic(h.dial).Run(ctx, cfg, started)
-	byAddr := map[string]string{}
-	for i, e := range events {
-		if e.Pod == "" {
+func (h headerless) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Result, error) {
+	report, requests, err := LocalTraffic(h.dial).Run(ctx, cfg, started)
+	byAddr := map[netip.AddrPort]string{}
+	for i, r := range requests {
+		if r.Pod == "" {
 			continue
 		}
-		if pod, ok := byAddr[e.Addr]; e.Addr == "" || ok && pod != e.Pod {
-			h.t.Errorf("request %s answered by %s through address %q, which %q had", e.ID, e.Pod, e.Addr, pod)
+		if pod, ok := byAddr[r.Addr]; !r.Addr.IsValid() || ok && pod != r.Pod {
+			h.t.Errorf("request %s answered by %s through address %v, which %q had", r.ID, r.Pod, r.Addr, pod)
 		}
-		byAddr[e.Addr] = e.Pod
-		events[i].Pod = ""
+		byAddr[r.Addr] = r.Pod
+		requests[i].Pod = ""
 	}
 	if len(byAddr) == 0 && err == nil {
 		h.t.Error("no request answered with a pod's name")
 	}
-	return report, events, err
+	return report, requests, err
+}
+
+// addrPort parses s, "ip:port"; "" is the zero AddrPort, of a request
+// that made no connection.
+func addrPort(s string) netip.AddrPort {
+	if s == "" {
+		return netip.AddrPort{}
+	}
+	return netip.MustParseAddrPort(s)
 }
 
 // TestFiguresHeaderlessRollout runs seed 001's graceful rollout quick on
@@ -343,7 +352,7 @@ func TestFiguresHeaderlessRollout(t *testing.T) {
 		t.Skip("runs a rollout under load")
 	}
 	t.Parallel()
-	_, res := runWithTraffic(t, "3-graceful", func(c Cluster) TrafficSource { return headerless{dial: c.DialContext, t: t} })
+	_, res := runWithTraffic(t, "3-graceful", func(c cluster.Backend) TrafficSource { return headerless{dial: c.DialContext, t: t} })
 	run := res.Runs[0]
 	if len(run.OldPods) != 3 {
 		t.Fatalf("%d old pods, want 3: %+v", len(run.OldPods), run.OldPods)

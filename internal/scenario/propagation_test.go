@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/load"
 )
 
 // TestPropagationLocal measures the endpoint propagation of an embedded
@@ -59,7 +61,7 @@ func TestPropagationScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := d.Spec.Template.Spec
-	if s.Repetitions != 4 || s.Action.Kind != ActionDeletePod || s.Traffic.Clients[0].Rate != 30 || s.Traffic.Clients[0].Kind != "new-conn" ||
+	if s.Repetitions != 4 || s.Action.Kind != ActionDeletePod || s.Traffic.Clients[0].Rate != 30 || s.Traffic.Clients[0].Kind != load.NewConn ||
 		spec.Containers[0].Lifecycle.PreStop.Sleep.Seconds != 7 || *spec.TerminationGracePeriodSeconds != 12 {
 		t.Errorf("scenario %+v, pod spec %+v: want 4 deletions under new connections at 30/s, a 7 s preStop within a 12 s grace", s, spec)
 	}

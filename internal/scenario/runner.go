@@ -23,13 +23,27 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
-// Cluster is a backend that the runner can close once a scenario is done.
-// A Cluster that has a Namespace() string method (package kube's) gives
-// the namespace of the workload's objects that name none; otherwise it is
-// "default".
-type Cluster interface {
-	cluster.Backend
-	Close(ctx context.Context) error
+// A Cluster is what a run of one scenario needs of the cluster it runs
+// on: its backend, where the workload goes, where the traffic comes from,
+// and how it ends. [RunnerConfig.NewCluster] makes one per scenario.
+type Cluster struct {
+	// Backend is the cluster.
+	Backend cluster.Backend
+	// Namespace is the namespace of the workload's objects that name
+	// none; empty means "default".
+	Namespace string
+	// Traffic is the source of the scenario's traffic; nil means
+	// LocalTraffic through Backend's DialContext.
+	Traffic TrafficSource
+	// Deployed reports that the workload runs on the cluster already, its
+	// objects the cluster's own (rollout deploy/NAME): the runner applies
+	// none of them, so that closingtime takes no ownership of their fields
+	// and changes nothing but what the action does.
+	Deployed bool
+	// Close, if not nil, is called once when the scenario is done,
+	// however it ends, and must return by the end of ctx. It closes the
+	// cluster, or what the run made of it.
+	Close func(ctx context.Context) error
 }
 
 // Phase names what a run is doing, for progress reports.
@@ -79,12 +93,10 @@ type Progress struct {
 
 // RunnerConfig configures a Runner.
 type RunnerConfig struct {
-	// NewCluster starts the cluster of one scenario with its settings. It
-	// must map [Image] to the closingtime binary.
-	NewCluster func(ClusterSettings) (Cluster, error)
-	// NewTraffic returns the source of the traffic of a scenario on
-	// cluster c. Nil means LocalTraffic through c's DialContext.
-	NewTraffic func(c Cluster) TrafficSource
+	// NewCluster starts the cluster of one scenario with its settings, or
+	// gives the one where the scenario's workload runs. Its backend must
+	// map [Image] to the closingtime binary.
+	NewCluster func(ClusterSettings) (*Cluster, error)
 	// Quick applies each scenario's quick settings.
 	Quick bool
 	// Repetitions, when positive, replaces each scenario's repetitions.
@@ -116,9 +128,6 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	if cfg.Progress == nil {
 		cfg.Progress = func(Progress) {}
-	}
-	if cfg.NewTraffic == nil {
-		cfg.NewTraffic = func(c Cluster) TrafficSource { return LocalTraffic(c.DialContext) }
 	}
 	return &Runner{cfg: cfg}, nil
 }
@@ -204,28 +213,32 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 		}()
 		env[cmp.Or(s.Dependency.Env, DefaultDependencyEnv)] = dep.URL()
 	}
-	c, err := r.cfg.NewCluster(s.Cluster)
+	cl, err := r.cfg.NewCluster(s.Cluster)
 	if err != nil {
 		return nil, fmt.Errorf("scenario %s: start cluster: %w", s.Name, err)
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-		defer cancel()
-		if cerr := c.Close(cctx); cerr != nil && err == nil {
-			err = fmt.Errorf("scenario %s: close cluster: %w", s.Name, cerr)
-		}
-	}()
-	namespace := metav1.NamespaceDefault
-	if n, ok := c.(interface{ Namespace() string }); ok {
-		namespace = n.Namespace()
+	if cl.Close != nil {
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+			defer cancel()
+			if cerr := cl.Close(cctx); cerr != nil && err == nil {
+				err = fmt.Errorf("scenario %s: close cluster: %w", s.Name, cerr)
+			}
+		}()
 	}
-	objects, deployment, target, err := r.prepare(s, env, namespace)
+	c := cl.Backend
+	objects, deployment, target, err := r.prepare(s, env, cmp.Or(cl.Namespace, metav1.NamespaceDefault))
 	if err != nil {
 		return nil, err
 	}
 	res.Deployment = deployment.Namespace + "/" + deployment.Name
-	traffic := r.cfg.NewTraffic(c)
-	rec := &recording{}
+	traffic := cl.Traffic
+	if traffic == nil {
+		traffic = LocalTraffic(c.DialContext)
+	}
+	// rec is the runner's recording of the cluster's events, which follows
+	// them a little behind.
+	rec := &cluster.EventLog{}
 	// The followers of the cluster's events run until the run ends; those
 	// of the deploy, until it ends: waiting, and explain if the notices
 	// are the deploy's only.
@@ -238,17 +251,18 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 		followers.Wait()
 		deployFollowers.Wait()
 	}()
-	followers.Go(func() { rec.follow(ectx, c) })
+	followers.Go(func() {
+		for e := range c.Events(ectx) {
+			rec.Record(e)
+		}
+	})
 	if r.cfg.DeployNoticesOnly {
 		deployFollowers.Go(func() { explain(deployCtx, c, notice, explained) })
 	} else {
 		followers.Go(func() { explain(ectx, c, notice, explained) })
 	}
 
-	cfg, err := loadConfig(s.Traffic, target, st.rl)
-	if err != nil {
-		return nil, err
-	}
+	cfg := loadConfig(s.Traffic, target, st.rl)
 
 	// Deploy, and wait until the Service answers, telling every
 	// noticeInterval how many pods are ready and what the Service last
@@ -283,12 +297,14 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 			exits, _, _, _ := setupOf(events, deployment.Name)
 			return len(exits) > 0
 		}
-		if rec.wait(deployCtx, exited) == nil {
+		if waitFor(deployCtx, rec, exited) == nil {
 			abort(errExited)
 		}
 	})
-	if err := c.Apply(dctx, objects); err != nil {
-		return nil, deployError("apply", err)
+	if !cl.Deployed {
+		if err := c.Apply(dctx, objects); err != nil {
+			return nil, deployError("apply", err)
+		}
 	}
 	if _, err := c.RolloutStatus(dctx, deployment.Namespace, deployment.Name); err != nil {
 		return nil, deployError("first rollout", err)
@@ -416,19 +432,19 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 	ctx, cancel := context.WithTimeout(ctx, st.rl)
 	defer cancel()
 	c, rec, d := a.c, a.rec, a.d
-	firstEvent := rec.len()
+	firstEvent := len(rec.Events())
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	type outcome struct {
-		report *load.Report
-		lines  []load.Event
-		err    error
+		report   *load.Report
+		requests []load.Result
+		err      error
 	}
 	loaded := make(chan outcome, 1)
 	started := make(chan struct{})
 	go func() {
-		rep, lines, err := traffic.Run(lctx, cfg, func() { close(started) })
-		loaded <- outcome{rep, lines, err}
+		rep, requests, err := traffic.Run(lctx, cfg, func() { close(started) })
+		loaded <- outcome{rep, requests, err}
 	}()
 	// fail stops the traffic and returns err.
 	fail := func(err error) (*results.Run, error) {
@@ -472,9 +488,8 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 	if out.err != nil {
 		return nil, out.err
 	}
-	all := rec.since(0)
+	all := rec.Events()
 	events := all[firstEvent:]
-	lines := out.lines
 	logs := map[string][]cluster.LogLine{}
 	for _, pod := range podsOf(events) {
 		l, err := c.Logs(ctx, d.Namespace, pod, d.Spec.Template.Spec.Containers[0].Name)
@@ -483,7 +498,7 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 		}
 		logs[pod] = l
 	}
-	figures(run, out.report, lines, events, podAddressesOf(all), logs, goneAt)
+	figures(run, out.report, out.requests, events, podAddressesOf(all), logs, goneAt)
 	run.Running = runningOf(all[:firstEvent], d.Name)
 	disruption(run, all, d.Name, replicas(d), rolloutAllowed(d, replicas(d), a.action.Kind))
 	return run, nil
@@ -500,8 +515,8 @@ func replicas(d *appsv1.Deployment) int32 {
 // actor does a scenario's action to its Deployment d on cluster c, and
 // waits for its end.
 type actor struct {
-	c      Cluster
-	rec    *recording
+	c      cluster.Backend
+	rec    *cluster.EventLog
 	action Action
 	d      *appsv1.Deployment
 	// dep is the scenario's dependency; nil if it has none.
@@ -540,7 +555,7 @@ func (a *actor) act(ctx context.Context, run *results.Run) error {
 	case ActionScale:
 		return c.Scale(ctx, d.Namespace, d.Name, *a.action.Replicas)
 	case ActionDeletePod, ActionEvict:
-		pod, err := a.rec.readyPod(ctx)
+		pod, err := readyPod(ctx, a.rec)
 		if err != nil {
 			return fmt.Errorf("no ready pod to %s: %w", a.action.Kind, err)
 		}
@@ -621,7 +636,7 @@ func (a *actor) settled(ctx context.Context, from int) (time.Time, error) {
 		return st.OldPodsGoneAt, err
 	}
 	if a.acted != nil {
-		if err := a.rec.wait(ctx, func(events []cluster.Event) bool { return slices.ContainsFunc(events[from:], a.acted) }); err != nil {
+		if err := waitFor(ctx, a.rec, func(events []cluster.Event) bool { return slices.ContainsFunc(events[from:], a.acted) }); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -634,7 +649,7 @@ func (a *actor) settled(ctx context.Context, from int) (time.Time, error) {
 	}
 	// A Deployment whose rollout completed can lose readiness afterwards,
 	// as in an outage: wait until it has it back.
-	if err := a.rec.wait(ctx, func(events []cluster.Event) bool {
+	if err := waitFor(ctx, a.rec, func(events []cluster.Event) bool {
 		tr := newReadiness(d.Name)
 		for _, e := range events {
 			tr.add(e)
@@ -643,7 +658,7 @@ func (a *actor) settled(ctx context.Context, from int) (time.Time, error) {
 	}); err != nil {
 		return time.Time{}, err
 	}
-	return a.rec.terminatingGone(ctx, from)
+	return terminatingGone(ctx, a.rec, from)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -657,44 +672,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// recording keeps a cluster's events as they come.
-type recording struct {
-	mu      sync.Mutex
-	events  []cluster.Event
-	changed chan struct{}
-}
-
-func (r *recording) follow(ctx context.Context, c cluster.Backend) {
-	for e := range c.Events(ctx) {
-		r.mu.Lock()
-		r.events = append(r.events, e)
-		if r.changed != nil {
-			close(r.changed)
-			r.changed = nil
-		}
-		r.mu.Unlock()
-	}
-}
-
-func (r *recording) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.events)
-}
-
-func (r *recording) since(i int) []cluster.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]cluster.Event(nil), r.events[i:]...)
-}
-
 // readyPod returns the first pod, by name, that is ready and not
-// terminating, waiting up to catchUpTimeout for the recording to show one.
-func (r *recording) readyPod(ctx context.Context) (string, error) {
+// terminating, waiting up to catchUpTimeout for the recording rec to show
+// one.
+func readyPod(ctx context.Context, rec *cluster.EventLog) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	first := ""
-	err := r.wait(ctx, func(events []cluster.Event) bool {
+	err := waitFor(ctx, rec, func(events []cluster.Event) bool {
 		ready := map[string]bool{}
 		for _, e := range events {
 			switch e.Kind {
@@ -714,33 +699,26 @@ func (r *recording) readyPod(ctx context.Context) (string, error) {
 	return first, err
 }
 
-// wait waits until done reports true of the events recorded so far.
-func (r *recording) wait(ctx context.Context, done func([]cluster.Event) bool) error {
-	// Each round waits for one more event; the loop ends with done or ctx.
-	for {
-		r.mu.Lock()
-		if done(r.events) {
-			r.mu.Unlock()
-			return nil
+// waitFor waits until done reports true of the events recorded in rec so
+// far, asking again at each new event, or returns ctx.Err().
+func waitFor(ctx context.Context, rec *cluster.EventLog, done func([]cluster.Event) bool) error {
+	events := rec.Events()
+	// Each round takes one more event; the loop ends with done or ctx.
+	for !done(events) {
+		e, err := rec.Next(ctx, len(events))
+		if err != nil {
+			return err
 		}
-		if r.changed == nil {
-			r.changed = make(chan struct{})
-		}
-		changed := r.changed
-		r.mu.Unlock()
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		events = append(events, e)
 	}
+	return nil
 }
 
 // terminatingGone waits until every pod that started terminating after
-// event from has terminated, and returns when the last did.
-func (r *recording) terminatingGone(ctx context.Context, from int) (time.Time, error) {
+// event from of rec has terminated, and returns when the last did.
+func terminatingGone(ctx context.Context, rec *cluster.EventLog, from int) (time.Time, error) {
 	var last time.Time
-	err := r.wait(ctx, func(events []cluster.Event) bool {
+	err := waitFor(ctx, rec, func(events []cluster.Event) bool {
 		open := map[string]bool{}
 		last = time.Time{}
 		for _, e := range events[from:] {
@@ -859,7 +837,7 @@ func (l *lastAnswer) String() string {
 // waiting sends notice a waitingNotice every noticeInterval, with the
 // pods of Deployment d ready in rec's events and the Service's last
 // failure in answer, until ctx ends.
-func waiting(ctx context.Context, rec *recording, d *appsv1.Deployment, limit time.Duration, answer *lastAnswer, notice func(string)) {
+func waiting(ctx context.Context, rec *cluster.EventLog, d *appsv1.Deployment, limit time.Duration, answer *lastAnswer, notice func(string)) {
 	start := time.Now()
 	t := time.NewTicker(noticeInterval)
 	defer t.Stop()
@@ -870,7 +848,7 @@ func waiting(ctx context.Context, rec *recording, d *appsv1.Deployment, limit ti
 			return
 		case <-t.C:
 		}
-		ready, running := waitingPods(rec.since(0), d.Name)
+		ready, running := waitingPods(rec.Events(), d.Name)
 		notice(waitingNotice(time.Since(start), ready, replicas(d), running, answer.String(), limit))
 	}
 }

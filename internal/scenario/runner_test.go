@@ -29,13 +29,17 @@ func newRunner(t *testing.T) *Runner {
 	dir := t.TempDir()
 	r, err := NewRunner(RunnerConfig{
 		Quick: true,
-		NewCluster: func(s ClusterSettings) (Cluster, error) {
-			return local.New(local.Config{
+		NewCluster: func(s ClusterSettings) (*Cluster, error) {
+			c, err := local.New(local.Config{
 				Nodes:               s.Nodes,
 				MinPropagationDelay: s.PropagationDelay.Min,
 				MaxPropagationDelay: s.PropagationDelay.Max,
 				Kubelet:             local.KubeletConfig{WorkingDir: dir, ImageCommands: map[string][]string{Image: {binary}}},
 			})
+			if err != nil {
+				return nil, err
+			}
+			return &Cluster{Backend: c, Close: c.Close}, nil
 		},
 		Progress: func(p Progress) { t.Logf("%s %d/%d %s", p.Scenario, p.Repetition, p.Repetitions, p.Phase) },
 	})

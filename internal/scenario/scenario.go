@@ -162,8 +162,9 @@ type Traffic struct {
 
 // Client is one stream of requests.
 type Client struct {
-	// Kind is new-conn or keep-alive.
-	Kind string `yaml:"kind"`
+	// Kind is the client's connection habit, new-conn or keep-alive in
+	// the file.
+	Kind load.Kind `yaml:"kind"`
 	// Rate is in requests per second; zero means load.DefaultRate.
 	Rate float64 `yaml:"rate"`
 	// Connections is a keep-alive client's pool size; zero means
@@ -315,6 +316,7 @@ func Parse(file string, data []byte, readFiles func([]string) ([]manifest.Object
 	root := doc.Content[0]
 	p := &parser{file: file, root: root}
 	p.knownFields(root, reflect.TypeFor[Scenario](), "")
+	p.clientKinds()
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
@@ -383,6 +385,40 @@ func (p *parser) knownFields(n *yaml.Node, t reflect.Type, path string) {
 	}
 }
 
+// clientKinds reports each client of the traffic whose kind is missing or
+// names no load.Kind. It reads them before the file is decoded, as
+// knownFields does: a Kind decodes from its name, and the decoder's error
+// for one that is not would name no field.
+func (p *parser) clientKinds() {
+	clients := mappingValue(mappingValue(p.root, "traffic"), "clients")
+	if clients == nil || clients.Kind != yaml.SequenceNode {
+		return
+	}
+	for i, c := range clients.Content {
+		name := ""
+		if kind := mappingValue(c, "kind"); kind != nil {
+			name = kind.Value
+		}
+		if _, err := load.ParseKind(name); err != nil {
+			p.errorf(fmt.Sprintf("traffic.clients[%d].kind", i), "%q is not new-conn or keep-alive", name)
+		}
+	}
+}
+
+// mappingValue returns the value of key in mapping n, nil if n is not a
+// mapping or has no key.
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
 // check validates the decoded fields.
 func (p *parser) check(s *Scenario) {
 	if s.Name == "" {
@@ -392,9 +428,6 @@ func (p *parser) check(s *Scenario) {
 		p.errorf("workload", "give manifest or files")
 	}
 	for i, c := range s.Traffic.Clients {
-		if _, err := load.ParseKind(c.Kind); err != nil {
-			p.errorf(fmt.Sprintf("traffic.clients[%d].kind", i), "%q is not new-conn or keep-alive", c.Kind)
-		}
 		if c.Rate < 0 {
 			p.errorf(fmt.Sprintf("traffic.clients[%d].rate", i), "%g is negative", c.Rate)
 		}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/closingtime-dev/closingtime/internal/golden"
+	"github.com/closingtime-dev/closingtime/internal/load"
 )
 
 // TestReadFile reads every testdata/valid-*.yaml, which must parse, and
@@ -54,6 +56,10 @@ func TestParseDefaults(t *testing.T) {
 	files, err := ReadFile("testdata/valid-files.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The clients' kinds decode from their names.
+	if want := []Client{{Kind: load.NewConn, Rate: 20}, {Kind: load.KeepAlive, Rate: 10, Connections: 2}}; !slices.Equal(files.Traffic.Clients, want) {
+		t.Errorf("clients %+v, want %+v", files.Traffic.Clients, want)
 	}
 	tests := []struct {
 		name  string

@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"bytes"
 	"context"
 	"time"
 
@@ -26,12 +25,13 @@ type TrafficSource interface {
 	// begin (package kube's load pods).
 	WaitServing(ctx context.Context, cfg load.Config, failed func(error)) error
 
-	// Run sends the requests that cfg describes (its Dial and Events are
-	// the source's to set) until cfg.Duration has passed or ctx ends,
-	// waits for the requests in flight, and returns the run's report and
-	// one event per request. It calls started once, when the requests
-	// begin to flow; if it fails before, it returns without calling it.
-	Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Event, error)
+	// Run sends the requests that cfg describes (its Dial, OnResult and
+	// Events are the source's to set) until cfg.Duration has passed or
+	// ctx ends, waits for the requests in flight, and returns the run's
+	// report and the result of each request. It calls started once, when
+	// the requests begin to flow; if it fails before, it returns without
+	// calling it.
+	Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Result, error)
 }
 
 // LocalTraffic returns the TrafficSource that generates the traffic in
@@ -48,10 +48,12 @@ func (l localTraffic) WaitServing(ctx context.Context, cfg load.Config, failed f
 	return load.WaitServing(ctx, cfg, failed)
 }
 
-// Run runs a load generator in this process.
-func (l localTraffic) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Event, error) {
-	var lines bytes.Buffer
-	cfg.Dial, cfg.Events = l.dial, &lines
+// Run runs a load generator in this process, which hands it each
+// request's result as it completes.
+func (l localTraffic) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Result, error) {
+	var requests []load.Result
+	cfg.Dial, cfg.Events = l.dial, nil
+	cfg.OnResult = func(r load.Result) { requests = append(requests, r) }
 	gen, err := load.New(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -61,20 +63,15 @@ func (l localTraffic) Run(ctx context.Context, cfg load.Config, started func()) 
 	if err != nil {
 		return nil, nil, err
 	}
-	events, _, err := load.ReadStream(&lines)
-	return report, events, err
+	return report, requests, nil
 }
 
 // loadConfig returns the generator configuration of traffic t to target,
 // sending requests for at most limit.
-func loadConfig(t Traffic, target string, limit time.Duration) (load.Config, error) {
+func loadConfig(t Traffic, target string, limit time.Duration) load.Config {
 	var clients []load.Client
 	for _, c := range t.Clients {
-		kind, err := load.ParseKind(c.Kind)
-		if err != nil {
-			return load.Config{}, err
-		}
-		clients = append(clients, load.Client{Kind: kind, Rate: c.Rate, Connections: c.Connections})
+		clients = append(clients, load.Client{Kind: c.Kind, Rate: c.Rate, Connections: c.Connections})
 	}
 	var policy *retry.Policy
 	if t.Retry != nil {
@@ -87,5 +84,5 @@ func loadConfig(t Traffic, target string, limit time.Duration) (load.Config, err
 		ConnectTimeout:  t.ConnectTimeout,
 		ResponseTimeout: t.ResponseTimeout,
 		Retry:           policy,
-	}, nil
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
@@ -27,37 +28,37 @@ func (s *splitTraffic) WaitServing(ctx context.Context, cfg load.Config, failed 
 	return LocalTraffic(s.dial).WaitServing(ctx, cfg, failed)
 }
 
-func (s *splitTraffic) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Event, error) {
+func (s *splitTraffic) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Result, error) {
 	s.runs.Add(1)
 	part := load.Split(cfg, s.generators)
 	reports := make([]*load.Report, s.generators)
-	events := make([][]load.Event, s.generators)
+	requests := make([][]load.Result, s.generators)
 	errs := make([]error, s.generators)
 	var ready, done sync.WaitGroup
 	for i := range s.generators {
 		ready.Add(1)
 		done.Go(func() {
-			reports[i], events[i], errs[i] = LocalTraffic(s.dial).Run(ctx, part, ready.Done)
+			reports[i], requests[i], errs[i] = LocalTraffic(s.dial).Run(ctx, part, ready.Done)
 		})
 	}
 	ready.Wait()
 	started()
 	done.Wait()
-	var all []load.Event
+	var all []load.Result
 	for i := range s.generators {
 		if errs[i] != nil {
 			return nil, nil, errs[i]
 		}
-		all = append(all, events[i]...)
+		all = append(all, requests[i]...)
 	}
 	merged, err := load.Merge(reports...)
 	return merged, all, err
 }
 
 // runWithTraffic runs the catalog's scenario name quick on a local
-// cluster, with the traffic source that newTraffic returns, and returns
-// the scenario and its result.
-func runWithTraffic(t *testing.T, name string, newTraffic func(Cluster) TrafficSource) (*Scenario, *results.Result) {
+// cluster, with the traffic source that newTraffic returns for it, and
+// returns the scenario and its result.
+func runWithTraffic(t *testing.T, name string, newTraffic func(cluster.Backend) TrafficSource) (*Scenario, *results.Result) {
 	t.Helper()
 	all, err := Catalog()
 	if err != nil {
@@ -67,7 +68,15 @@ func runWithTraffic(t *testing.T, name string, newTraffic func(Cluster) TrafficS
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRunner(RunnerConfig{Quick: true, NewCluster: newRunner(t).cfg.NewCluster, NewTraffic: newTraffic})
+	newCluster := newRunner(t).cfg.NewCluster
+	r, err := NewRunner(RunnerConfig{Quick: true, NewCluster: func(s ClusterSettings) (*Cluster, error) {
+		c, err := newCluster(s)
+		if err != nil {
+			return nil, err
+		}
+		c.Traffic = newTraffic(c.Backend)
+		return c, nil
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +99,7 @@ func TestRunnerTrafficSource(t *testing.T) {
 	}
 	t.Parallel()
 	var source *splitTraffic
-	s, res := runWithTraffic(t, "1-plain", func(c Cluster) TrafficSource {
+	s, res := runWithTraffic(t, "1-plain", func(c cluster.Backend) TrafficSource {
 		source = &splitTraffic{dial: c.DialContext, generators: 2}
 		return source
 	})

@@ -182,15 +182,16 @@ func serviceOf(target string) (name, namespace string, err error) {
 }
 
 // Run creates the load pods, each sending its share of cfg's requests
-// (cfg.Dial and cfg.Events are ignored: the pods dial from the cluster,
-// and their events come back through their logs), waits until they run
-// and their logs are open, then until each log's start line says that the
-// pod's run has begun (after the pod saw the Service answer), calls
-// started, and waits until the pods end after cfg.Duration, or until ctx
-// ends: it then deletes them, and each stops sending, lets its requests in
-// flight finish and writes its report before it exits. It returns the
-// merged report and the events of every pod. The pods are deleted when Run
-// returns, on every path.
+// (cfg.Dial, cfg.OnResult and cfg.Events are ignored: the pods dial from
+// the cluster, and their results come back through their logs), waits
+// until they run and their logs are open, then until each log's start
+// line says that the pod's run has begun (after the pod saw the Service
+// answer), calls started, and waits until the pods end after
+// cfg.Duration, or until ctx ends: it then deletes them, and each stops
+// sending, lets its requests in flight finish and writes its report
+// before it exits. It returns the merged report and the results of every
+// pod's requests, decoded from their event lines, in time order. The pods
+// are deleted when Run returns, on every path.
 //
 // A pod that cannot start (its image cannot be pulled, its container
 // cannot be created, it does not run within StartTimeout) is an error
@@ -198,7 +199,7 @@ func serviceOf(target string) (name, namespace string, err error) {
 // (the Service did not answer it within StartTimeout), and a pod that ends
 // without a report. If ctx ends before every pod has begun, Run returns
 // an error that wraps ctx.Err(), without calling started.
-func (l *LoadPods) Run(ctx context.Context, cfg load.Config, started func()) (_ *load.Report, _ []load.Event, err error) {
+func (l *LoadPods) Run(ctx context.Context, cfg load.Config, started func()) (_ *load.Report, _ []load.Result, err error) {
 	args, err := loadArgs(load.Split(cfg, l.cfg.Pods), l.cfg.StartTimeout)
 	if err != nil {
 		return nil, nil, err
@@ -284,9 +285,9 @@ func (l *LoadPods) Run(ctx context.Context, cfg load.Config, started func()) (_ 
 		}
 	}
 	var reports []*load.Report
-	var events []load.Event
+	var requests []load.Result
 	for i, name := range names {
-		ev, report, err := load.ReadStream(bytes.NewReader(outputs[i].Bytes()))
+		results, report, err := load.ReadStream(bytes.NewReader(outputs[i].Bytes()))
 		if err == nil && report == nil {
 			err = errors.New("no report: the pod ended before it wrote one")
 		}
@@ -297,14 +298,14 @@ func (l *LoadPods) Run(ctx context.Context, cfg load.Config, started func()) (_ 
 			return nil, nil, fmt.Errorf("load pod %s/%s: %w; its log ends:\n%s", l.c.namespace, name, err, tail(outputs[i].String(), 10))
 		}
 		reports = append(reports, report)
-		events = append(events, ev...)
+		requests = append(requests, results...)
 	}
 	merged, err := load.Merge(reports...)
 	if err != nil {
 		return nil, nil, err
 	}
-	slices.SortStableFunc(events, func(a, b load.Event) int { return strings.Compare(a.Time, b.Time) })
-	return merged, events, nil
+	slices.SortStableFunc(requests, func(a, b load.Result) int { return a.Time.Compare(b.Time) })
+	return merged, requests, nil
 }
 
 // followLoadLog copies the log of a load pod from r to w until it ends, and

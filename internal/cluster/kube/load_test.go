@@ -251,7 +251,7 @@ func TestLoadPods(t *testing.T) {
 		t.Errorf("%d events (%d ids) for %d requests: want one per request", len(events), len(ids), total)
 	}
 	for i := 1; i < len(events); i++ {
-		if events[i].Time < events[i-1].Time {
+		if events[i].Time.Before(events[i-1].Time) {
 			t.Fatalf("events out of order at %d: %s after %s", i, events[i].Time, events[i-1].Time)
 		}
 	}
