@@ -20,7 +20,7 @@ func Over(run results.Run, limit int64) bool {
 }
 
 // WriteJUnit writes r as JUnit XML, the test report that CI systems read:
-// a test suite per scenario, named name/scenario, and in it a test case per
+// a test suite per scenario, named name/scenario (and its Deployment), and in it a test case per
 // run, "run N", which fails when more of its requests failed than limit
 // allows ([Over]). A failure's message counts the failed requests by class;
 // its text, and a passing run's standard output, hold the run's figures
@@ -28,14 +28,18 @@ func Over(run results.Run, limit int64) bool {
 func WriteJUnit(w io.Writer, name string, r *results.Results, limit int64) error {
 	doc := junitSuites{Name: name}
 	for _, s := range r.Scenarios {
-		suite := junitSuite{Name: name + "/" + s.Name, Tests: len(s.Runs)}
+		suiteName := name + "/" + s.Name
+		if s.Deployment != "" {
+			suiteName += " (" + s.Deployment + ")"
+		}
+		suite := junitSuite{Name: suiteName, Tests: len(s.Runs)}
 		if len(s.Runs) > 0 {
 			suite.Timestamp = s.Runs[0].Start.UTC().Format("2006-01-02T15:04:05")
 		}
 		for _, run := range s.Runs {
 			var text strings.Builder
 			writeRun(&text, s.Name, run)
-			c := junitCase{Name: fmt.Sprintf("run %d", run.Repetition), Class: name + "/" + s.Name}
+			c := junitCase{Name: fmt.Sprintf("run %d", run.Repetition), Class: suiteName}
 			if Over(run, limit) {
 				c.Failure = &junitFailure{Type: "failed requests", Message: failureMessage(run, limit), Text: text.String()}
 				suite.Failures++

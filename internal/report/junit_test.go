@@ -55,11 +55,11 @@ func TestJUnitShapes(t *testing.T) {
 		failed []string
 		tests  int
 	}{
-		{name: "limit zero", results: twoScenarios(), limit: 0, failed: []string{"rollout/1-plain/run 1"}, tests: 2},
+		{name: "limit zero", results: twoScenarios(), limit: 0, failed: []string{"rollout/1-plain (default/app)/run 1"}, tests: 2},
 		{name: "at the limit", results: twoScenarios(), limit: 261, tests: 2},
-		{name: "one over the limit", results: twoScenarios(), limit: 260, failed: []string{"rollout/1-plain/run 1"}, tests: 2},
+		{name: "one over the limit", results: twoScenarios(), limit: 260, failed: []string{"rollout/1-plain (default/app)/run 1"}, tests: 2},
 		{name: "no limit", results: twoScenarios(), limit: NoLimit, tests: 2},
-		{name: "a case per repetition", results: repeated, limit: 100, failed: []string{"rollout/1-plain/run 1"}, tests: 3},
+		{name: "a case per repetition", results: repeated, limit: 100, failed: []string{"rollout/1-plain (default/app)/run 1"}, tests: 3},
 		{name: "no scenarios", results: &results.Results{}, limit: 0},
 	}
 	for _, tt := range tests {
