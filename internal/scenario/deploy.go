@@ -22,9 +22,9 @@ import (
 type DeployError struct {
 	// Scenario is the scenario's name.
 	Scenario string
-	// Step is what did not happen: "apply", "first rollout", "wait for
-	// the service to answer", or "deploy" for a workload found not to run
-	// before the action.
+	// Step is what did not happen: "apply", "deploy: its pods never all
+	// became ready", "wait for the service to answer", or "deploy" for a
+	// workload found not to run before the action.
 	Step string
 	// Err says why.
 	Err error

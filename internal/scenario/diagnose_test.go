@@ -260,7 +260,7 @@ func TestRunnerNotices(t *testing.T) {
 		{name: "probe never passes", args: []string{"serve", "--listen", "$(POD_IP):8081"}, limit: noticeInterval + 2*time.Second,
 			want:  []string{"readiness probe GET :8080/ready failed", "s: 0 of 2 pods ready, 2 running but not ready (readiness or startup probe not passed); gives up after 12s"},
 			early: ":8080: connect: connection refused",
-			why:   "first rollout: rollout status of deployment default/app: context deadline exceeded (from the cluster: pod app-"},
+			why:   "deploy: its pods never all became ready: rollout status of deployment default/app: context deadline exceeded (from the cluster: pod app-"},
 		// The app gets "$(POD_IP):8080": the notice says so before the
 		// pods start.
 		{name: "undefined POD_IP", args: []string{"serve", "--listen", "$(POD_IP):8080"}, noPodIP: true, limit: noticeInterval + 2*time.Second,

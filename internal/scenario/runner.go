@@ -307,7 +307,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 		}
 	}
 	if _, err := c.RolloutStatus(dctx, deployment.Namespace, deployment.Name); err != nil {
-		return nil, deployError("first rollout", err)
+		return nil, deployError("deploy: its pods never all became ready", err)
 	}
 	if err := traffic.WaitServing(dctx, cfg, answer.set); err != nil {
 		return nil, deployError("wait for the service to answer", err)
