@@ -36,7 +36,7 @@ func TestKubeUsage(t *testing.T) {
 	manifest := filepath.Join("testdata", "rollout-plain.yaml")
 	testUsage(t, []usageCase{
 		{"rollout no backend", []string{"rollout", "-f", manifest}, "give --local (the embedded cluster) or --kube"},
-		{"rollout both backends", []string{"rollout", "-f", manifest, "--local", "--kube"}, "give --local (the embedded cluster) or --kube"},
+		{"rollout both backends", []string{"rollout", "-f", manifest, "--local", "--kube"}, "give --local (the embedded cluster) or --kube (the cluster of your kubeconfig), not both"},
 		{"deployment without kube", []string{"rollout", "deploy/web", "--local"}, "deploy/web: a Deployment that runs already is rolled out with --kube; with --local, give -f FILE"},
 		{"deployment not in the files", []string{"rollout", "deploy/web", "--kube", "-f", manifest}, `deploy/web: no Deployment "web" in ` + manifest},
 		{"not a deployment", []string{"rollout", "--kube", "svc/web"}, `"svc/web": only a Deployment can be rolled out`},

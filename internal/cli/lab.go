@@ -143,6 +143,9 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 	if flags.list {
 		return listScenarios(streams.Out, scenarios, flags.out.format)
 	}
+	if err := flags.out.checkWritable("lab"); err != nil {
+		return err
+	}
 	images, err := imageCommands("lab", flags.images)
 	if err != nil {
 		return err
@@ -474,7 +477,11 @@ func (o *resultsOutput) bind(f *pflag.FlagSet, results, report string, maxFailur
 	f.StringVar(&o.results, "results", results, "file to write the results to as JSON; empty for none")
 	f.StringVar(&o.report, "report", report, "file to write the HTML report to (docs/report.md); empty for none")
 	f.StringVar(&o.junit, "junit", "", "file to write the results to as JUnit XML, for CI: a test case per run, failed over --max-failures; empty for none")
-	f.Int64Var(&o.maxFailures, "max-failures", maxFailures, "failed requests allowed in each run before the exit status is 1; -1 for no limit")
+	usage := "failed requests allowed in each run before the exit status is 1; -1 for no limit"
+	if maxFailures == 0 {
+		usage += " (default 0)" // which pflag does not show
+	}
+	f.Int64Var(&o.maxFailures, "max-failures", maxFailures, usage)
 }
 
 // check returns a usage error, named by command, for an -o other than
@@ -499,6 +506,34 @@ func (o resultsOutput) check(command string) error {
 		seen[filepath.Clean(f.path)] = f
 	}
 	return nil
+}
+
+// checkWritable returns a usage error, named by command, for a file of
+// --results, --report or --junit that could not be written (see
+// writable), before a run measures for minutes and then loses its
+// results.
+func (o resultsOutput) checkWritable(command string) error {
+	for _, f := range []struct{ flag, path string }{{"--results", o.results}, {"--report", o.report}, {"--junit", o.junit}} {
+		if f.path == "" {
+			continue
+		}
+		if err := writable(f.path); err != nil {
+			return usagef("%s: %s %s: %w", command, f.flag, f.path, err)
+		}
+	}
+	return nil
+}
+
+// writable returns why a file could not be written at path, checked by
+// creating (and removing) a temporary file in its directory, as writeAll
+// will.
+func writable(path string) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("cannot write there: %w", manifest.StripPath(err))
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // write writes r to the files, all of them whole or none, then shows it on
@@ -545,7 +580,11 @@ func (o resultsOutput) gate(w io.Writer, command string, r *results.Results) err
 	for _, s := range r.Scenarios {
 		for _, run := range s.Runs {
 			if report.Over(run, o.maxFailures) {
-				fmt.Fprintf(w, "%s: %s run %d: %d requests failed, more than --max-failures %d\n", command, s.Name, run.Repetition, run.Totals.Failed(), o.maxFailures)
+				name := s.Name
+				if s.Deployment != "" {
+					name += " (Deployment " + s.Deployment + ")"
+				}
+				fmt.Fprintf(w, "%s: %s, run %d: %d requests failed, more than --max-failures %d\n", command, name, run.Repetition, run.Totals.Failed(), o.maxFailures)
 				over = true
 			}
 		}
@@ -571,6 +610,10 @@ func (o resultsOutput) wrote(w io.Writer, command string) {
 		files = append(files, "the JUnit XML to "+absolute(o.junit))
 	}
 	if len(files) == 0 {
+		if o.format != "text" {
+			// The results are on standard output.
+			return
+		}
 		fmt.Fprintf(w, "%s: no file written: --results FILE keeps the results as JSON, --report FILE as an HTML page\n", command)
 		return
 	}
@@ -630,7 +673,7 @@ func writeAll(outputs ...output) error {
 func writeTemp(path string, write func(io.Writer) error) (string, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("write %s: %w", path, manifest.StripPath(err))
 	}
 	if err := write(f); err != nil {
 		f.Close()

@@ -110,7 +110,9 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
 
 func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutFlags) error {
 	switch {
-	case flags.local == flags.kube:
+	case flags.local && flags.kube:
+		return usagef("rollout: give --local (the embedded cluster) or --kube (the cluster of your kubeconfig), not both")
+	case !flags.local && !flags.kube:
 		return usagef("rollout: give --local (the embedded cluster) or --kube (the cluster of your kubeconfig)")
 	case ref != "" && !flags.kube && len(flags.files) == 0:
 		return usagef("rollout: %s: a Deployment that runs already is rolled out with --kube; with --local, give -f FILE", ref)
@@ -121,6 +123,7 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	}
 	if err := cmp.Or(
 		flags.out.check("rollout"),
+		flags.out.checkWritable("rollout"),
 		positive("rollout", "--repeat", flags.repeat),
 		nonNegative("rollout", "--warm-up", flags.warmUp),
 		nonNegative("rollout", "--after", flags.after),

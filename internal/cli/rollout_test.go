@@ -52,6 +52,7 @@ func TestRolloutUsage(t *testing.T) {
 		{name: "zero repeat", args: []string{"rollout", "-f", plain, "--local", "--repeat", "0"}, wantErr: "rollout: invalid --repeat 0: must be positive"},
 		{name: "zero connect timeout", args: []string{"rollout", "-f", plain, "--local", "--connect-timeout", "0s"}, wantErr: "rollout: invalid --connect-timeout 0s: must be positive"},
 		{name: "negative max failures", args: []string{"rollout", "-f", plain, "--local", "--max-failures", "-3"}, wantErr: "rollout: invalid --max-failures -3: give a count, or -1 for no limit"},
+		{name: "results in no directory", args: []string{"rollout", "-f", plain, "--local", "--junit", "ok.xml", "--results", "/nonexistent/dir/x.json"}, wantErr: "closingtime: rollout: --results /nonexistent/dir/x.json: cannot write there: no such file or directory\n"},
 		{name: "junit and results one file", args: []string{"rollout", "-f", plain, "--local", "--results", "out.xml", "--junit", "out.xml"}, wantErr: "rollout: --results and --junit both name out.xml"},
 		{name: "negative warm-up", args: []string{"rollout", "-f", plain, "--local", "--warm-up", "-1s"}, wantErr: "rollout: invalid --warm-up -1s: must not be negative"},
 		{name: "bad client", args: []string{"rollout", "-f", plain, "--local", "--client", "udp"}, wantErr: `--client "udp"`},
@@ -102,7 +103,7 @@ func TestRolloutGate(t *testing.T) {
 			if !strings.Contains(errOut.String(), tt.wantWrote) {
 				t.Errorf("stderr:\n%s\nwant %q", errOut.String(), tt.wantWrote)
 			}
-			if tt.wantCode == ExitFailed && !strings.Contains(errOut.String(), "rollout: rollout run 1: ") {
+			if tt.wantCode == ExitFailed && !strings.Contains(errOut.String(), "rollout: rollout (Deployment default/app), run 1: ") {
 				t.Errorf("stderr:\n%s\nwant the run over the allowance named", errOut.String())
 			}
 			xml := out.String()
