@@ -20,7 +20,8 @@ func Over(run results.Run, limit int64) bool {
 }
 
 // WriteJUnit writes r as JUnit XML, the test report that CI systems read:
-// a test suite per scenario, named name/scenario (and its Deployment), and in it a test case per
+// a test suite per scenario, named name/scenario (and its Deployment's
+// name), and in it a test case per
 // run, "run N", which fails when more of its requests failed than limit
 // allows ([Over]). A failure's message counts the failed requests by class;
 // its text, and a passing run's standard output, hold the run's figures
@@ -28,9 +29,12 @@ func Over(run results.Run, limit int64) bool {
 func WriteJUnit(w io.Writer, name string, r *results.Results, limit int64) error {
 	doc := junitSuites{Name: name}
 	for _, s := range r.Scenarios {
+		// The Deployment's name, not its namespace, which a run in a
+		// namespace of its own changes each time: CI systems follow a
+		// test's history by its name.
 		suiteName := name + "/" + s.Name
-		if s.Deployment != "" {
-			suiteName += " (" + s.Deployment + ")"
+		if _, d, _ := strings.Cut(s.Deployment, "/"); d != "" {
+			suiteName += " (Deployment " + d + ")"
 		}
 		suite := junitSuite{Name: suiteName, Tests: len(s.Runs)}
 		if len(s.Runs) > 0 {
