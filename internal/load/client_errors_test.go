@@ -6,6 +6,7 @@ import "testing"
 // the responses, summed over the clients, had one; the commonest is named,
 // the lowest on a tie.
 func TestCountClientErrors(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name    string
 		clients []map[int]int64
