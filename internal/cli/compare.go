@@ -43,31 +43,13 @@ func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scen
 		}
 	}
 	sides := []report.Side{{Cluster: sideEmbedded, Results: embedded}, {Cluster: sideCluster, Results: real}}
-	both := bothSides(sides)
-	err = writeAll(
-		output{flags.out.results, func(w io.Writer) error { return report.WriteComparisonJSON(w, sides) }},
-		output{flags.out.report, func(w io.Writer) error { return report.WriteHTML(w, both) }},
-		output{flags.out.junit, func(w io.Writer) error { return flags.out.writeJUnit(w, "lab", both) }})
-	if err != nil {
-		return fmt.Errorf("lab: %w", err)
+	shown := rendering{
+		all:  bothSides(sides),
+		json: func(w io.Writer) error { return report.WriteComparisonJSON(w, sides) },
+		text: func(w io.Writer) error { return report.WriteComparison(w, sides) },
 	}
-	switch flags.out.format {
-	case "json":
-		err = report.WriteComparisonJSON(streams.Out, sides)
-	case "junit":
-		err = flags.out.writeJUnit(streams.Out, "lab", both)
-	default:
-		err = report.WriteComparison(streams.Out, sides)
-	}
-	if err != nil {
-		return err
-	}
-	flags.out.wrote(streams.Err, "lab")
 	// The paths are the same on both sides.
-	for _, w := range clientErrorWarnings(scenarios, embedded) {
-		fmt.Fprintf(streams.Err, "lab: %s\n", w)
-	}
-	return flags.out.gate(streams.Err, "lab", both)
+	return flags.out.write(streams, "lab", shown, clientErrorWarnings(scenarios, embedded))
 }
 
 // runOnCluster runs scenarios on the `closingtime cluster` of
@@ -90,12 +72,12 @@ func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Sc
 		return nil, err
 	}
 	started := time.Now()
-	results, err := runScenarios(ctx, streams, "lab", cfg, scenarios, flags.parallel)
+	res, err := runScenarios(ctx, streams, "lab", cfg, scenarios, flags.parallel)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(streams.Err, "lab: %d scenarios on the closingtime cluster in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
-	return results, nil
+	return res, nil
 }
 
 // bothSides returns the scenarios of every side as one set of results,

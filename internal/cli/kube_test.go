@@ -348,8 +348,8 @@ func TestRolloutKube(t *testing.T) {
 		}
 
 		status, _, stderr := runCLI(ctx, "rollout", "--kube", "--kubeconfig", cp.Kubeconfig, "-n", ns, "deploy/nope")
-		if status != ExitError || !strings.Contains(stderr, "get deployment shop/nope: not found") {
-			t.Errorf("missing deployment: exit %d, %q; want %d and the deployment not found", status, stderr, ExitError)
+		if status != ExitUsage || !strings.Contains(stderr, "get deployment shop/nope: not found") {
+			t.Errorf("missing deployment: exit %d, %q; want %d and the deployment not found", status, stderr, ExitUsage)
 		}
 
 		c := startCommand(t, "rollout", "--kube", "--kubeconfig", cp.Kubeconfig, "-n", ns, "deploy/web", "--image", "closingtime:test")

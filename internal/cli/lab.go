@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -62,8 +63,9 @@ Progress goes to standard error. Then the comparison table, a row per
 scenario, and per run the seconds with failures and the old pods' figures
 go to standard output (-o json writes the results instead); the results
 are written to --results as JSON, and to --report as one self-contained
-HTML page with the table and a timeline per run (docs/report.md), both
-whole or neither. The last line on standard error says where.
+HTML page with the table and a timeline per run (docs/report.md), and to
+--junit as JUnit XML, all of them whole or none. Standard error then says
+where, and names each run over --max-failures.
 
 --junit FILE, or -o junit, writes the results as JUnit XML for CI: a test
 suite per scenario, a test case per run, failed when more of its requests
@@ -143,9 +145,6 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 	if flags.list {
 		return listScenarios(streams.Out, scenarios, flags.out.format)
 	}
-	if err := flags.out.checkWritable("lab"); err != nil {
-		return err
-	}
 	images, err := imageCommands("lab", flags.images)
 	if err != nil {
 		return err
@@ -160,6 +159,10 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		if err := checkEntrypoints("lab", scenarios, images); err != nil {
 			return err
 		}
+	}
+	// Last of the checks: it writes (and removes) a file.
+	if err := flags.out.checkWritable("lab"); err != nil {
+		return err
 	}
 	if flags.compare {
 		return runCompare(ctx, streams, scenarios, images, flags)
@@ -178,12 +181,12 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		return err
 	}
 	started := time.Now()
-	results, err := runScenarios(ctx, streams, "lab", cfg, scenarios, flags.parallel)
+	res, err := runScenarios(ctx, streams, "lab", cfg, scenarios, flags.parallel)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(streams.Err, "lab: %d scenarios in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
-	return flags.out.write(streams, "lab", results, clientErrorWarnings(scenarios, results))
+	return flags.out.write(streams, "lab", rendering{all: res}, clientErrorWarnings(scenarios, res))
 }
 
 // clientErrorWarnings returns the lab's warning for each scenario of
@@ -313,7 +316,7 @@ func runScenarios(ctx context.Context, streams Streams, command string, cfg scen
 	}
 	ctx, interrupted, stop := interruptible(ctx, shown, command)
 	defer stop()
-	results, err := runAll(ctx, runner, scenarios, parallel)
+	res, err := runAll(ctx, runner, scenarios, parallel)
 	shown.finish()
 	if interrupted() {
 		return nil, errInterrupted
@@ -321,7 +324,7 @@ func runScenarios(ctx context.Context, streams Streams, command string, cfg scen
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", command, err)
 	}
-	return results, nil
+	return res, nil
 }
 
 // runAll runs scenarios, parallel at a time (all if zero), and returns their
@@ -469,13 +472,13 @@ type resultsOutput struct {
 	maxFailures                    int64
 }
 
-// bind binds the flags on f, with results and report the files written by
-// default ("" for none) and maxFailures the default limit
+// bind binds the flags on f, with resultsFile and reportFile the files
+// written by default ("" for none) and maxFailures the default limit
 // (report.NoLimit for none).
-func (o *resultsOutput) bind(f *pflag.FlagSet, results, report string, maxFailures int64) {
+func (o *resultsOutput) bind(f *pflag.FlagSet, resultsFile, reportFile string, maxFailures int64) {
 	f.StringVarP(&o.format, "output", "o", "text", "output format: text, json, or junit (JUnit XML, a test case per run)")
-	f.StringVar(&o.results, "results", results, "file to write the results to as JSON; empty for none")
-	f.StringVar(&o.report, "report", report, "file to write the HTML report to (docs/report.md); empty for none")
+	f.StringVar(&o.results, "results", resultsFile, "file to write the results to as JSON; empty for none")
+	f.StringVar(&o.report, "report", reportFile, "file to write the HTML report to (docs/report.md); empty for none")
 	f.StringVar(&o.junit, "junit", "", "file to write the results to as JUnit XML, for CI: a test case per run, failed over --max-failures; empty for none")
 	usage := "failed requests allowed in each run before the exit status is 1; -1 for no limit"
 	if maxFailures == 0 {
@@ -500,10 +503,10 @@ func (o resultsOutput) check(command string) error {
 		if f.path == "" {
 			continue
 		}
-		if first, ok := seen[filepath.Clean(f.path)]; ok {
+		if first, ok := seen[absolute(f.path)]; ok {
 			return usagef("%s: %s and %s both name %s: one would replace the other; give each its own file", command, first.flag, f.flag, first.path)
 		}
-		seen[filepath.Clean(f.path)] = f
+		seen[absolute(f.path)] = f
 	}
 	return nil
 }
@@ -528,6 +531,9 @@ func (o resultsOutput) checkWritable(command string) error {
 // creating (and removing) a temporary file in its directory, as writeAll
 // will.
 func writable(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return errors.New("is a directory: name a file in it")
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("cannot write there: %w", manifest.StripPath(err))
@@ -536,41 +542,45 @@ func writable(path string) error {
 	return os.Remove(f.Name())
 }
 
+// rendering is a command's results as its files and standard output
+// show them. All holds every run: the HTML report, the JUnit XML and the
+// gate read it. JSON and Text, when not nil, write the JSON and the text
+// instead of all's own (results.Write, report.WriteText): `lab --compare`
+// writes its two sides side by side.
+type rendering struct {
+	all        *results.Results
+	json, text func(io.Writer) error
+}
+
 // write writes r to the files, all of them whole or none, then shows it on
 // streams.Out as -o says, tells on streams.Err, named by command, which
 // files it wrote (see wrote), and writes the warnings there. It returns
 // exitStatus(ExitFailed) after naming on streams.Err each run over
 // --max-failures, if any was.
-func (o resultsOutput) write(streams Streams, command string, r *results.Results, warnings []string) error {
+func (o resultsOutput) write(streams Streams, command string, r rendering, warnings []string) error {
+	if r.json == nil {
+		r.json = func(w io.Writer) error { return results.Write(w, r.all) }
+	}
+	if r.text == nil {
+		r.text = func(w io.Writer) error { return report.WriteText(w, r.all) }
+	}
+	junit := func(w io.Writer) error { return report.WriteJUnit(w, "closingtime "+command, r.all, o.maxFailures) }
 	err := writeAll(
-		output{o.results, func(w io.Writer) error { return results.Write(w, r) }},
-		output{o.report, func(w io.Writer) error { return report.WriteHTML(w, r) }},
-		output{o.junit, func(w io.Writer) error { return o.writeJUnit(w, command, r) }})
+		output{o.results, r.json},
+		output{o.report, func(w io.Writer) error { return report.WriteHTML(w, r.all) }},
+		output{o.junit, junit})
 	if err != nil {
 		return fmt.Errorf("%s: %w", command, err)
 	}
-	switch o.format {
-	case "json":
-		err = results.Write(streams.Out, r)
-	case "junit":
-		err = o.writeJUnit(streams.Out, command, r)
-	default:
-		err = report.WriteText(streams.Out, r)
-	}
-	if err != nil {
+	show := map[string]func(io.Writer) error{"json": r.json, "junit": junit, "text": r.text}[o.format]
+	if err := show(streams.Out); err != nil {
 		return err
 	}
 	o.wrote(streams.Err, command)
 	for _, w := range warnings {
 		fmt.Fprintf(streams.Err, "%s: %s\n", command, w)
 	}
-	return o.gate(streams.Err, command, r)
-}
-
-// writeJUnit writes r as JUnit XML against --max-failures, its suites
-// named for command.
-func (o resultsOutput) writeJUnit(w io.Writer, command string, r *results.Results) error {
-	return report.WriteJUnit(w, "closingtime "+command, r, o.maxFailures)
+	return o.gate(streams.Err, command, r.all)
 }
 
 // gate writes on w, named by command, a line for each run of r over
@@ -614,7 +624,7 @@ func (o resultsOutput) wrote(w io.Writer, command string) {
 			// The results are on standard output.
 			return
 		}
-		fmt.Fprintf(w, "%s: no file written: --results FILE keeps the results as JSON, --report FILE as an HTML page\n", command)
+		fmt.Fprintf(w, "%s: no file written: --results FILE keeps the results as JSON, --report FILE as an HTML page, --junit FILE as JUnit XML\n", command)
 		return
 	}
 	fmt.Fprintf(w, "%s: wrote %s\n", command, strings.Join(files, " and "))

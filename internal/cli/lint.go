@@ -220,11 +220,11 @@ func readMeasured(name string) ([]lint.Measurement, error) {
 		return nil, inputError("lint: --measured "+name, err)
 	}
 	defer f.Close()
-	results, err := results.Read(f)
+	res, err := results.Read(f)
 	if err != nil {
 		return nil, usagef("lint: --measured %s: %v", name, err)
 	}
-	measured, err := lint.Measure(results)
+	measured, err := lint.Measure(res)
 	if err != nil {
 		return nil, usagef("lint: --measured %s: %v", name, err)
 	}

@@ -142,7 +142,7 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	case flags.events != "":
 		f, err := os.Create(flags.events)
 		if err != nil {
-			return fmt.Errorf("load: %w", err)
+			return inputError("load: --events "+flags.events, err)
 		}
 		defer f.Close()
 		cfg.Events = f
@@ -172,11 +172,12 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		cancel()
 		if err != nil {
 			err = fmt.Errorf("load: --wait-serving %v: %w", flags.waitServing, err)
-			if ctx.Err() == nil {
-				// URL never answered: there is nothing to measure.
-				err = &setupError{err}
+			if ctx.Err() != nil {
+				// Interrupted, or --stop-file appeared, before any request.
+				return errInterrupted
 			}
-			return err
+			// URL never answered: there is nothing to measure.
+			return &setupError{err}
 		}
 	}
 	if flags.output == "jsonl" {

@@ -92,11 +92,11 @@ func runPropagation(ctx context.Context, streams Streams, flags propagationFlags
 	if err != nil {
 		return err
 	}
-	results, err := runScenarios(ctx, streams, "propagation", rc, []*scenario.Scenario{s}, 1)
+	res, err := runScenarios(ctx, streams, "propagation", rc, []*scenario.Scenario{s}, 1)
 	if err != nil {
 		return err
 	}
-	p, err := scenario.MeasurePropagation(&results.Scenarios[0], cfg)
+	p, err := scenario.MeasurePropagation(&res.Scenarios[0], cfg)
 	if err != nil {
 		return err
 	}

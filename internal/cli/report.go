@@ -58,12 +58,12 @@ func runReport(streams Streams, path string, flags reportFlags) error {
 		return inputError("report: "+path, err)
 	}
 	defer f.Close()
-	results, err := results.Read(f)
+	res, err := results.Read(f)
 	if err != nil {
 		return inputError("report: "+path, err)
 	}
-	if len(results.Scenarios) == 0 {
+	if len(res.Scenarios) == 0 {
 		return usagef("report: %s: no scenarios: not the results of closingtime rollout or lab", path)
 	}
-	return write(streams.Out, results)
+	return write(streams.Out, res)
 }

@@ -123,7 +123,6 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	}
 	if err := cmp.Or(
 		flags.out.check("rollout"),
-		flags.out.checkWritable("rollout"),
 		positive("rollout", "--repeat", flags.repeat),
 		nonNegative("rollout", "--warm-up", flags.warmUp),
 		nonNegative("rollout", "--after", flags.after),
@@ -136,6 +135,10 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	}
 	clients, err := flags.trafficFlags.parse("rollout")
 	if err != nil {
+		return err
+	}
+	// Last of the flags' checks: it writes (and removes) a file.
+	if err := flags.out.checkWritable("rollout"); err != nil {
 		return err
 	}
 	traffic := scenario.Traffic{Service: flags.service, Path: flags.path,
@@ -158,7 +161,12 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	case len(flags.files) == 0:
 		var c *kube.Cluster
 		if s, c, err = existingRollout(ctx, flags, name, traffic); err != nil {
-			return fmt.Errorf("rollout: %w", err)
+			err = fmt.Errorf("rollout: %w", err)
+			if errors.Is(err, cluster.ErrNotFound) {
+				// deploy/NAME or --service names nothing there.
+				err = &usageError{err}
+			}
+			return err
 		}
 		cfg.NewCluster = func(scenario.ClusterSettings) (*scenario.Cluster, error) {
 			return flags.kubeFlags.cluster(c, true), nil
@@ -182,15 +190,15 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		}
 	}
 	s.WarmUp, s.After = flags.warmUp, flags.after
-	results, err := runScenarios(ctx, streams, "rollout", cfg, []*scenario.Scenario{s}, 1)
+	res, err := runScenarios(ctx, streams, "rollout", cfg, []*scenario.Scenario{s}, 1)
 	if err != nil {
 		return err
 	}
 	var warnings []string
-	if w := clientErrorsWarning(clientErrorsOf(&results.Scenarios[0]), flags.path, "give the path your app serves with --path PATH"); w != "" {
+	if w := clientErrorsWarning(clientErrorsOf(&res.Scenarios[0]), flags.path, "give the path your app serves with --path PATH"); w != "" {
 		warnings = append(warnings, w)
 	}
-	return flags.out.write(streams, "rollout", results, warnings)
+	return flags.out.write(streams, "rollout", rendering{all: res}, warnings)
 }
 
 // flagErrors returns err, an error of scenario.FromManifests, in the terms

@@ -22,6 +22,10 @@ func testdataDir(t *testing.T) string {
 func TestRolloutUsage(t *testing.T) {
 	t.Parallel()
 	const plain = "testdata/rollout-plain.yaml"
+	abs, err := filepath.Abs("out.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	testUsage(t, []usageCase{
 		{name: "no files", args: []string{"rollout", "--local"}, wantErr: "no manifests"},
 		{name: "missing file", args: []string{"rollout", "--local", "-f", "testdata/no-such.yaml"}, wantErr: "closingtime: rollout: testdata/no-such.yaml: no such file or directory\n"},
@@ -53,6 +57,8 @@ func TestRolloutUsage(t *testing.T) {
 		{name: "zero connect timeout", args: []string{"rollout", "-f", plain, "--local", "--connect-timeout", "0s"}, wantErr: "rollout: invalid --connect-timeout 0s: must be positive"},
 		{name: "negative max failures", args: []string{"rollout", "-f", plain, "--local", "--max-failures", "-3"}, wantErr: "rollout: invalid --max-failures -3: give a count, or -1 for no limit"},
 		{name: "results in no directory", args: []string{"rollout", "-f", plain, "--local", "--junit", "ok.xml", "--results", "/nonexistent/dir/x.json"}, wantErr: "closingtime: rollout: --results /nonexistent/dir/x.json: cannot write there: no such file or directory\n"},
+		{name: "results a directory", args: []string{"rollout", "-f", plain, "--local", "--results", "testdata"}, wantErr: "closingtime: rollout: --results testdata: is a directory: name a file in it\n"},
+		{name: "one file spelt twice", args: []string{"rollout", "-f", plain, "--local", "--results", "out.xml", "--junit", abs}, wantErr: "rollout: --results and --junit both name out.xml"},
 		{name: "junit and results one file", args: []string{"rollout", "-f", plain, "--local", "--results", "out.xml", "--junit", "out.xml"}, wantErr: "rollout: --results and --junit both name out.xml"},
 		{name: "negative warm-up", args: []string{"rollout", "-f", plain, "--local", "--warm-up", "-1s"}, wantErr: "rollout: invalid --warm-up -1s: must not be negative"},
 		{name: "bad client", args: []string{"rollout", "-f", plain, "--local", "--client", "udp"}, wantErr: `--client "udp"`},

@@ -43,15 +43,18 @@ const (
 	// than --max-failures allows.
 	ExitFailed = 1
 	// ExitUsage means a flag, argument, input file or environment value
-	// was invalid; nothing ran.
+	// was invalid, or an output file could not be written where it was
+	// named; nothing ran.
 	ExitUsage = 2
 	// ExitSetup means the setup did not run, so nothing was measured: the
 	// workload of a run that sends traffic did not deploy (pods that never
 	// all became ready, a Service that never answered, containers that
-	// exited before the action: scenario.DeployError).
+	// exited before the action: scenario.DeployError), or the target of
+	// load --wait-serving never answered (setupError).
 	ExitSetup = 3
 	// ExitError means the tool itself failed: a cluster that did not come
-	// up or could not be reached, a file that could not be written.
+	// up or could not be reached, a file whose writing failed after the
+	// run.
 	ExitError = 4
 )
 
