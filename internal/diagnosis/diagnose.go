@@ -55,6 +55,9 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	}
 	d.Causes = count(d.Requests)
 	d.Findings = findings(h, run.OldPods, d.Requests)
+	if !h.signals && len(requests) > 0 {
+		d.Limits = append(d.Limits, "the cluster does not report the stop signal: a pod's own log tells when it got SIGTERM, if it logs it, and a terminating pod that refused a connection is taken to have had it")
+	}
 	if len(h.nodes) == 0 && len(requests) > 0 {
 		d.Limits = append(d.Limits, "the cluster shows no node's routing view: a routing race is told from the EndpointSlices' changes, not from the rules each node had applied")
 	}
@@ -192,7 +195,7 @@ func cause(h *history, r *results.Request) results.Cause {
 		}
 		return Unknown
 	case r.Class == load.Refused:
-		return refused(ph, ph.at(r.ConnectMS), r.ConnectMS)
+		return h.refused(ph, ph.at(r.ConnectMS), r.ConnectMS)
 	case r.Class == load.ConnectTimeout && ph == nil && r.Addr == "":
 		if n := r.ReadyEndpoints; n != nil && *n == 0 {
 			return NoEndpoint
@@ -206,9 +209,11 @@ func cause(h *history, r *results.Request) results.Cause {
 
 // refused gives the cause of a connection to pod ph refused at t, when
 // the pod's state was s.
-func refused(ph *podHistory, s snapshot, t float64) results.Cause {
+func (h *history) refused(ph *podHistory, s snapshot, t float64) results.Cause {
 	if s.terminating {
-		if s.signalled || !s.running || (s.Listening != nil && !*s.Listening) {
+		// Where the cluster does not report the stop signal, a
+		// terminating pod that refuses is taken to have had it.
+		if s.signalled || !s.running || (s.Listening != nil && !*s.Listening) || !h.signals {
 			return RoutingRace
 		}
 		// In its preStop hook, not signalled: it should listen.

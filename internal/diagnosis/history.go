@@ -133,6 +133,10 @@ type history struct {
 	outage    *results.Outage
 	// serveLogs: some pod writes closingtime serve's log events.
 	serveLogs bool
+	// signals: the cluster reports the stop signal (signal_sent); a real
+	// cluster's API does not, and a pod's own log tells it then, if the
+	// pod logs it.
+	signals bool
 }
 
 type addrOwner struct {
@@ -246,6 +250,10 @@ func (h *history) add(e *results.Entry) {
 			}
 		case "sigterm":
 			ph.sigtermLogged = true
+			if s.terminating && !s.signalled {
+				s.signalled = true
+				ph.signalAt = e.AtMS
+			}
 			state("draining")
 		case "wrapper_started", "wrapper_signal", "wrapper_exiting":
 			ph.wrapper = e.Detail["wrapper"]
@@ -295,6 +303,7 @@ func (h *history) add(e *results.Entry) {
 			state("terminating")
 		}
 	case cluster.SignalSent:
+		h.signals = true
 		if !s.terminating {
 			// The kubelet stops a container a liveness probe failed.
 			state("restarting")
@@ -314,7 +323,9 @@ func (h *history) add(e *results.Entry) {
 		ph.exits = append(ph.exits, exit{at: never, liveness: true})
 	case cluster.ContainerExited:
 		code, _ := strconv.Atoi(e.Detail["code"])
-		x := exit{at: e.AtMS, code: code, killed: s.terminating && s.State == "killed", terminating: s.terminating}
+		// A real cluster's API reports no SIGKILL: its exit code, 128+9,
+		// does.
+		x := exit{at: e.AtMS, code: code, killed: s.terminating && (s.State == "killed" || code == 137), terminating: s.terminating}
 		if n := len(ph.exits); n > 0 && ph.exits[n-1].at == never {
 			// The exit of the instance a liveness kill ended.
 			x.liveness = ph.exits[n-1].liveness
