@@ -54,8 +54,10 @@ type conn struct {
 	// addr is the remote address, read once for all the requests the
 	// connection carries.
 	addr netip.AddrPort
-	// used reports whether a request was sent on the connection before.
-	used bool
+	// made is when the connection was made.
+	made time.Time
+	// requests is the number of requests sent on the connection.
+	requests int
 }
 
 // Buffers are reused across connections: a new-conn client makes one
@@ -66,7 +68,7 @@ var (
 )
 
 func newConn(nc net.Conn) *conn {
-	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer), addr: addrPort(nc.RemoteAddr())}
+	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer), addr: addrPort(nc.RemoteAddr()), made: time.Now()}
 	cn.br.Reset(nc)
 	cn.bw.Reset(nc)
 	return cn
@@ -118,8 +120,11 @@ func (c *client) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, a.fail(classifyConnect(err), err)
 	}
-	a.connect, a.addr, a.reused = time.Now(), cn.addr, cn.used
-	cn.used = true
+	a.connect, a.addr, a.connRequests = time.Now(), cn.addr, cn.requests
+	if cn.requests > 0 {
+		a.connAge = a.connect.Sub(cn.made)
+	}
+	cn.requests++
 	cn.SetDeadline(a.connect.Add(c.responseTimeout))
 	resp, err := c.exchange(cn, req, a)
 	c.release(cn, err == nil && !resp.Close)
@@ -242,8 +247,11 @@ type attempt struct {
 	// addr is the remote address of the attempt's connection; the zero
 	// AddrPort if it had none.
 	addr netip.AddrPort
-	// reused reports whether the connection had carried a request before.
-	reused bool
+	// connRequests is the number of requests the connection had carried
+	// before this attempt's, and connAge how long before the attempt took
+	// it the connection was made: both zero for a new connection.
+	connRequests int
+	connAge      time.Duration
 
 	// When the attempt started, its connection was ready, the first byte
 	// of the response arrived, and the response was complete or the

@@ -230,7 +230,7 @@ func TestStreamResult(t *testing.T) {
 	written := []Result{
 		{ID: "r-0", Client: KeepAlive, Time: at, Lag: 1234567 * time.Nanosecond, Connect: 4023 * time.Microsecond,
 			FirstByte: 9 * time.Millisecond, Total: 10*time.Millisecond + 1, Class: OK, Status: 200, Pod: "web-a",
-			Addr: netip.MustParseAddrPort("[fe80::1%eth0]:8080"), Reused: true, Attempts: 2, FirstClass: Reset},
+			Addr: netip.MustParseAddrPort("[fe80::1%eth0]:8080"), ConnRequests: 3, ConnAge: 1500*time.Millisecond + 7, Attempts: 2, FirstClass: Reset},
 		{ID: "r-1", Client: NewConn, Time: at.Add(time.Second), Total: 2 * time.Second, Class: ConnectTimeout,
 			Addr: netip.MustParseAddrPort("10.96.0.10:80"), Attempts: 1, FirstClass: ConnectTimeout, Err: errors.New("dial tcp: i/o timeout")},
 		{ID: "r-2", Client: NewConn, Time: at.Add(2 * time.Second), Class: Error, FirstClass: Error, Err: errors.New("bad request")},
@@ -242,6 +242,11 @@ func TestStreamResult(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A reader that wants only whether the connection was reused still
+	// finds "reused".
+	if line := buf.String(); !strings.Contains(line, `"reused":true,"connRequests":3,"connAgeMs":1500.000007,`) {
+		t.Errorf("event line %s: want reused, connRequests and connAgeMs", line)
+	}
 	read, report, err := ReadStream(&buf)
 	if err != nil || report != nil {
 		t.Fatalf("ReadStream: report %v, %v; want no report, no error", report, err)
@@ -251,6 +256,13 @@ func TestStreamResult(t *testing.T) {
 	}
 	if read[0].Time.Location() != time.UTC {
 		t.Errorf("time read back in %v, want UTC", read[0].Time.Location())
+	}
+
+	// A line that records only that its connection was reused reads as
+	// one request carried before.
+	old, _, err := ReadStream(strings.NewReader(`{"id":"a","client":"keep-alive","time":"2026-01-02T03:04:05Z","class":"ok","reused":true}` + "\n"))
+	if err != nil || len(old) != 1 || old[0].ConnRequests != 1 || !old[0].Reused() {
+		t.Errorf("a line with only reused: %+v, %v; want a result with ConnRequests 1", old, err)
 	}
 
 	for _, tt := range []struct{ name, stream, want string }{

@@ -45,12 +45,15 @@ type Result struct {
 	// got the request; through a real cluster's kube-proxy, it is the
 	// Service's.
 	Addr netip.AddrPort
-	// Reused reports whether the last attempt was sent on a connection
-	// that had carried a request before, as a keep-alive client's do; a
-	// request on a new connection went wherever the dialer routed it at
-	// that moment, one on a reused connection wherever its connection was
-	// routed when it was made.
-	Reused bool
+	// ConnRequests is the number of requests that the connection of the
+	// last attempt had carried before it: 0 for a new connection, more on
+	// a keep-alive client's reused one. A request on a new connection went
+	// wherever the dialer routed it at that moment, one on a reused
+	// connection wherever its connection was routed when it was made.
+	ConnRequests int
+	// ConnAge is how long before the last attempt took its connection the
+	// connection was made: 0 for a new connection.
+	ConnAge time.Duration
 	// Attempts is the number of attempts made; more than one only with
 	// retries.
 	Attempts int
@@ -60,6 +63,10 @@ type Result struct {
 	// Err is the last attempt's error, if any.
 	Err error
 }
+
+// Reused reports whether the last attempt was sent on a connection that
+// had carried a request before.
+func (r *Result) Reused() bool { return r.ConnRequests > 0 }
 
 // Absorbed reports whether a retry saved the request.
 func (r *Result) Absorbed() bool { return r.Class == OK && r.FirstClass != OK }
@@ -73,7 +80,8 @@ func newResult(kind Kind, id string, at, began time.Time, attempts []attempt, er
 	}
 	last := attempts[len(attempts)-1]
 	r.Class, r.FirstClass = last.class, attempts[0].class
-	r.Status, r.Pod, r.Addr, r.Reused = last.status, last.pod, last.addr, last.reused
+	r.Status, r.Pod, r.Addr = last.status, last.pod, last.addr
+	r.ConnRequests, r.ConnAge = last.connRequests, last.connAge
 	r.Connect, r.FirstByte, r.Total = offset(at, last.connect), offset(at, last.firstByte), offset(at, last.end)
 	if err == nil {
 		r.Err = last.err
@@ -362,27 +370,32 @@ type Event struct {
 	Status      int     `json:"status,omitempty"`
 	Pod         string  `json:"pod,omitempty"`
 	Addr        string  `json:"addr,omitempty"`
-	Reused      bool    `json:"reused,omitempty"`
-	Attempts    int     `json:"attempts"`
-	FirstClass  *Class  `json:"firstClass,omitempty"`
-	Error       string  `json:"error,omitempty"`
+	// Reused is ConnRequests > 0, for readers that want only that.
+	Reused       bool    `json:"reused,omitempty"`
+	ConnRequests int     `json:"connRequests,omitempty"`
+	ConnAgeMS    float64 `json:"connAgeMs,omitempty"`
+	Attempts     int     `json:"attempts"`
+	FirstClass   *Class  `json:"firstClass,omitempty"`
+	Error        string  `json:"error,omitempty"`
 }
 
 // EventOf returns the event line of r.
 func EventOf(r *Result) Event {
 	e := Event{
-		ID:          r.ID,
-		Client:      r.Client,
-		Time:        r.Time.UTC().Format(time.RFC3339Nano),
-		LagMS:       ms(r.Lag),
-		ConnectMS:   ms(r.Connect),
-		FirstByteMS: ms(r.FirstByte),
-		TotalMS:     ms(r.Total),
-		Class:       r.Class,
-		Status:      r.Status,
-		Pod:         r.Pod,
-		Reused:      r.Reused,
-		Attempts:    r.Attempts,
+		ID:           r.ID,
+		Client:       r.Client,
+		Time:         r.Time.UTC().Format(time.RFC3339Nano),
+		LagMS:        ms(r.Lag),
+		ConnectMS:    ms(r.Connect),
+		FirstByteMS:  ms(r.FirstByte),
+		TotalMS:      ms(r.Total),
+		Class:        r.Class,
+		Status:       r.Status,
+		Pod:          r.Pod,
+		Reused:       r.Reused(),
+		ConnRequests: r.ConnRequests,
+		ConnAgeMS:    ms(r.ConnAge),
+		Attempts:     r.Attempts,
 	}
 	if r.Addr.IsValid() {
 		e.Addr = r.Addr.String()
@@ -406,19 +419,25 @@ func (e *Event) result() (Result, error) {
 		return Result{}, fmt.Errorf("request %s: time: %w", e.ID, err)
 	}
 	r := Result{
-		ID:         e.ID,
-		Client:     e.Client,
-		Time:       at,
-		Lag:        DurationMS(e.LagMS),
-		Connect:    DurationMS(e.ConnectMS),
-		FirstByte:  DurationMS(e.FirstByteMS),
-		Total:      DurationMS(e.TotalMS),
-		Class:      e.Class,
-		Status:     e.Status,
-		Pod:        e.Pod,
-		Reused:     e.Reused,
-		Attempts:   e.Attempts,
-		FirstClass: e.Class,
+		ID:           e.ID,
+		Client:       e.Client,
+		Time:         at,
+		Lag:          DurationMS(e.LagMS),
+		Connect:      DurationMS(e.ConnectMS),
+		FirstByte:    DurationMS(e.FirstByteMS),
+		Total:        DurationMS(e.TotalMS),
+		Class:        e.Class,
+		Status:       e.Status,
+		Pod:          e.Pod,
+		ConnRequests: e.ConnRequests,
+		ConnAge:      DurationMS(e.ConnAgeMS),
+		Attempts:     e.Attempts,
+		FirstClass:   e.Class,
+	}
+	if e.Reused && e.ConnRequests == 0 {
+		// A line of a writer that recorded only that the connection was
+		// reused.
+		r.ConnRequests = 1
 	}
 	if e.Addr != "" {
 		if r.Addr, err = netip.ParseAddrPort(e.Addr); err != nil {

@@ -72,7 +72,7 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 		reached := t.Add(r.Connect)
 		if r.Class == load.OK || r.Class == load.HTTP5xx {
 			if pod := cmp.Or(r.Pod, addrs.pod(r.Addr, reached)); pod != "" {
-				answered = append(answered, served{reached, pod, r.Reused})
+				answered = append(answered, served{reached, pod, r.Reused()})
 			} else {
 				unattributed++
 			}
