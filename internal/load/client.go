@@ -3,6 +3,7 @@ package load
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -92,6 +93,21 @@ func addrPort(a net.Addr) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
+// dialedAddr returns the address that a failed connect tried, as the
+// *net.OpError that err is or wraps names it, if it names a TCP address, as
+// net.Dialer's do; else the zero AddrPort: a wait for a free pooled
+// connection, or a routing dialer's refusal for a Service with no
+// endpoint, tried none.
+func dialedAddr(err error) netip.AddrPort {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		if ta, ok := oe.Addr.(*net.TCPAddr); ok && ta != nil {
+			return addrPort(ta)
+		}
+	}
+	return netip.AddrPort{}
+}
+
 // close closes cn and gives its buffers back. It must be called once.
 func (cn *conn) close() {
 	cn.Conn.Close()
@@ -118,6 +134,7 @@ func (c *client) RoundTrip(req *http.Request) (*http.Response, error) {
 	deadline := a.start.Add(c.connectTimeout)
 	cn, err := c.acquire(deadline)
 	if err != nil {
+		a.addr = dialedAddr(err)
 		return nil, a.fail(classifyConnect(err), err)
 	}
 	a.connect, a.addr, a.connRequests = time.Now(), cn.addr, cn.requests
@@ -244,8 +261,8 @@ type attempt struct {
 	err    error
 	status int
 	pod    string
-	// addr is the remote address of the attempt's connection; the zero
-	// AddrPort if it had none.
+	// addr is the remote address of the attempt's connection, or the one
+	// a failed connect tried (dialedAddr); the zero AddrPort if neither.
 	addr netip.AddrPort
 	// connRequests is the number of requests the connection had carried
 	// before this attempt's, and connAge how long before the attempt took

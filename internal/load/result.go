@@ -39,11 +39,13 @@ type Result struct {
 	// Pod is the response's X-Pod-Name header.
 	Pod string
 	// Addr is the remote address of the connection the last attempt was
-	// sent on, as the dialer connected it; the zero AddrPort if it made
-	// none. Through a dialer that picks a Service's endpoint, such as the
-	// embedded cluster's routing view, it is the address of the pod that
-	// got the request; through a real cluster's kube-proxy, it is the
-	// Service's.
+	// sent on, as the dialer connected it, or, if its connect failed, the
+	// address the dialer tried, when its error (a *net.OpError) names
+	// one; else the zero AddrPort. Through a dialer that picks a Service's
+	// endpoint, such as the embedded cluster's routing view, it is the
+	// address of the pod that got the request or refused the connection (a
+	// Service with no endpoint to pick fails with none); through a real
+	// cluster's kube-proxy, it is the Service's.
 	Addr netip.AddrPort
 	// ConnRequests is the number of requests that the connection of the
 	// last attempt had carried before it: 0 for a new connection, more on
