@@ -230,9 +230,13 @@ func TestStreamResult(t *testing.T) {
 	written := []Result{
 		{ID: "r-0", Client: KeepAlive, Time: at, Lag: 1234567 * time.Nanosecond, Connect: 4023 * time.Microsecond,
 			FirstByte: 9 * time.Millisecond, Total: 10*time.Millisecond + 1, Class: OK, Status: 200, Pod: "web-a",
-			Addr: netip.MustParseAddrPort("[fe80::1%eth0]:8080"), ConnRequests: 3, ConnAge: 1500*time.Millisecond + 7, Attempts: 2, FirstClass: Reset},
+			Addr: netip.MustParseAddrPort("[fe80::1%eth0]:8080"), ConnRequests: 3, ConnAge: 1500*time.Millisecond + 7, Attempts: 2, FirstClass: Reset,
+			FirstFailure: &Attempt{Class: Reset, Addr: netip.MustParseAddrPort("10.77.0.3:8080"), ConnRequests: 41, ConnAge: 29*time.Second + 3,
+				Connect: 2 * time.Microsecond, Total: 1200 * time.Microsecond, Err: errors.New("read response: connection reset by peer")}},
 		{ID: "r-1", Client: NewConn, Time: at.Add(time.Second), Total: 2 * time.Second, Class: ConnectTimeout,
 			Addr: netip.MustParseAddrPort("10.96.0.10:80"), Attempts: 1, FirstClass: ConnectTimeout, Err: errors.New("dial tcp: i/o timeout")},
+		{ID: "r-3", Client: NewConn, Time: at.Add(3 * time.Second), Total: 300 * time.Millisecond, Class: Refused, Attempts: 3, FirstClass: Refused,
+			FirstFailure: &Attempt{Class: Refused, Total: time.Millisecond, Err: errors.New("connection refused")}, Err: errors.New("connection refused")},
 		{ID: "r-2", Client: NewConn, Time: at.Add(2 * time.Second), Class: Error, FirstClass: Error, Err: errors.New("bad request")},
 	}
 	var buf bytes.Buffer
@@ -268,6 +272,7 @@ func TestStreamResult(t *testing.T) {
 	for _, tt := range []struct{ name, stream, want string }{
 		{"bad time", `{"id":"a","class":"ok","time":"noon"}`, "line 1: request a: time"},
 		{"bad addr", `{"id":"a","class":"ok","time":"2026-01-02T03:04:05Z","addr":"web:80"}`, "line 1: request a: addr"},
+		{"bad first failure addr", `{"id":"a","class":"ok","time":"2026-01-02T03:04:05Z","firstFailure":{"class":"reset","addr":"web:80"}}`, "line 1: request a: firstFailure.addr"},
 	} {
 		if _, _, err := ReadStream(strings.NewReader(tt.stream + "\n")); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: ReadStream: %v, want an error with %q", tt.name, err, tt.want)

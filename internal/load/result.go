@@ -62,7 +62,30 @@ type Result struct {
 	// FirstClass is the outcome of the first attempt. A request with
 	// Class OK and FirstClass a failure was absorbed by a retry.
 	FirstClass Class
+	// FirstFailure is what the first attempt saw, for a request whose
+	// first attempt failed and which made more (a retry); nil otherwise.
+	FirstFailure *Attempt
 	// Err is the last attempt's error, if any.
+	Err error
+}
+
+// An Attempt is what one attempt of a request saw: the first failure of
+// a request that a retry followed ([Result.FirstFailure]), or the attempt
+// that [Result.FailedAttempt] returns.
+type Attempt struct {
+	// Class is the attempt's outcome.
+	Class Class
+	// Addr is the address its connection reached or its connect tried,
+	// as Result's Addr is.
+	Addr netip.AddrPort
+	// ConnRequests and ConnAge describe its connection as Result's do:
+	// both zero for a new connection.
+	ConnRequests int
+	ConnAge      time.Duration
+	// Connect and Total are when its connection was ready (zero if never)
+	// and when it ended, as offsets from the Result's Time.
+	Connect, Total time.Duration
+	// Err is its error, if any.
 	Err error
 }
 
@@ -72,6 +95,23 @@ func (r *Result) Reused() bool { return r.ConnRequests > 0 }
 
 // Absorbed reports whether a retry saved the request.
 func (r *Result) Absorbed() bool { return r.Class == OK && r.FirstClass != OK }
+
+// FailedAttempt returns the attempt that a diagnosis of r explains: the
+// last one for a failed request, the first failure for an absorbed one
+// (with its class alone if r does not carry FirstFailure), and false for a
+// request that succeeded the first time.
+func (r *Result) FailedAttempt() (Attempt, bool) {
+	switch {
+	case r.Class.Failed():
+		return Attempt{Class: r.Class, Addr: r.Addr, ConnRequests: r.ConnRequests, ConnAge: r.ConnAge,
+			Connect: r.Connect, Total: r.Total, Err: r.Err}, true
+	case r.FirstFailure != nil:
+		return *r.FirstFailure, true
+	case r.Absorbed():
+		return Attempt{Class: r.FirstClass}, true
+	}
+	return Attempt{}, false
+}
 
 func newResult(kind Kind, id string, at, began time.Time, attempts []attempt, err error) *Result {
 	r := &Result{ID: id, Client: kind, Time: at, Lag: began.Sub(at), Attempts: len(attempts), Err: err}
@@ -87,6 +127,10 @@ func newResult(kind Kind, id string, at, began time.Time, attempts []attempt, er
 	r.Connect, r.FirstByte, r.Total = offset(at, last.connect), offset(at, last.firstByte), offset(at, last.end)
 	if err == nil {
 		r.Err = last.err
+	}
+	if first := &attempts[0]; len(attempts) > 1 && first.class.Failed() {
+		r.FirstFailure = &Attempt{Class: first.class, Addr: first.addr, ConnRequests: first.connRequests, ConnAge: first.connAge,
+			Connect: offset(at, first.connect), Total: offset(at, first.end), Err: first.err}
 	}
 	return r
 }
@@ -378,6 +422,20 @@ type Event struct {
 	ConnAgeMS    float64 `json:"connAgeMs,omitempty"`
 	Attempts     int     `json:"attempts"`
 	FirstClass   *Class  `json:"firstClass,omitempty"`
+	// FirstFailure is Result's FirstFailure, if any.
+	FirstFailure *EventAttempt `json:"firstFailure,omitempty"`
+	Error        string        `json:"error,omitempty"`
+}
+
+// An EventAttempt is an [Attempt] in an event line, its durations in
+// milliseconds from the event's time.
+type EventAttempt struct {
+	Class        Class   `json:"class"`
+	Addr         string  `json:"addr,omitempty"`
+	ConnRequests int     `json:"connRequests,omitempty"`
+	ConnAgeMS    float64 `json:"connAgeMs,omitempty"`
+	ConnectMS    float64 `json:"connectMs,omitempty"`
+	TotalMS      float64 `json:"totalMs"`
 	Error        string  `json:"error,omitempty"`
 }
 
@@ -399,17 +457,49 @@ func EventOf(r *Result) Event {
 		ConnAgeMS:    ms(r.ConnAge),
 		Attempts:     r.Attempts,
 	}
-	if r.Addr.IsValid() {
-		e.Addr = r.Addr.String()
-	}
+	e.Addr = addrText(r.Addr)
 	if r.Attempts > 1 {
 		first := r.FirstClass
 		e.FirstClass = &first
 	}
-	if r.Err != nil {
-		e.Error = r.Err.Error()
+	if f := r.FirstFailure; f != nil {
+		e.FirstFailure = &EventAttempt{Class: f.Class, Addr: addrText(f.Addr), ConnRequests: f.ConnRequests, ConnAgeMS: ms(f.ConnAge),
+			ConnectMS: ms(f.Connect), TotalMS: ms(f.Total), Error: errText(f.Err)}
 	}
+	e.Error = errText(r.Err)
 	return e
+}
+
+// addrText spells ap as an event line does: empty for the zero AddrPort.
+func addrText(ap netip.AddrPort) string {
+	if !ap.IsValid() {
+		return ""
+	}
+	return ap.String()
+}
+
+// parseAddr parses an address that addrText spelled.
+func parseAddr(s string) (netip.AddrPort, error) {
+	if s == "" {
+		return netip.AddrPort{}, nil
+	}
+	return netip.ParseAddrPort(s)
+}
+
+// errText is the text of err in an event line: empty for none.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// parseErr returns an error with the text that errText gave, or nil.
+func parseErr(s string) error {
+	if s == "" {
+		return nil
+	}
+	return errors.New(s)
 }
 
 // result returns the Result that event line e records, as EventOf wrote
@@ -441,17 +531,21 @@ func (e *Event) result() (Result, error) {
 		// reused.
 		r.ConnRequests = 1
 	}
-	if e.Addr != "" {
-		if r.Addr, err = netip.ParseAddrPort(e.Addr); err != nil {
-			return Result{}, fmt.Errorf("request %s: addr: %w", e.ID, err)
-		}
+	if r.Addr, err = parseAddr(e.Addr); err != nil {
+		return Result{}, fmt.Errorf("request %s: addr: %w", e.ID, err)
 	}
 	if e.FirstClass != nil {
 		r.FirstClass = *e.FirstClass
 	}
-	if e.Error != "" {
-		r.Err = errors.New(e.Error)
+	if f := e.FirstFailure; f != nil {
+		addr, err := parseAddr(f.Addr)
+		if err != nil {
+			return Result{}, fmt.Errorf("request %s: firstFailure.addr: %w", e.ID, err)
+		}
+		r.FirstFailure = &Attempt{Class: f.Class, Addr: addr, ConnRequests: f.ConnRequests, ConnAge: DurationMS(f.ConnAgeMS),
+			Connect: DurationMS(f.ConnectMS), Total: DurationMS(f.TotalMS), Err: parseErr(f.Error)}
 	}
+	r.Err = parseErr(e.Error)
 	return r, nil
 }
 
