@@ -300,7 +300,7 @@ func TestRetryAbsorbs(t *testing.T) {
 
 // TestFirstFailure: with retries, a request that a retry saved carries
 // what its first attempt saw, the reset on its connection's third request,
-// and its FailedAttempt is that; a request that succeeded the first time
+// its FailedAttempt is that, and it is re-probed; a request that succeeded the first time
 // carries none and has no failed attempt; one that failed on every attempt
 // carries its first failure, and its FailedAttempt is its last.
 func TestFirstFailure(t *testing.T) {
@@ -335,9 +335,13 @@ func TestFirstFailure(t *testing.T) {
 			if r.ConnRequests != 0 {
 				t.Errorf("absorbed request %s: retried on a connection that carried %d requests, want a new one", r.ID, r.ConnRequests)
 			}
+			// Its first failure was on a reused connection.
+			if p := r.Reprobe; p == nil || p.Class != OK || p.At < r.Total {
+				t.Errorf("absorbed request %s, ended at %v: re-probe %+v; want an ok one after it", r.ID, r.Total, p)
+			}
 		case r.Class == OK:
-			if r.FirstFailure != nil || ok {
-				t.Errorf("request %s, ok the first time: first failure %+v, FailedAttempt %t; want none", r.ID, r.FirstFailure, ok)
+			if r.FirstFailure != nil || ok || r.Reprobe != nil {
+				t.Errorf("request %s, ok the first time: first failure %+v, FailedAttempt %t, re-probe %+v; want none", r.ID, r.FirstFailure, ok, r.Reprobe)
 			}
 		default:
 			t.Errorf("request %s: %s (%v), want ok", r.ID, r.Class, r.Err)

@@ -65,6 +65,10 @@ type Result struct {
 	// FirstFailure is what the first attempt saw, for a request whose
 	// first attempt failed and which made more (a retry); nil otherwise.
 	FirstFailure *Attempt
+	// Reprobe is the probe sent on a new connection after the request,
+	// when its FailedAttempt was sent on a reused connection; nil
+	// otherwise.
+	Reprobe *Reprobe
 	// Err is the last attempt's error, if any.
 	Err error
 }
@@ -422,9 +426,21 @@ type Event struct {
 	ConnAgeMS    float64 `json:"connAgeMs,omitempty"`
 	Attempts     int     `json:"attempts"`
 	FirstClass   *Class  `json:"firstClass,omitempty"`
-	// FirstFailure is Result's FirstFailure, if any.
+	// FirstFailure and Reprobe are Result's, if any.
 	FirstFailure *EventAttempt `json:"firstFailure,omitempty"`
+	Reprobe      *EventReprobe `json:"reprobe,omitempty"`
 	Error        string        `json:"error,omitempty"`
+}
+
+// An EventReprobe is a [Reprobe] in an event line, its durations in
+// milliseconds: AtMS from the event's time.
+type EventReprobe struct {
+	Class   Class   `json:"class"`
+	Addr    string  `json:"addr,omitempty"`
+	Pod     string  `json:"pod,omitempty"`
+	Status  int     `json:"status,omitempty"`
+	AtMS    float64 `json:"atMs"`
+	TotalMS float64 `json:"totalMs"`
 }
 
 // An EventAttempt is an [Attempt] in an event line, its durations in
@@ -465,6 +481,9 @@ func EventOf(r *Result) Event {
 	if f := r.FirstFailure; f != nil {
 		e.FirstFailure = &EventAttempt{Class: f.Class, Addr: addrText(f.Addr), ConnRequests: f.ConnRequests, ConnAgeMS: ms(f.ConnAge),
 			ConnectMS: ms(f.Connect), TotalMS: ms(f.Total), Error: errText(f.Err)}
+	}
+	if p := r.Reprobe; p != nil {
+		e.Reprobe = &EventReprobe{Class: p.Class, Addr: addrText(p.Addr), Pod: p.Pod, Status: p.Status, AtMS: ms(p.At), TotalMS: ms(p.Total)}
 	}
 	e.Error = errText(r.Err)
 	return e
@@ -544,6 +563,13 @@ func (e *Event) result() (Result, error) {
 		}
 		r.FirstFailure = &Attempt{Class: f.Class, Addr: addr, ConnRequests: f.ConnRequests, ConnAge: DurationMS(f.ConnAgeMS),
 			Connect: DurationMS(f.ConnectMS), Total: DurationMS(f.TotalMS), Err: parseErr(f.Error)}
+	}
+	if p := e.Reprobe; p != nil {
+		addr, err := parseAddr(p.Addr)
+		if err != nil {
+			return Result{}, fmt.Errorf("request %s: reprobe.addr: %w", e.ID, err)
+		}
+		r.Reprobe = &Reprobe{Class: p.Class, Addr: addr, Pod: p.Pod, Status: p.Status, At: DurationMS(p.AtMS), Total: DurationMS(p.TotalMS)}
 	}
 	r.Err = parseErr(e.Error)
 	return r, nil
