@@ -112,6 +112,11 @@ type Run struct {
 	// `rollout --kube` has its pods listed without events) and in results
 	// files written before the field existed.
 	Running []RunningPod `json:"running,omitempty"`
+	// Diagnosis gives each failed and absorbed request its cause, and
+	// tells how each old pod stopped (docs/diagnosis.md); absent when
+	// there is nothing to tell, and in results files written before it
+	// existed.
+	Diagnosis *Diagnosis `json:"diagnosis,omitempty"`
 	// Timeline is every cluster event, pod log event, failed request and
 	// step of the runner's action of the run, in order.
 	Timeline []Entry `json:"timeline"`

@@ -82,8 +82,8 @@ func setupOf(events []cluster.Event, d string) (exits []string, failed, ready, k
 // that rec saw created: the pods of a Deployment that ran before the run
 // (rollout --kube deploy/NAME) come without events, and its completed
 // first rollout vouches for them, also when some of its pods were replaced
-// since. Otherwise it returns a *DeployError whose cause is a diagnosis of
-// rec's events, which reads c's logs; or ctx.Err() if ctx ends.
+// since. Otherwise it returns a *DeployError whose cause is the explanation of
+// the pod notices of rec's events, which read c's logs; or ctx.Err() if ctx ends.
 func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *cluster.EventLog, d *appsv1.Deployment) error {
 	want := int(replicas(d))
 	var exits []string
@@ -124,10 +124,10 @@ func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *cluster.
 		Cause: cause}
 }
 
-// explanationOf returns the explanation of a diagnosis of events, which
-// reads the logs of c.
+// explanationOf returns the explanation of the pod notices of events, which
+// read the logs of c.
 func explanationOf(ctx context.Context, c cluster.Backend, events []cluster.Event) string {
-	d := newClusterDiagnosis(ctx, c)
+	d := newClusterNotices(ctx, c)
 	for _, e := range events {
 		d.notices(e)
 	}

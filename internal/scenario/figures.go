@@ -49,7 +49,10 @@ func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Mic
 // Service's through a real cluster's kube-proxy. When requests were
 // answered and none could be attributed, the old pods' request figures
 // are left unknown (nil); when none was answered, they are known zeros.
-func figures(run *results.Run, report *load.Report, requests []load.Result, events []cluster.Event, addrs podAddresses, logs map[string][]cluster.LogLine, goneAt time.Time) {
+//
+// It returns the failed and absorbed requests, with what the client saw
+// of each, for the diagnosis to join to the timeline.
+func figures(run *results.Run, report *load.Report, requests []load.Result, events []cluster.Event, addrs podAddresses, logs map[string][]cluster.LogLine, goneAt time.Time) []results.Request {
 	start := run.Start
 	at := func(t time.Time) float64 { return ms(t.Sub(start)) }
 	for _, c := range report.Clients {
@@ -66,8 +69,12 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 		reused bool // on a connection that had carried a request before
 	}
 	var answered []served
+	var failed []results.Request
 	unattributed := 0 // answered requests that no pod could be given
 	for _, r := range requests {
+		if f, ok := failedRequest(&r, at); ok {
+			failed = append(failed, f)
+		}
 		t := r.Time
 		reached := t.Add(r.Connect)
 		if r.Class == load.OK || r.Class == load.HTTP5xx {
@@ -195,6 +202,34 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 		}
 	}
 	sort.SliceStable(run.Timeline, func(i, j int) bool { return run.Timeline[i].AtMS < run.Timeline[j].AtMS })
+	return failed
+}
+
+// failedRequest returns what the client saw of request r for the
+// diagnosis, if r failed or a retry absorbed its failure, with times as
+// at gives them.
+func failedRequest(r *load.Result, at func(time.Time) float64) (results.Request, bool) {
+	if !r.Class.Failed() && !r.Absorbed() {
+		return results.Request{}, false
+	}
+	f := results.Request{ID: r.ID, Client: r.Client, AtMS: at(r.Time), Class: r.Class, Absorbed: r.Absorbed(), FailedMS: at(r.Time.Add(r.Total))}
+	if r.Err != nil {
+		f.Error = r.Err.Error()
+	}
+	if r.Addr.IsValid() {
+		f.Addr = r.Addr.String()
+	}
+	if r.Reused {
+		f.ConnRequests = 1
+	}
+	if r.Class == load.HTTP5xx {
+		f.Pod = r.Pod
+	}
+	f.ConnectMS = f.FailedMS
+	if r.Connect > 0 {
+		f.ConnectMS = at(r.Time.Add(r.Connect))
+	}
+	return f, true
 }
 
 // podAddresses tells which pod had an address when: for each address, the

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/diagnosis"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
@@ -192,7 +193,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 		p.Notice = msg
 		r.cfg.Progress(p)
 	}
-	// explanation is the diagnosis' latest, which an error of the deploy
+	// explanation is the pod notices' latest, which an error of the deploy
 	// quotes.
 	explanation := ""
 	explained := func(msg string) {
@@ -498,9 +499,10 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 		}
 		logs[pod] = l
 	}
-	figures(run, out.report, out.requests, events, podAddressesOf(all), logs, goneAt)
+	failed := figures(run, out.report, out.requests, events, podAddressesOf(all), logs, goneAt)
 	run.Running = runningOf(all[:firstEvent], d.Name)
 	disruption(run, all, d.Name, replicas(d), rolloutAllowed(d, replicas(d), a.action.Kind))
+	run.Diagnosis = diagnosis.Diagnose(run, failed)
 	return run, nil
 }
 
@@ -753,14 +755,13 @@ func podsOf(events []cluster.Event) []string {
 	return pods
 }
 
-// explain sends the notices of a diagnosis of c's events, which reads
-// the logs of c, to notice as the events come, and the diagnosis'
-// explanation, after each event that gave notices (the only ones that
+// explain sends the pod notices of c's events, which read the logs of c,
+// to notice as the events come, and their explanation, after each event that gave notices (the only ones that
 // change it), to explained, until ctx ends. It reads the events from a
 // stream of its own, in order, which the recording's follower does not
 // wait for.
 func explain(ctx context.Context, c cluster.Backend, notice, explained func(string)) {
-	d := newClusterDiagnosis(ctx, c)
+	d := newClusterNotices(ctx, c)
 	for e := range c.Events(ctx) {
 		notices := d.notices(e)
 		for _, n := range notices {
@@ -772,10 +773,10 @@ func explain(ctx context.Context, c cluster.Backend, notice, explained func(stri
 	}
 }
 
-// newClusterDiagnosis returns a diagnosis that reads the logs of c, until
-// ctx ends.
-func newClusterDiagnosis(ctx context.Context, c cluster.Backend) *diagnosis {
-	return newDiagnosis(func(namespace, pod, container string, restart int32) []cluster.LogLine {
+// newClusterNotices returns pod notices that read the logs of c, until ctx
+// ends.
+func newClusterNotices(ctx context.Context, c cluster.Backend) *podNotices {
+	return newPodNotices(func(namespace, pod, container string, restart int32) []cluster.LogLine {
 		return instanceLogs(ctx, c, namespace, pod, container, restart)
 	})
 }

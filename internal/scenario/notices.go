@@ -39,7 +39,7 @@ const addressInUseHint = `hint: "` + addressInUse + `": another process holds th
 // maxQuoted bounds the length of a log line that a notice quotes.
 const maxQuoted = 200
 
-// diagnosis turns the cluster's events that explain why pods do not start,
+// podNotices turns the cluster's events that explain why pods do not start,
 // keep running or become ready into notices, the short messages that the
 // runner reports as [Progress.Notice]:
 //
@@ -60,8 +60,8 @@ const maxQuoted = 200
 //     already in use".
 //
 // Exits and probe failures of a pod that terminates are expected, and not
-// reported. A diagnosis is not safe for concurrent use.
-type diagnosis struct {
+// reported. A podNotices is not safe for concurrent use.
+type podNotices struct {
 	// logs returns the lines that instance restart of container wrote in
 	// pod namespace/name, oldest first; nil if the cluster has none.
 	logs func(namespace, pod, container string, restart int32) []cluster.LogLine
@@ -85,9 +85,9 @@ type diagnosis struct {
 	cause, probeCause string
 }
 
-// newDiagnosis returns a diagnosis that reads containers' logs with logs.
-func newDiagnosis(logs func(namespace, pod, container string, restart int32) []cluster.LogLine) *diagnosis {
-	return &diagnosis{logs: logs, restarts: map[string]int32{}, ending: map[string]bool{}, killed: map[string]string{},
+// newPodNotices returns a podNotices that reads containers' logs with logs.
+func newPodNotices(logs func(namespace, pod, container string, restart int32) []cluster.LogLine) *podNotices {
+	return &podNotices{logs: logs, restarts: map[string]int32{}, ending: map[string]bool{}, killed: map[string]string{},
 		probed: map[string]time.Time{}, failing: map[string]time.Time{}}
 }
 
@@ -97,7 +97,7 @@ func newDiagnosis(logs func(namespace, pod, container string, restart int32) []c
 // plainer cause of a deploy that waits, whichever came last: a probe may
 // fail meanwhile, of another pod. It changes only with an event whose
 // notices are not empty.
-func (d *diagnosis) explanation() string {
+func (d *podNotices) explanation() string {
 	cause := d.cause
 	if cause == "" {
 		cause = d.probeCause
@@ -110,7 +110,7 @@ func (d *diagnosis) explanation() string {
 
 // notices takes the next event of the cluster, in order, and returns the
 // notices it gives, if any.
-func (d *diagnosis) notices(e cluster.Event) []string {
+func (d *podNotices) notices(e cluster.Event) []string {
 	who := "pod " + e.Pod
 	if e.Container != "" {
 		who += ": container " + e.Container

@@ -183,7 +183,7 @@ func TestDiagnosis(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := newDiagnosis(func(namespace, pod, container string, restart int32) []cluster.LogLine {
+			d := newPodNotices(func(namespace, pod, container string, restart int32) []cluster.LogLine {
 				if namespace != "default" || container != "web" {
 					t.Errorf("logs of %s/%s container %s, want default's web", namespace, pod, container)
 				}

@@ -1,0 +1,125 @@
+package diagnosis
+
+import "github.com/closingtime-dev/closingtime/internal/results"
+
+// The causes, in the order docs/diagnosis.md gives them. Each is the
+// anchor of its section there.
+const (
+	// NoEndpoint: the Service had no endpoint to route the connection to,
+	// and refused (or, with internalTrafficPolicy Local, dropped) it.
+	NoEndpoint results.Cause = "no-endpoint"
+	// NotListening: the connection reached a pod that was an endpoint but
+	// did not listen yet: counted ready before its server was.
+	NotListening results.Cause = "not-listening"
+	// RoutingRace: a new connection reached a pod whose termination had
+	// begun and whose server no longer listened, while a node's routing
+	// view still sent new connections to it.
+	RoutingRace results.Cause = "routing-race"
+	// ExitWithoutDrain: the server exited on the stop signal and cut the
+	// requests in flight.
+	ExitWithoutDrain results.Cause = "exit-without-drain"
+	// WrapperExit: a wrapper that ran as the container's first process
+	// (npm, sh -c) exited on the stop signal and took the server with it.
+	WrapperExit results.Cause = "wrapper-exit"
+	// KilledIgnoredSigterm: SIGKILL at the end of the grace period cut
+	// the request; the server had ignored SIGTERM.
+	KilledIgnoredSigterm results.Cause = "sigkill-ignored-sigterm"
+	// KilledKeepAliveHostage: SIGKILL at the end of the grace period cut
+	// a request on a keep-alive connection that the draining server kept
+	// open while the client kept it busy.
+	KilledKeepAliveHostage results.Cause = "sigkill-keepalive-hostage"
+	// KilledSlowDrain: SIGKILL at the end of the grace period cut a
+	// request that the drain had not finished.
+	KilledSlowDrain results.Cause = "sigkill-slow-drain"
+	// StaleConnection: the request went out on a reused keep-alive
+	// connection that its server had closed or was closing.
+	StaleConnection results.Cause = "stale-connection"
+	// LivenessRestart: the kubelet restarted the pods on failed liveness
+	// probes (during a dependency outage), and the requests found them
+	// down.
+	LivenessRestart results.Cause = "liveness-restart"
+	// ContainerExited: the server's container exited by itself while its
+	// pod was an endpoint: a crash.
+	ContainerExited results.Cause = "container-exited"
+	// DependencyDown: the server answered 5xx while its dependency was
+	// down.
+	DependencyDown results.Cause = "dependency-down"
+	// Unknown: no rule explains the evidence.
+	Unknown results.Cause = "unknown"
+)
+
+// Info tells what a cause means and what to change.
+type Info struct {
+	Cause results.Cause
+	// Title is the cause in plain words.
+	Title string
+	// Fix is what to change.
+	Fix string
+	// Rule is the closingtime lint rule that catches the cause in the
+	// manifests; empty when none can.
+	Rule string
+	// Scenario names the built-in scenario (closingtime lab) that shows
+	// it.
+	Scenario string
+}
+
+// causes describes every cause, in order.
+var causes = []Info{
+	{NoEndpoint, "no ready endpoint: the Service refused the connection",
+		"keep a ready pod behind the Service: maxUnavailable 0 with a surge, readiness that passes only when the pod can serve",
+		"rolling-update-unavailable", "probe-readiness-deep"},
+	{NotListening, "reached a pod counted ready before its server listened",
+		"add a readiness probe on the serving port, so that a pod joins the endpoints only once it answers",
+		"readiness-probe-missing", "1-plain"},
+	{RoutingRace, "routing race: a new connection reached a terminating pod that no longer listened, while the routing still sent it new connections",
+		"add a preStop delay at least as long as the measured endpoint propagation (closingtime rollout measures it), and keep listening until it ends",
+		"prestop-delay-missing", "2-readiness"},
+	{ExitWithoutDrain, "cut in flight: the server exited on the stop signal without draining",
+		"on SIGTERM, stop accepting, finish the requests in flight and close idle keep-alive connections before exiting (package graceful)",
+		"", "2-readiness"},
+	{WrapperExit, "cut in flight: a PID 1 wrapper (npm, sh -c) exited on the stop signal and took the server with it",
+		"run the server as the container's first process (exec form, exec in scripts), or an init that forwards signals (tini)",
+		"shell-pid1", "A-npm-pid1"},
+	{KilledIgnoredSigterm, "cut by SIGKILL: the server ignored SIGTERM and lived out the grace period",
+		"handle SIGTERM in the server; as PID 1 a process without a handler ignores it (or run under an init such as tini)",
+		"", "B-no-handler"},
+	{KilledKeepAliveHostage, "cut by SIGKILL: busy keep-alive connections kept the draining server alive to the end of the grace period",
+		"while draining, answer with Connection: close (HTTP/2: GOAWAY) so that clients leave kept-alive connections (package graceful)",
+		"", "C-graceful-keepalive"},
+	{KilledSlowDrain, "cut by SIGKILL: the drain took longer than the grace period left for it",
+		"make terminationGracePeriodSeconds cover the preStop delay, the longest request and the exit, or bound the drain below it",
+		"termination-budget", ""},
+	{StaleConnection, "stale connection: the request went out on a kept-alive connection that its server had closed or was closing",
+		"retry idempotent requests once on a new connection (package retry), give client connections a lifetime, and have a draining server send Connection: close",
+		"", "E-client-retry"},
+	{LivenessRestart, "restarts: failed liveness probes restarted the pods, and back-off kept them down",
+		"make the liveness probe check the process only, never a dependency; readiness may take a pod out of the Service instead",
+		"liveness-checks-dependency", "probe-liveness-deep"},
+	{ContainerExited, "the server's container exited by itself while its pod was an endpoint",
+		"read the container's last log lines and exit code (closingtime rollout prints them); fix the crash",
+		"", "crashloop"},
+	{DependencyDown, "the server answered 5xx while its dependency was down",
+		"fail fast and degrade while a dependency is down; keep the liveness probe off it",
+		"", "probe-readiness-deep"},
+	{Unknown, "unknown: no rule explains the evidence",
+		"read the request's evidence in results.json (diagnosis.requests) and the run's timeline in the HTML report",
+		"", ""},
+}
+
+// Causes returns the description of every cause, in the order of
+// docs/diagnosis.md.
+func Causes() []Info { return causes }
+
+// Describe returns the description of cause c; that of Unknown for a
+// cause it does not know (from a newer results file).
+func Describe(c results.Cause) Info {
+	for _, info := range causes {
+		if info.Cause == c {
+			return info
+		}
+	}
+	return causes[len(causes)-1]
+}
+
+// DocsLink returns the section of docs/diagnosis.md that explains c.
+func DocsLink(c results.Cause) string { return "docs/diagnosis.md#" + string(c) }

@@ -1,0 +1,462 @@
+package diagnosis
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/results"
+)
+
+// The windows that tie a failure to what a pod did, in milliseconds. A
+// request cut by its server's exit fails the moment the kernel closes the
+// socket; the backend stamps the exit when it learns of it, a little
+// before or after the client does.
+const (
+	// exitBefore and exitAfter bound how long before a failure, and
+	// after it, the exit that cut it can be stamped.
+	exitBefore = 1000
+	exitAfter  = 250
+	// convergedWithin is how close to the stop signal a pod's last request
+	// on a new connection must come for the routing to be found not yet
+	// converged where no routing view shows it (a real cluster).
+	convergedWithin = 1000
+	// recentLiveness is how long after a liveness kill the pods it took
+	// down explain a Service without endpoints.
+	recentLiveness = 60_000
+)
+
+// Diagnose joins requests, the failed and absorbed requests of run with
+// the client's evidence (their Pod set only from a response's X-Pod-Name),
+// to run's timeline, and gives each its cause. The requests are copied;
+// any join and cause they had is replaced, so a run read back from a file
+// is diagnosed by the rules of this version. It returns nil when there
+// is nothing to tell: no request and no finding.
+func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
+	h := newHistory(run)
+	d := &results.Diagnosis{Requests: make([]results.Request, len(requests))}
+	viaService := false
+	for i, r := range requests {
+		r = joined(h, r)
+		r.Cause = cause(h, &r)
+		if r.Addr != "" && r.Pod == "" {
+			viaService = true
+		}
+		d.Requests[i] = r
+		h.observe(&r)
+	}
+	for _, old := range run.OldPods {
+		h.observeServed(old)
+	}
+	d.Causes = count(d.Requests)
+	d.Findings = findings(h, run.OldPods, d.Requests)
+	if !h.signals && len(requests) > 0 {
+		d.Limits = append(d.Limits, "the cluster does not report the stop signal: a pod's own log tells when it got SIGTERM, if it logs it, and a terminating pod that refused a connection is taken to have had it")
+	}
+	if len(h.nodes) == 0 && len(requests) > 0 {
+		d.Limits = append(d.Limits, "the cluster shows no node's routing view: a routing race is told from the EndpointSlices' changes, not from the rules each node had applied")
+	}
+	if viaService {
+		d.Limits = append(d.Limits, "connections went to the Service's address: the pod behind a failed connection is inferred from the pods that stopped or were listed then, not seen")
+	}
+	if len(d.Requests) == 0 && len(d.Findings) == 0 {
+		return nil
+	}
+	return d
+}
+
+// joined returns r with the pod it reached and what the timeline says of
+// it.
+func joined(h *history, r results.Request) results.Request {
+	if r.Class != load.HTTP5xx || r.PodInferred {
+		// Only a response names its pod; the rest is this join's.
+		r.Pod = ""
+	}
+	r.AtConnect, r.AtFailure, r.Published, r.RoutedBy, r.PodInferred = results.PodState{}, results.PodState{}, nil, nil, false
+	made := r.ConnectMS - r.ConnAgeMS
+	addr, err := netip.ParseAddrPort(r.Addr)
+	if r.Pod == "" && err == nil {
+		r.Pod = h.podAt(addr.Addr(), made)
+	}
+	r.ReadyEndpoints = h.readyEndpoints(r.ConnectMS)
+	if r.Pod == "" && err == nil {
+		// Through a Service's address: a pod that stopped then, or the
+		// one the endpoints listed.
+		r.Pod = h.infer(&r)
+		r.PodInferred = r.Pod != ""
+	}
+	ph := h.pods[r.Pod]
+	if ph == nil {
+		return r
+	}
+	r.AtConnect, r.AtFailure = ph.at(made).PodState, ph.at(r.FailedMS).PodState
+	if ip := h.ipOf(r.Pod); ip != "" {
+		r.Published = h.publishedReady(ip, made)
+		r.RoutedBy = h.routedBy(ip, made)
+	}
+	return r
+}
+
+// ipOf returns pod's address; "" if unknown. A pod keeps its address
+// for its life.
+func (h *history) ipOf(pod string) string { return h.ips[pod] }
+
+// infer returns the pod that a request through a Service's address most
+// likely reached: the one whose exit is nearest its failure within the
+// windows of a cut, or, for a refused connection, the only pod that was
+// signalled and still published then; "" if none stands out.
+func (h *history) infer(r *results.Request) string {
+	var found []string
+	for _, name := range h.order {
+		ph := h.pods[name]
+		if r.Class == load.Refused {
+			s := ph.at(r.ConnectMS)
+			if s.signalled && h.listed(name, r.ConnectMS) {
+				found = append(found, name)
+			}
+			continue
+		}
+		if _, ok := ph.exitNear(r.FailedMS-exitBefore, r.FailedMS+exitAfter); ok {
+			found = append(found, name)
+		}
+	}
+	if len(found) == 1 {
+		return found[0]
+	}
+	return ""
+}
+
+// listed reports whether the EndpointSlices listed pod, in any
+// condition, at t.
+func (h *history) listed(pod string, t float64) bool {
+	ip := h.ipOf(pod)
+	e, ok := latest(h.published, t)
+	return ok && ip != "" && slices.ContainsFunc(e.eps.List, func(e cluster.Endpoint) bool { return e.Address == ip })
+}
+
+// observe notes what request r, joined, shows of its pod's listener
+// after the stop signal.
+func (h *history) observe(r *results.Request) {
+	ph := h.pods[r.Pod]
+	if ph == nil || r.PodInferred || r.ConnRequests > 0 || r.ConnectMS < ph.signalAt {
+		return
+	}
+	if r.Class == load.Refused {
+		ph.refusedAfterSignal = true
+	} else {
+		ph.acceptedAfterSignal = true
+	}
+}
+
+// observeServed notes that old pod answered a new connection after its
+// stop signal.
+func (h *history) observeServed(old results.OldPod) {
+	if ph := h.pods[old.Name]; ph != nil && old.LastNewConnectionMS != nil && *old.LastNewConnectionMS > ph.signalAt {
+		ph.acceptedAfterSignal = true
+	}
+}
+
+// ignored reports whether pod ph ignored its stop signal: it was killed
+// at the end of the grace period and showed no sign of the signal — a
+// server that logs closingtime serve's events did not log it, or one that
+// logs none kept accepting new connections after it and refused none.
+func (ph *podHistory) ignored() bool {
+	killed := slices.ContainsFunc(ph.exits, func(x exit) bool { return x.killed })
+	switch {
+	case !killed || ph.signalAt == never:
+		return false
+	case ph.logs:
+		return !ph.sigtermLogged
+	default:
+		return ph.acceptedAfterSignal && !ph.refusedAfterSignal
+	}
+}
+
+// cause gives joined request r its cause.
+func cause(h *history, r *results.Request) results.Cause {
+	if r.Class == load.HTTP5xx || r.Class == load.ResponseTimeout {
+		if o := h.outage; o != nil && r.AtMS >= o.StartMS && r.AtMS <= o.EndMS+exitBefore {
+			return DependencyDown
+		}
+	}
+	ph := h.pods[r.Pod]
+	switch {
+	case r.Class == load.Refused && ph == nil:
+		if h.livenessDown(r.ConnectMS) {
+			return LivenessRestart
+		}
+		if n := r.ReadyEndpoints; r.Addr == "" || (n != nil && *n == 0) {
+			return NoEndpoint
+		}
+		return Unknown
+	case r.Class == load.Refused:
+		return h.refused(ph, ph.at(r.ConnectMS), r.ConnectMS)
+	case r.Class == load.ConnectTimeout && ph == nil && r.Addr == "":
+		if n := r.ReadyEndpoints; n != nil && *n == 0 {
+			return NoEndpoint
+		}
+		return Unknown
+	case ph == nil || r.Class == load.ConnectTimeout:
+		return Unknown
+	}
+	return cut(ph, r)
+}
+
+// refused gives the cause of a connection to pod ph refused at t, when
+// the pod's state was s.
+func (h *history) refused(ph *podHistory, s snapshot, t float64) results.Cause {
+	if s.terminating {
+		// Where the cluster does not report the stop signal, a
+		// terminating pod that refuses is taken to have had it.
+		if s.signalled || !s.running || (s.Listening != nil && !*s.Listening) || !h.signals {
+			return RoutingRace
+		}
+		// In its preStop hook, not signalled: it should listen.
+		return Unknown
+	}
+	if !s.running {
+		if x, ok := ph.lastExitBefore(t); ok && x.liveness {
+			return LivenessRestart
+		}
+		return ContainerExited
+	}
+	return NotListening
+}
+
+// cut gives the cause of request r, which failed after its connection to
+// pod ph was made.
+func cut(ph *podHistory, r *results.Request) results.Cause {
+	reused := r.ConnRequests > 0
+	x, exited := ph.exitNear(r.FailedMS-exitBefore, r.FailedMS+exitAfter)
+	if exited && r.AtMS > x.at {
+		// Sent after the exit, on a connection the client still held.
+		if reused {
+			return StaleConnection
+		}
+		return Unknown
+	}
+	if exited {
+		switch {
+		case x.killed && ph.ignored():
+			return KilledIgnoredSigterm
+		case x.killed && reused && r.ConnectMS-r.ConnAgeMS < ph.signalAt:
+			return KilledKeepAliveHostage
+		case x.killed:
+			return KilledSlowDrain
+		case x.liveness:
+			return LivenessRestart
+		case x.terminating && ph.wrapper != "":
+			return WrapperExit
+		case x.terminating:
+			return ExitWithoutDrain
+		default:
+			return ContainerExited
+		}
+	}
+	s := ph.at(r.FailedMS)
+	if reused && (s.terminating || r.Class == load.Closed) && (r.Reprobe == nil || !r.Reprobe.Class.Failed()) {
+		return StaleConnection
+	}
+	return Unknown
+}
+
+// livenessDown reports whether, at t, a pod was down after a liveness
+// kill of the last recentLiveness: the Service lacks endpoints because
+// the kubelet restarts them.
+func (h *history) livenessDown(t float64) bool {
+	for _, ph := range h.pods {
+		x, ok := ph.lastExitBefore(t)
+		if ok && x.liveness && x.at >= t-recentLiveness && !ph.at(t).Ready {
+			return true
+		}
+	}
+	return false
+}
+
+// count sums requests by cause, the most frequent first.
+func count(requests []results.Request) []results.CauseCount {
+	by := map[results.Cause]*results.CauseCount{}
+	for _, r := range requests {
+		c := by[r.Cause]
+		if c == nil {
+			c = &results.CauseCount{Cause: r.Cause, FirstMS: r.AtMS, LastMS: r.AtMS}
+			by[r.Cause] = c
+		}
+		add(c, r)
+	}
+	return sorted(by)
+}
+
+// add counts request r in c.
+func add(c *results.CauseCount, r results.Request) {
+	if r.Absorbed {
+		c.Absorbed++
+	} else {
+		c.Failed++
+	}
+	c.FirstMS, c.LastMS = min(c.FirstMS, r.AtMS), max(c.LastMS, r.AtMS)
+	sec := int(math.Floor(r.AtMS / 1000))
+	if i, found := slices.BinarySearch(c.Seconds, sec); !found {
+		c.Seconds = slices.Insert(c.Seconds, i, sec)
+	}
+	if r.Pod != "" {
+		if i, found := slices.BinarySearch(c.Pods, r.Pod); !found {
+			c.Pods = slices.Insert(c.Pods, i, r.Pod)
+		}
+	}
+}
+
+// sorted returns the counts of by, the most requests first, then in the
+// order of Causes.
+func sorted(by map[results.Cause]*results.CauseCount) []results.CauseCount {
+	out := make([]results.CauseCount, 0, len(by))
+	for _, c := range by {
+		out = append(out, *c)
+	}
+	rank := func(c results.Cause) int {
+		return slices.IndexFunc(causes, func(i Info) bool { return i.Cause == c })
+	}
+	slices.SortFunc(out, func(a, b results.CauseCount) int {
+		return cmp.Or(cmp.Compare(b.Failed+b.Absorbed, a.Failed+a.Absorbed), cmp.Compare(rank(a.Cause), rank(b.Cause)))
+	})
+	return out
+}
+
+// Sum sums the causes of runs, as a scenario's causes over its
+// repetitions; seconds and pods are left out, as they differ from run to
+// run. Runs without a diagnosis count nothing.
+func Sum(runs []results.Run) []results.CauseCount {
+	by := map[results.Cause]*results.CauseCount{}
+	for _, run := range runs {
+		if run.Diagnosis == nil {
+			continue
+		}
+		for _, c := range run.Diagnosis.Causes {
+			s := by[c.Cause]
+			if s == nil {
+				s = &results.CauseCount{Cause: c.Cause, FirstMS: c.FirstMS, LastMS: c.LastMS}
+				by[c.Cause] = s
+			}
+			s.Failed += c.Failed
+			s.Absorbed += c.Absorbed
+			s.FirstMS, s.LastMS = min(s.FirstMS, c.FirstMS), max(s.LastMS, c.LastMS)
+		}
+	}
+	return sorted(by)
+}
+
+// Dominant returns the cause that explains the most failed requests of
+// counts, and whether one does.
+func Dominant(counts []results.CauseCount) (results.Cause, bool) {
+	best := -1
+	for i, c := range counts {
+		if c.Failed > 0 && (best < 0 || c.Failed > counts[best].Failed) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return "", false
+	}
+	return counts[best].Cause, true
+}
+
+// findings tells how each old pod stopped.
+func findings(h *history, old []results.OldPod, requests []results.Request) []results.Finding {
+	var out []results.Finding
+	for _, o := range old {
+		ph := h.pods[o.Name]
+		if ph == nil || ph.signalAt == never {
+			continue
+		}
+		add := func(kind, text string) { out = append(out, results.Finding{Pod: o.Name, Kind: kind, Text: text}) }
+		var killed, ended *exit
+		for i := range ph.exits {
+			if x := &ph.exits[i]; x.terminating && ended == nil {
+				ended = x
+				if x.killed {
+					killed = x
+				}
+			}
+		}
+		grace := sec(ph.grace)
+		switch {
+		case killed != nil && ph.ignored():
+			who := ""
+			if ph.pid1 {
+				who = " (PID 1 without a handler)"
+			}
+			add("ignored-sigterm", fmt.Sprintf("ignored SIGTERM%s and lived out its %s grace period, exit %d", who, grace, killed.code))
+		case killed != nil:
+			budget := ph.grace
+			if ph.preStopEnd != never {
+				budget -= ph.preStopEnd - ph.terminatingAt
+			}
+			add("killed-at-grace-end", fmt.Sprintf("drain outlasted its budget: still running %s after SIGTERM, killed at the end of its %s grace period, exit %d", sec(budget), grace, killed.code))
+		case ended != nil && ph.wrapper != "":
+			add("wrapper-exit", fmt.Sprintf("its wrapper %s exited %s after SIGTERM with code %d, taking the server with it", ph.wrapper, sec(ended.at-ph.signalAt), ended.code))
+		case ended != nil:
+			cutN := 0
+			for _, r := range requests {
+				if r.Pod == o.Name && r.Cause == ExitWithoutDrain {
+					cutN++
+				}
+			}
+			if cutN > 0 {
+				add("exited-without-drain", fmt.Sprintf("exited %s after SIGTERM with code %d%s, cutting %d %s in flight",
+					sec(ended.at-ph.signalAt), ended.code, exitMeaning(ended.code, ph.pid1), cutN, plural(cutN, "request", "requests")))
+			}
+		}
+		if o.AfterSigterm != nil && *o.AfterSigterm > 0 {
+			text := fmt.Sprintf("served %d %s after SIGTERM", *o.AfterSigterm, plural(*o.AfterSigterm, "request", "requests"))
+			if o.LastNewConnectionMS == nil || *o.LastNewConnectionMS < ph.signalAt {
+				text += ", all on keep-alive connections made before it"
+			}
+			add("served-after-sigterm", text)
+		}
+		if nodes := h.routedBy(h.ipOf(o.Name), ph.signalAt); len(nodes) > 0 {
+			add("routing-not-converged", fmt.Sprintf("at SIGTERM, the routing view of %s still sent new connections to it: a preStop delay would have covered the propagation", strings.Join(nodes, ", ")))
+		} else if len(h.nodes) == 0 && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
+			gap := ph.signalAt - *o.LastNewConnectionMS
+			when := sec(gap) + " before SIGTERM"
+			if gap < 0 {
+				when = sec(-gap) + " after SIGTERM"
+			}
+			add("routing-not-converged", fmt.Sprintf("its last request on a new connection came %s: the routing had not converged", when))
+		}
+	}
+	return out
+}
+
+// exitMeaning returns what an exit code after SIGTERM says of the
+// server, in parentheses; "" when it says nothing in particular.
+func exitMeaning(code int, pid1 bool) string {
+	switch {
+	case code == 143:
+		return " (128+SIGTERM: it died of the signal, or exits so on it)"
+	case code == 2 && pid1:
+		// The Go runtime re-raises a signal nobody handles to die of it;
+		// as PID 1 the kernel ignores it, and the runtime exits 2.
+		return " (how a Go program without a SIGTERM handler ends as PID 1)"
+	}
+	return ""
+}
+
+// sec renders ms as seconds: "10 s", "0.71 s".
+func sec(ms float64) string {
+	if ms == math.Trunc(ms/1000)*1000 {
+		return fmt.Sprintf("%.0f s", ms/1000)
+	}
+	return fmt.Sprintf("%.2f s", ms/1000)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

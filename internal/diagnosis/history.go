@@ -1,0 +1,406 @@
+package diagnosis
+
+import (
+	"math"
+	"net/netip"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"k8s.io/utils/ptr"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/results"
+)
+
+// never is the time of what did not happen.
+var never = math.Inf(1)
+
+// snapshot is a pod's state from one moment of the timeline to the next
+// change.
+type snapshot struct {
+	at float64
+	results.PodState
+	terminating bool // its termination began (or it was deleted)
+	signalled   bool // the stop signal went to it
+	running     bool // a container instance runs
+}
+
+// exit is one end of a pod's container instance.
+type exit struct {
+	at   float64
+	code int
+	// killed: SIGKILL at the end of the grace period ended it.
+	killed bool
+	// liveness: the kubelet killed it on a failed liveness probe.
+	liveness bool
+	// terminating: the pod's termination had begun.
+	terminating bool
+}
+
+// podHistory is what the timeline shows of one pod.
+type podHistory struct {
+	name  string
+	steps []snapshot
+	exits []exit
+	// signalAt, terminatingAt and preStopEnd are when the stop signal
+	// went, the termination began and the preStop hook ended; never if
+	// they did not happen.
+	signalAt, terminatingAt, preStopEnd float64
+	// grace is the grace period, in milliseconds, from pod_terminating;
+	// 0 if unknown.
+	grace float64
+	// logs: the server writes closingtime serve's log events, so its
+	// silence says something (no sigterm event: it ignored the signal).
+	logs bool
+	// sigtermLogged: the server logged receiving SIGTERM.
+	sigtermLogged bool
+	// wrapper names the wrapper the server's log says it ran under
+	// (npm, sh); empty if none.
+	wrapper string
+	// acceptedAfterSignal and refusedAfterSignal: a new connection
+	// reached the pod after the signal and its server accepted it, or
+	// refused it: the listener stayed open, or closed.
+	acceptedAfterSignal, refusedAfterSignal bool
+	// pid1: its container's process ran in a PID namespace of its own,
+	// as the container's first process.
+	pid1 bool
+}
+
+// at returns the pod's state at t: that of the last step at or before t;
+// pending before its first.
+func (h *podHistory) at(t float64) snapshot {
+	i := sort.Search(len(h.steps), func(i int) bool { return h.steps[i].at > t })
+	if i == 0 {
+		return snapshot{at: t, PodState: results.PodState{State: "pending", SinceMS: t}}
+	}
+	return h.steps[i-1]
+}
+
+// exitNear returns the first exit of h in [from, to]; false if none.
+func (h *podHistory) exitNear(from, to float64) (exit, bool) {
+	for _, x := range h.exits {
+		if x.at >= from && x.at <= to {
+			return x, true
+		}
+	}
+	return exit{}, false
+}
+
+// lastExitBefore returns the last exit of h at or before t; false if
+// none.
+func (h *podHistory) lastExitBefore(t float64) (exit, bool) {
+	for i := len(h.exits) - 1; i >= 0; i-- {
+		if h.exits[i].at <= t {
+			return h.exits[i], true
+		}
+	}
+	return exit{}, false
+}
+
+// endpointsAt is a Service's endpoints from one moment on, with the
+// addresses a new connection is routed to (by a node's view, for an
+// applied one; by any node's, for the EndpointSlices'), found once.
+type endpointsAt struct {
+	at     float64
+	eps    cluster.Endpoints
+	routed []string
+}
+
+func newEndpointsAt(at float64, eps cluster.Endpoints, node string) endpointsAt {
+	to, _ := eps.Route(node)
+	routed := make([]string, len(to))
+	for i, j := range to {
+		routed[i] = eps.List[j].Address
+	}
+	return endpointsAt{at, eps, routed}
+}
+
+// history indexes a run's timeline for the joins.
+type history struct {
+	pods  map[string]*podHistory
+	order []string // the pods, in the order the timeline names them
+	// addrs holds, by IP address, the pods that had it, in order; ips,
+	// by pod, its address.
+	addrs map[netip.Addr][]addrOwner
+	ips   map[string]string
+	// published are the EndpointSlices' endpoints; applied, by node, the
+	// nodes' routing views.
+	published []endpointsAt
+	applied   map[string][]endpointsAt
+	nodes     []string
+	outage    *results.Outage
+	// serveLogs: some pod writes closingtime serve's log events.
+	serveLogs bool
+	// signals: the cluster reports the stop signal (signal_sent); a real
+	// cluster's API does not, and a pod's own log tells it then, if the
+	// pod logs it.
+	signals bool
+}
+
+type addrOwner struct {
+	since float64
+	pod   string
+}
+
+// newHistory indexes run's timeline.
+func newHistory(run *results.Run) *history {
+	h := &history{pods: map[string]*podHistory{}, addrs: map[netip.Addr][]addrOwner{}, ips: map[string]string{}, applied: map[string][]endpointsAt{}, outage: run.Outage}
+	for _, p := range run.Running {
+		ph := h.pod(p.Name)
+		state := "running"
+		if p.Ready {
+			state = "ready"
+		}
+		ph.steps = append(ph.steps, snapshot{at: math.Inf(-1), PodState: results.PodState{State: state, SinceMS: math.Inf(-1), Ready: p.Ready}, running: true})
+		h.addAddr(p.IP, math.Inf(-1), p.Name)
+	}
+	for i := range run.Timeline {
+		h.add(&run.Timeline[i])
+	}
+	slices.Sort(h.nodes)
+	for _, ph := range h.pods {
+		for i := range ph.steps {
+			if math.IsInf(ph.steps[i].SinceMS, -1) {
+				ph.steps[i].SinceMS = 0
+			}
+		}
+	}
+	return h
+}
+
+func (h *history) pod(name string) *podHistory {
+	ph := h.pods[name]
+	if ph == nil {
+		ph = &podHistory{name: name, signalAt: never, terminatingAt: never, preStopEnd: never}
+		h.pods[name] = ph
+		h.order = append(h.order, name)
+	}
+	return ph
+}
+
+func (h *history) addAddr(ip string, at float64, pod string) {
+	if a, err := netip.ParseAddr(ip); err == nil {
+		a = a.Unmap()
+		h.addrs[a] = append(h.addrs[a], addrOwner{at, pod})
+		h.ips[pod] = a.String()
+	}
+}
+
+// podAt returns the pod that had addr's IP address at t, "" if none did.
+func (h *history) podAt(addr netip.Addr, t float64) string {
+	pod := ""
+	for _, o := range h.addrs[addr.Unmap()] {
+		if o.since > t {
+			break
+		}
+		pod = o.pod
+	}
+	return pod
+}
+
+// add takes the next entry of the timeline.
+func (h *history) add(e *results.Entry) {
+	switch e.Source {
+	case results.SourceCluster:
+		switch cluster.EventKind(e.Kind) {
+		case cluster.EndpointsPublished:
+			h.published = append(h.published, newEndpointsAt(e.AtMS, e.Endpoints, ""))
+			return
+		case cluster.EndpointsApplied:
+			if _, ok := h.applied[e.Node]; !ok {
+				h.nodes = append(h.nodes, e.Node)
+			}
+			h.applied[e.Node] = append(h.applied[e.Node], newEndpointsAt(e.AtMS, e.Endpoints, e.Node))
+			return
+		}
+	case results.SourcePod:
+	default:
+		return
+	}
+	if e.Pod == "" {
+		return
+	}
+	ph := h.pod(e.Pod)
+	var s snapshot
+	if n := len(ph.steps); n > 0 {
+		s = ph.steps[n-1]
+	} else {
+		s.PodState = results.PodState{State: "pending", SinceMS: e.AtMS}
+	}
+	s.at = e.AtMS
+	state := func(name string) {
+		if s.State != name {
+			s.State, s.SinceMS = name, e.AtMS
+		}
+	}
+	if e.Source == results.SourcePod {
+		ph.logs, h.serveLogs = true, true
+		switch e.Kind {
+		case "started":
+			s.Listening = ptr.To(false)
+		case "listening":
+			s.Listening = ptr.To(true)
+			if !s.terminating {
+				state("listening")
+				if s.Ready {
+					state("ready")
+				}
+			}
+		case "sigterm":
+			ph.sigtermLogged = true
+			if s.terminating && !s.signalled {
+				s.signalled = true
+				ph.signalAt = e.AtMS
+			}
+			state("draining")
+		case "wrapper_started", "wrapper_signal", "wrapper_exiting":
+			ph.wrapper = e.Detail["wrapper"]
+		default:
+			return
+		}
+		ph.steps = append(ph.steps, s)
+		return
+	}
+	switch cluster.EventKind(e.Kind) {
+	case cluster.PodCreated, cluster.PodScheduled:
+		state("pending")
+	case cluster.PodStarted:
+		state("starting")
+		h.addAddr(e.Detail["ip"], e.AtMS, e.Pod)
+	case cluster.ContainerStarted:
+		s.running, s.ExitCode = true, nil
+		if s.Listening != nil {
+			s.Listening = ptr.To(false)
+		}
+		ph.pid1 = e.Detail["pid_namespace"] != "" && e.Detail["pid_namespace"] != "none"
+		state("running")
+	case cluster.PodReady:
+		s.Ready = true
+		if !s.terminating {
+			state("ready")
+		}
+	case cluster.PodUnready:
+		s.Ready = false
+		if !s.terminating && s.running {
+			state("unready")
+		}
+	case cluster.PodDeleted, cluster.PodTerminating:
+		if !s.terminating {
+			s.terminating = true
+			ph.terminatingAt = e.AtMS
+			state("terminating")
+		}
+		if g, err := timeDetail(e.Detail["grace"]); err == nil && ph.grace == 0 {
+			ph.grace = g
+		}
+	case cluster.PreStopStarted:
+		state("prestop")
+	case cluster.PreStopFinished:
+		ph.preStopEnd = e.AtMS
+		if !s.signalled {
+			state("terminating")
+		}
+	case cluster.SignalSent:
+		h.signals = true
+		if !s.terminating {
+			// The kubelet stops a container a liveness probe failed.
+			state("restarting")
+			break
+		}
+		if !s.signalled {
+			s.signalled = true
+			ph.signalAt = e.AtMS
+		}
+		state("signalled")
+	case cluster.Killed:
+		if s.terminating {
+			state("killed")
+		}
+	case cluster.LivenessKill:
+		state("restarting")
+		ph.exits = append(ph.exits, exit{at: never, liveness: true})
+	case cluster.ContainerExited:
+		code, _ := strconv.Atoi(e.Detail["code"])
+		// A real cluster's API reports no SIGKILL: its exit code, 128+9,
+		// does.
+		x := exit{at: e.AtMS, code: code, killed: s.terminating && (s.State == "killed" || code == 137), terminating: s.terminating}
+		if n := len(ph.exits); n > 0 && ph.exits[n-1].at == never {
+			// The exit of the instance a liveness kill ended.
+			x.liveness = ph.exits[n-1].liveness
+			ph.exits = ph.exits[:n-1]
+		}
+		ph.exits = append(ph.exits, x)
+		s.running, s.ExitCode = false, ptr.To(code)
+		if s.Listening != nil {
+			s.Listening = ptr.To(false)
+		}
+		switch {
+		case x.killed:
+		case s.terminating:
+			state("exited")
+		default:
+			state("restarting")
+		}
+	case cluster.BackOff:
+		if !s.terminating {
+			state("restarting")
+		}
+	default:
+		return
+	}
+	ph.steps = append(ph.steps, s)
+}
+
+// timeDetail reads a Go duration of an event's detail, in milliseconds.
+func timeDetail(s string) (float64, error) {
+	d, err := time.ParseDuration(s)
+	return float64(d) / float64(time.Millisecond), err
+}
+
+// latest returns the last of list at or before t; false if none.
+func latest(list []endpointsAt, t float64) (endpointsAt, bool) {
+	i := sort.Search(len(list), func(i int) bool { return list[i].at > t })
+	if i == 0 {
+		return endpointsAt{}, false
+	}
+	return list[i-1], true
+}
+
+// publishedReady reports whether the EndpointSlices listed ip as ready at
+// t; nil if no endpoints event came before t.
+func (h *history) publishedReady(ip string, t float64) *bool {
+	e, ok := latest(h.published, t)
+	if !ok {
+		return nil
+	}
+	return ptr.To(slices.ContainsFunc(e.eps.List, func(e cluster.Endpoint) bool { return e.Address == ip && e.Ready }))
+}
+
+// readyEndpoints counts the endpoints the EndpointSlices would have a new
+// connection routed to at t, as kube-proxy picks them; nil if no
+// endpoints event came before t.
+func (h *history) readyEndpoints(t float64) *int {
+	e, ok := latest(h.published, t)
+	if !ok {
+		return nil
+	}
+	return ptr.To(len(e.routed))
+}
+
+// routedBy returns the nodes whose routing view at t would route a new
+// connection from a client on that node to ip, in the order of their
+// names; nil if no view is known.
+func (h *history) routedBy(ip string, t float64) []string {
+	if len(h.nodes) == 0 {
+		return nil
+	}
+	out := []string{}
+	for _, node := range h.nodes {
+		if e, ok := latest(h.applied[node], t); ok && slices.Contains(e.routed, ip) {
+			out = append(out, node)
+		}
+	}
+	return out
+}
