@@ -24,6 +24,13 @@ func rawServer(t testing.TB, handle func(net.Conn)) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveOn(t, ln, handle)
+	return ln.Addr().String()
+}
+
+// serveOn accepts connections on ln and hands each to handle, which owns
+// it, until ln is closed; the test's end closes it.
+func serveOn(t testing.TB, ln net.Listener, handle func(net.Conn)) {
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
@@ -38,7 +45,6 @@ func rawServer(t testing.TB, handle func(net.Conn)) string {
 			wg.Go(func() { handle(conn) })
 		}
 	})
-	return ln.Addr().String()
 }
 
 // abort closes conn with a TCP RST (SO_LINGER 0), as the kernel of a killed

@@ -6,30 +6,20 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
-// closingListener accepts one connection, answers its first request,
-// and, on the second, closes its listener and then resets the connection:
-// a Service whose only pod is gone. It stops when the test ends.
+// closingListener answers the first request of each connection and, on
+// the second, closes its listener and then resets the connection: a
+// Service whose only pod is gone. It stops when the test ends.
 func closingListener(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			return
-		}
+	serveOn(t, ln, func(conn net.Conn) {
 		br := bufio.NewReader(conn)
 		if _, err := readRequest(br); err == nil {
 			writeOK(conn, "pod-a")
