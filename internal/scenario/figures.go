@@ -219,9 +219,7 @@ func failedRequest(r *load.Result, at func(time.Time) float64) (results.Request,
 	if r.Addr.IsValid() {
 		f.Addr = r.Addr.String()
 	}
-	if r.Reused {
-		f.ConnRequests = 1
-	}
+	f.ConnRequests = r.ConnRequests
 	if r.Class == load.HTTP5xx {
 		f.Pod = r.Pod
 	}
