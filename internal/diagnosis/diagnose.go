@@ -407,7 +407,8 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 				}
 			}
 			if cutN > 0 {
-				add("exited-without-drain", fmt.Sprintf("exited %s after SIGTERM with code %d, cutting %d %s in flight", sec(ended.at-ph.signalAt), ended.code, cutN, plural(cutN, "request", "requests")))
+				add("exited-without-drain", fmt.Sprintf("exited %s after SIGTERM with code %d%s, cutting %d %s in flight",
+					sec(ended.at-ph.signalAt), ended.code, exitMeaning(ended.code, ph.pid1), cutN, plural(cutN, "request", "requests")))
 			}
 		}
 		if o.AfterSigterm != nil && *o.AfterSigterm > 0 {
@@ -418,7 +419,11 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			add("served-after-sigterm", text)
 		}
 		if nodes := h.routedBy(h.ipOf(o.Name), ph.signalAt); len(nodes) > 0 {
-			add("routing-not-converged", fmt.Sprintf("at SIGTERM, the routing view of %s still sent new connections to it: a preStop delay would have covered the propagation", strings.Join(nodes, ", ")))
+			views := "the routing view of " + nodes[0]
+			if len(nodes) > 1 {
+				views = "the routing views of " + strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
+			}
+			add("routing-not-converged", fmt.Sprintf("at SIGTERM, %s still sent new connections to it: a preStop delay would have covered the propagation", views))
 		} else if len(h.nodes) == 0 && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
 			gap := ph.signalAt - *o.LastNewConnectionMS
 			when := sec(gap) + " before SIGTERM"
@@ -429,6 +434,20 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 		}
 	}
 	return out
+}
+
+// exitMeaning returns what an exit code after SIGTERM says of the
+// server, in parentheses; "" when it says nothing in particular.
+func exitMeaning(code int, pid1 bool) string {
+	switch {
+	case code == 143:
+		return " (128+SIGTERM)"
+	case code == 2 && pid1:
+		// The Go runtime re-raises a signal nobody handles to die of it;
+		// as PID 1 the kernel ignores it, and the runtime exits 2.
+		return " (how a Go program without a SIGTERM handler ends as PID 1)"
+	}
+	return ""
 }
 
 // sec renders ms as seconds: "10 s", "0.71 s".
