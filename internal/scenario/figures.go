@@ -79,7 +79,7 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 		reached := t.Add(r.Connect)
 		if r.Class == load.OK || r.Class == load.HTTP5xx {
 			if pod := cmp.Or(r.Pod, addrs.pod(r.Addr, reached)); pod != "" {
-				answered = append(answered, served{reached, pod, r.Reused})
+				answered = append(answered, served{reached, pod, r.Reused()})
 			} else {
 				unattributed++
 			}
@@ -219,9 +219,7 @@ func failedRequest(r *load.Result, at func(time.Time) float64) (results.Request,
 	if r.Addr.IsValid() {
 		f.Addr = r.Addr.String()
 	}
-	if r.Reused {
-		f.ConnRequests = 1
-	}
+	f.ConnRequests = r.ConnRequests
 	if r.Class == load.HTTP5xx {
 		f.Pod = r.Pod
 	}
