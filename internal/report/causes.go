@@ -81,21 +81,38 @@ func writeCauses(w io.Writer, counts []results.CauseCount, fixes bool) {
 
 // writeFindings writes a line per finding, "  pod NAME: TEXT"; one that
 // several pods share, word for word, is one line that names them all,
-// "  pods A, B, each: TEXT", where the first of them stood.
+// "  pods A, B, each: TEXT". The lines of a kind of finding come
+// together, the kinds in the order they first come in findings.
 func writeFindings(w io.Writer, findings []results.Finding) {
-	var texts []string
-	pods := map[string][]string{}
-	for _, f := range findings {
-		if pods[f.Text] == nil {
-			texts = append(texts, f.Text)
-		}
-		pods[f.Text] = append(pods[f.Text], f.Pod)
+	type line struct {
+		kind, text string
+		pods       []string
 	}
-	for _, text := range texts {
-		if names := pods[text]; len(names) == 1 {
-			fmt.Fprintf(w, "  pod %s: %s\n", names[0], text)
+	var lines []*line
+	byText := map[string]*line{}
+	for _, f := range findings {
+		l := byText[f.Text]
+		if l == nil {
+			l = &line{kind: f.Kind, text: f.Text}
+			byText[f.Text] = l
+			lines = append(lines, l)
+		}
+		l.pods = append(l.pods, f.Pod)
+	}
+	var kinds []string
+	for _, l := range lines {
+		if !slices.Contains(kinds, l.kind) {
+			kinds = append(kinds, l.kind)
+		}
+	}
+	slices.SortStableFunc(lines, func(a, b *line) int {
+		return slices.Index(kinds, a.kind) - slices.Index(kinds, b.kind)
+	})
+	for _, l := range lines {
+		if len(l.pods) == 1 {
+			fmt.Fprintf(w, "  pod %s: %s\n", l.pods[0], l.text)
 		} else {
-			fmt.Fprintf(w, "  pods %s, each: %s\n", strings.Join(names, ", "), text)
+			fmt.Fprintf(w, "  pods %s, each: %s\n", strings.Join(l.pods, ", "), l.text)
 		}
 	}
 }
