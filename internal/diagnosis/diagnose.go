@@ -44,7 +44,7 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	for i, r := range requests {
 		r = joined(h, r)
 		r.Cause = cause(h, &r)
-		if r.Addr != "" && r.Pod == "" {
+		if r.PodInferred || (r.Addr != "" && r.Pod == "") {
 			viaService = true
 		}
 		d.Requests[i] = r
