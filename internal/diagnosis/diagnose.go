@@ -44,7 +44,7 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	for i, r := range requests {
 		r = joined(h, r)
 		r.Cause = cause(h, &r)
-		if r.Addr != "" && r.Pod == "" {
+		if r.PodInferred || (r.Addr != "" && r.Pod == "") {
 			viaService = true
 		}
 		d.Requests[i] = r
@@ -419,7 +419,11 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			add("served-after-sigterm", text)
 		}
 		if nodes := h.routedBy(h.ipOf(o.Name), ph.signalAt); len(nodes) > 0 {
-			add("routing-not-converged", fmt.Sprintf("at SIGTERM, the routing view of %s still sent new connections to it: a preStop delay would have covered the propagation", strings.Join(nodes, ", ")))
+			views := "the routing view of " + nodes[0]
+			if len(nodes) > 1 {
+				views = "the routing views of " + strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
+			}
+			add("routing-not-converged", fmt.Sprintf("at SIGTERM, %s still sent new connections to it: a preStop delay would have covered the propagation", views))
 		} else if len(h.nodes) == 0 && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
 			gap := ph.signalAt - *o.LastNewConnectionMS
 			when := sec(gap) + " before SIGTERM"
@@ -437,7 +441,7 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 func exitMeaning(code int, pid1 bool) string {
 	switch {
 	case code == 143:
-		return " (128+SIGTERM: it died of the signal, or exits so on it)"
+		return " (128+SIGTERM)"
 	case code == 2 && pid1:
 		// The Go runtime re-raises a signal nobody handles to die of it;
 		// as PID 1 the kernel ignores it, and the runtime exits 2.
