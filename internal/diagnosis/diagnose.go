@@ -21,7 +21,7 @@ const (
 	// exitBefore and exitAfter bound how long before a failure, and
 	// after it, the exit that cut it can be stamped.
 	exitBefore = 1000
-	exitAfter  = 250
+	exitAfter  = 500
 	// convergedWithin is how close to the stop signal a pod's last request
 	// on a new connection must come for the routing to be found not yet
 	// converged where no routing view shows it (a real cluster).
@@ -41,17 +41,22 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	h := newHistory(run)
 	d := &results.Diagnosis{Requests: make([]results.Request, len(requests))}
 	viaService := false
+	// What the requests show of their pods' listeners after the signal
+	// (observe) is evidence for the causes of all of them: join them all
+	// first.
+	for _, old := range run.OldPods {
+		h.observeServed(old)
+	}
 	for i, r := range requests {
 		r = joined(h, r)
-		r.Cause = cause(h, &r)
 		if r.PodInferred || (r.Addr != "" && r.Pod == "") {
 			viaService = true
 		}
 		d.Requests[i] = r
 		h.observe(&r)
 	}
-	for _, old := range run.OldPods {
-		h.observeServed(old)
+	for i := range d.Requests {
+		d.Requests[i].Cause = cause(h, &d.Requests[i])
 	}
 	d.Causes = count(d.Requests)
 	d.Findings = findings(h, run.OldPods, d.Requests)
@@ -229,10 +234,11 @@ func (h *history) refused(ph *podHistory, s snapshot, t float64) results.Cause {
 		// In its preStop hook, not signalled: it should listen.
 		return Unknown
 	}
+	if x, ok := ph.lastExitBefore(t); ok && x.liveness && (!s.running || x.at == never) {
+		// Down after a liveness kill, or being killed.
+		return LivenessRestart
+	}
 	if !s.running {
-		if x, ok := ph.lastExitBefore(t); ok && x.liveness {
-			return LivenessRestart
-		}
 		return ContainerExited
 	}
 	return NotListening
@@ -402,11 +408,8 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			}
 			add("ignored-sigterm", fmt.Sprintf("ignored SIGTERM%s and lived out its %s grace period, exit %d", who, grace, killed.code))
 		case killed != nil:
-			budget := ph.grace
-			if ph.preStopEnd != never {
-				budget -= ph.preStopEnd - ph.terminatingAt
-			}
-			add("killed-at-grace-end", fmt.Sprintf("drain outlasted its budget: still running %s after SIGTERM, killed at the end of its %s grace period, exit %d", sec(budget), grace, killed.code))
+			add("killed-at-grace-end", fmt.Sprintf("drain outlasted its budget: still running %s after SIGTERM, killed at the end of its %s grace period, exit %d",
+				sec(killed.at-ph.signalAt), grace, killed.code))
 		case ended != nil && ph.wrapper != "":
 			add("wrapper-exit", fmt.Sprintf("its wrapper %s exited %s after SIGTERM with code %d, taking the server with it", ph.wrapper, sec(ended.at-ph.signalAt), ended.code))
 		case ended != nil:

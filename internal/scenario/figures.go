@@ -223,7 +223,8 @@ func failedRequest(r *load.Result, at func(time.Time) float64) (results.Request,
 	if a.Addr.IsValid() {
 		f.Addr = a.Addr.String()
 	}
-	if a.Class == load.HTTP5xx {
+	if a.Class == load.HTTP5xx && !r.Absorbed() {
+		// The response that named the pod is the failed one's.
 		f.Pod = r.Pod
 	}
 	// A connect that failed failed when the attempt did.
@@ -424,11 +425,17 @@ func runningOf(events []cluster.Event, d string) []results.RunningPod {
 	started := map[string]results.RunningPod{}
 	for _, e := range events {
 		tr.add(e)
-		if e.Kind == cluster.PodStarted && tr.ours[e.Pod] {
+		switch {
+		case e.Kind == cluster.PodStarted && tr.ours[e.Pod]:
 			if _, ok := started[e.Pod]; !ok {
 				order = append(order, e.Pod)
 			}
 			started[e.Pod] = results.RunningPod{Name: e.Pod, Node: e.Node, IP: e.Fields["ip"]}
+		case e.Kind == cluster.ContainerStarted && tr.ours[e.Pod]:
+			if p, ok := started[e.Pod]; ok {
+				p.PIDNamespace = e.Fields["pid_namespace"]
+				started[e.Pod] = p
+			}
 		}
 	}
 	var pods []results.RunningPod
