@@ -44,7 +44,7 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	for i, r := range requests {
 		r = joined(h, r)
 		r.Cause = cause(h, &r)
-		if r.Addr != "" && r.Pod == "" {
+		if r.PodInferred || (r.Addr != "" && r.Pod == "") {
 			viaService = true
 		}
 		d.Requests[i] = r
@@ -55,6 +55,9 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	}
 	d.Causes = count(d.Requests)
 	d.Findings = findings(h, run.OldPods, d.Requests)
+	if !h.signals && len(requests) > 0 {
+		d.Limits = append(d.Limits, "the cluster does not report the stop signal: a pod's own log tells when it got SIGTERM, if it logs it, and a terminating pod that refused a connection is taken to have had it")
+	}
 	if len(h.nodes) == 0 && len(requests) > 0 {
 		d.Limits = append(d.Limits, "the cluster shows no node's routing view: a routing race is told from the EndpointSlices' changes, not from the rules each node had applied")
 	}
@@ -70,6 +73,10 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 // joined returns r with the pod it reached and what the timeline says of
 // it.
 func joined(h *history, r results.Request) results.Request {
+	if r.Class != load.HTTP5xx || r.PodInferred {
+		// Only a response names its pod; the rest is this join's.
+		r.Pod = ""
+	}
 	r.AtConnect, r.AtFailure, r.Published, r.RoutedBy, r.PodInferred = results.PodState{}, results.PodState{}, nil, nil, false
 	made := r.ConnectMS - r.ConnAgeMS
 	addr, err := netip.ParseAddrPort(r.Addr)
@@ -88,25 +95,16 @@ func joined(h *history, r results.Request) results.Request {
 		return r
 	}
 	r.AtConnect, r.AtFailure = ph.at(made).PodState, ph.at(r.FailedMS).PodState
-	if ip := h.ipOf(r.Pod, made); ip != "" {
+	if ip := h.ipOf(r.Pod); ip != "" {
 		r.Published = h.publishedReady(ip, made)
 		r.RoutedBy = h.routedBy(ip, made)
 	}
 	return r
 }
 
-// ipOf returns the address pod had at t; "" if unknown.
-func (h *history) ipOf(pod string, t float64) string {
-	ip := ""
-	for a, owners := range h.addrs {
-		for _, o := range owners {
-			if o.pod == pod && o.since <= t {
-				ip = a.String()
-			}
-		}
-	}
-	return ip
-}
+// ipOf returns pod's address; "" if unknown. A pod keeps its address
+// for its life.
+func (h *history) ipOf(pod string) string { return h.ips[pod] }
 
 // infer returns the pod that a request through a Service's address most
 // likely reached: the one whose exit is nearest its failure within the
@@ -136,9 +134,9 @@ func (h *history) infer(r *results.Request) string {
 // listed reports whether the EndpointSlices listed pod, in any
 // condition, at t.
 func (h *history) listed(pod string, t float64) bool {
-	ip := h.ipOf(pod, t)
-	eps, ok := latest(h.published, t)
-	return ok && ip != "" && slices.ContainsFunc(eps.List, func(e cluster.Endpoint) bool { return e.Address == ip })
+	ip := h.ipOf(pod)
+	e, ok := latest(h.published, t)
+	return ok && ip != "" && slices.ContainsFunc(e.eps.List, func(e cluster.Endpoint) bool { return e.Address == ip })
 }
 
 // observe notes what request r, joined, shows of its pod's listener
@@ -197,7 +195,7 @@ func cause(h *history, r *results.Request) results.Cause {
 		}
 		return Unknown
 	case r.Class == load.Refused:
-		return refused(ph, ph.at(r.ConnectMS), r.ConnectMS)
+		return h.refused(ph, ph.at(r.ConnectMS), r.ConnectMS)
 	case r.Class == load.ConnectTimeout && ph == nil && r.Addr == "":
 		if n := r.ReadyEndpoints; n != nil && *n == 0 {
 			return NoEndpoint
@@ -211,9 +209,11 @@ func cause(h *history, r *results.Request) results.Cause {
 
 // refused gives the cause of a connection to pod ph refused at t, when
 // the pod's state was s.
-func refused(ph *podHistory, s snapshot, t float64) results.Cause {
+func (h *history) refused(ph *podHistory, s snapshot, t float64) results.Cause {
 	if s.terminating {
-		if s.signalled || !s.running || (s.Listening != nil && !*s.Listening) {
+		// Where the cluster does not report the stop signal, a
+		// terminating pod that refuses is taken to have had it.
+		if s.signalled || !s.running || (s.Listening != nil && !*s.Listening) || !h.signals {
 			return RoutingRace
 		}
 		// In its preStop hook, not signalled: it should listen.
@@ -368,7 +368,6 @@ func Dominant(counts []results.CauseCount) (results.Cause, bool) {
 // findings tells how each old pod stopped.
 func findings(h *history, old []results.OldPod, requests []results.Request) []results.Finding {
 	var out []results.Finding
-	sec := func(ms float64) string { return fmt.Sprintf("%.2f s", ms/1000) }
 	for _, o := range old {
 		ph := h.pods[o.Name]
 		if ph == nil || ph.signalAt == never {
@@ -387,17 +386,17 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 		grace := sec(ph.grace)
 		switch {
 		case killed != nil && ph.ignored():
-			who := "the server"
+			who := ""
 			if ph.pid1 {
-				who = "its first process (PID 1, which has no default action for SIGTERM)"
+				who = " (PID 1 without a handler)"
 			}
-			add("ignored-sigterm", fmt.Sprintf("ignored SIGTERM: %s never reacted to it, and the pod lived out its %s grace period, exit %d", who, grace, killed.code))
+			add("ignored-sigterm", fmt.Sprintf("ignored SIGTERM%s and lived out its %s grace period, exit %d", who, grace, killed.code))
 		case killed != nil:
 			budget := ph.grace
 			if ph.preStopEnd != never {
 				budget -= ph.preStopEnd - ph.terminatingAt
 			}
-			add("killed-at-grace-end", fmt.Sprintf("killed at the end of its %s grace period, exit %d: the drain took over %s after SIGTERM, all the budget left", grace, killed.code, sec(budget)))
+			add("killed-at-grace-end", fmt.Sprintf("drain outlasted its budget: still running %s after SIGTERM, killed at the end of its %s grace period, exit %d", sec(budget), grace, killed.code))
 		case ended != nil && ph.wrapper != "":
 			add("wrapper-exit", fmt.Sprintf("its wrapper %s exited %s after SIGTERM with code %d, taking the server with it", ph.wrapper, sec(ended.at-ph.signalAt), ended.code))
 		case ended != nil:
@@ -408,7 +407,8 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 				}
 			}
 			if cutN > 0 {
-				add("exited-without-drain", fmt.Sprintf("exited %s after SIGTERM with code %d, cutting %d %s in flight", sec(ended.at-ph.signalAt), ended.code, cutN, plural(cutN, "request", "requests")))
+				add("exited-without-drain", fmt.Sprintf("exited %s after SIGTERM with code %d%s, cutting %d %s in flight",
+					sec(ended.at-ph.signalAt), ended.code, exitMeaning(ended.code, ph.pid1), cutN, plural(cutN, "request", "requests")))
 			}
 		}
 		if o.AfterSigterm != nil && *o.AfterSigterm > 0 {
@@ -418,8 +418,12 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			}
 			add("served-after-sigterm", text)
 		}
-		if nodes := h.routedBy(h.ipOf(o.Name, ph.signalAt), ph.signalAt); len(nodes) > 0 {
-			add("routing-not-converged", fmt.Sprintf("at SIGTERM, the routing view of %s still sent new connections to it: a preStop delay would have covered the propagation", strings.Join(nodes, ", ")))
+		if nodes := h.routedBy(h.ipOf(o.Name), ph.signalAt); len(nodes) > 0 {
+			views := "the routing view of " + nodes[0]
+			if len(nodes) > 1 {
+				views = "the routing views of " + strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
+			}
+			add("routing-not-converged", fmt.Sprintf("at SIGTERM, %s still sent new connections to it: a preStop delay would have covered the propagation", views))
 		} else if len(h.nodes) == 0 && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
 			gap := ph.signalAt - *o.LastNewConnectionMS
 			when := sec(gap) + " before SIGTERM"
@@ -430,6 +434,28 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 		}
 	}
 	return out
+}
+
+// exitMeaning returns what an exit code after SIGTERM says of the
+// server, in parentheses; "" when it says nothing in particular.
+func exitMeaning(code int, pid1 bool) string {
+	switch {
+	case code == 143:
+		return " (128+SIGTERM)"
+	case code == 2 && pid1:
+		// The Go runtime re-raises a signal nobody handles to die of it;
+		// as PID 1 the kernel ignores it, and the runtime exits 2.
+		return " (how a Go program without a SIGTERM handler ends as PID 1)"
+	}
+	return ""
+}
+
+// sec renders ms as seconds: "10 s", "0.71 s".
+func sec(ms float64) string {
+	if ms == math.Trunc(ms/1000)*1000 {
+		return fmt.Sprintf("%.0f s", ms/1000)
+	}
+	return fmt.Sprintf("%.2f s", ms/1000)
 }
 
 func plural(n int, one, many string) string {

@@ -99,18 +99,32 @@ func (h *podHistory) lastExitBefore(t float64) (exit, bool) {
 	return exit{}, false
 }
 
-// endpointsAt is a Service's endpoints from one moment on.
+// endpointsAt is a Service's endpoints from one moment on, with the
+// addresses a new connection is routed to (by a node's view, for an
+// applied one; by any node's, for the EndpointSlices'), found once.
 type endpointsAt struct {
-	at  float64
-	eps cluster.Endpoints
+	at     float64
+	eps    cluster.Endpoints
+	routed []string
+}
+
+func newEndpointsAt(at float64, eps cluster.Endpoints, node string) endpointsAt {
+	to, _ := eps.Route(node)
+	routed := make([]string, len(to))
+	for i, j := range to {
+		routed[i] = eps.List[j].Address
+	}
+	return endpointsAt{at, eps, routed}
 }
 
 // history indexes a run's timeline for the joins.
 type history struct {
 	pods  map[string]*podHistory
 	order []string // the pods, in the order the timeline names them
-	// addrs holds, by IP address, the pods that had it, in order.
+	// addrs holds, by IP address, the pods that had it, in order; ips,
+	// by pod, its address.
 	addrs map[netip.Addr][]addrOwner
+	ips   map[string]string
 	// published are the EndpointSlices' endpoints; applied, by node, the
 	// nodes' routing views.
 	published []endpointsAt
@@ -119,6 +133,10 @@ type history struct {
 	outage    *results.Outage
 	// serveLogs: some pod writes closingtime serve's log events.
 	serveLogs bool
+	// signals: the cluster reports the stop signal (signal_sent); a real
+	// cluster's API does not, and a pod's own log tells it then, if the
+	// pod logs it.
+	signals bool
 }
 
 type addrOwner struct {
@@ -128,7 +146,7 @@ type addrOwner struct {
 
 // newHistory indexes run's timeline.
 func newHistory(run *results.Run) *history {
-	h := &history{pods: map[string]*podHistory{}, addrs: map[netip.Addr][]addrOwner{}, applied: map[string][]endpointsAt{}, outage: run.Outage}
+	h := &history{pods: map[string]*podHistory{}, addrs: map[netip.Addr][]addrOwner{}, ips: map[string]string{}, applied: map[string][]endpointsAt{}, outage: run.Outage}
 	for _, p := range run.Running {
 		ph := h.pod(p.Name)
 		state := "running"
@@ -141,6 +159,7 @@ func newHistory(run *results.Run) *history {
 	for i := range run.Timeline {
 		h.add(&run.Timeline[i])
 	}
+	slices.Sort(h.nodes)
 	for _, ph := range h.pods {
 		for i := range ph.steps {
 			if math.IsInf(ph.steps[i].SinceMS, -1) {
@@ -165,6 +184,7 @@ func (h *history) addAddr(ip string, at float64, pod string) {
 	if a, err := netip.ParseAddr(ip); err == nil {
 		a = a.Unmap()
 		h.addrs[a] = append(h.addrs[a], addrOwner{at, pod})
+		h.ips[pod] = a.String()
 	}
 }
 
@@ -186,13 +206,13 @@ func (h *history) add(e *results.Entry) {
 	case results.SourceCluster:
 		switch cluster.EventKind(e.Kind) {
 		case cluster.EndpointsPublished:
-			h.published = append(h.published, endpointsAt{e.AtMS, e.Endpoints})
+			h.published = append(h.published, newEndpointsAt(e.AtMS, e.Endpoints, ""))
 			return
 		case cluster.EndpointsApplied:
 			if _, ok := h.applied[e.Node]; !ok {
 				h.nodes = append(h.nodes, e.Node)
 			}
-			h.applied[e.Node] = append(h.applied[e.Node], endpointsAt{e.AtMS, e.Endpoints})
+			h.applied[e.Node] = append(h.applied[e.Node], newEndpointsAt(e.AtMS, e.Endpoints, e.Node))
 			return
 		}
 	case results.SourcePod:
@@ -230,6 +250,10 @@ func (h *history) add(e *results.Entry) {
 			}
 		case "sigterm":
 			ph.sigtermLogged = true
+			if s.terminating && !s.signalled {
+				s.signalled = true
+				ph.signalAt = e.AtMS
+			}
 			state("draining")
 		case "wrapper_started", "wrapper_signal", "wrapper_exiting":
 			ph.wrapper = e.Detail["wrapper"]
@@ -279,6 +303,7 @@ func (h *history) add(e *results.Entry) {
 			state("terminating")
 		}
 	case cluster.SignalSent:
+		h.signals = true
 		if !s.terminating {
 			// The kubelet stops a container a liveness probe failed.
 			state("restarting")
@@ -298,7 +323,9 @@ func (h *history) add(e *results.Entry) {
 		ph.exits = append(ph.exits, exit{at: never, liveness: true})
 	case cluster.ContainerExited:
 		code, _ := strconv.Atoi(e.Detail["code"])
-		x := exit{at: e.AtMS, code: code, killed: s.terminating && s.State == "killed", terminating: s.terminating}
+		// A real cluster's API reports no SIGKILL: its exit code, 128+9,
+		// does.
+		x := exit{at: e.AtMS, code: code, killed: s.terminating && (s.State == "killed" || code == 137), terminating: s.terminating}
 		if n := len(ph.exits); n > 0 && ph.exits[n-1].at == never {
 			// The exit of the instance a liveness kill ended.
 			x.liveness = ph.exits[n-1].liveness
@@ -333,50 +360,45 @@ func timeDetail(s string) (float64, error) {
 }
 
 // latest returns the last of list at or before t; false if none.
-func latest(list []endpointsAt, t float64) (cluster.Endpoints, bool) {
+func latest(list []endpointsAt, t float64) (endpointsAt, bool) {
 	i := sort.Search(len(list), func(i int) bool { return list[i].at > t })
 	if i == 0 {
-		return cluster.Endpoints{}, false
+		return endpointsAt{}, false
 	}
-	return list[i-1].eps, true
+	return list[i-1], true
 }
 
-// published reports whether the EndpointSlices listed ip as ready at t;
-// nil if no endpoints event came before t.
+// publishedReady reports whether the EndpointSlices listed ip as ready at
+// t; nil if no endpoints event came before t.
 func (h *history) publishedReady(ip string, t float64) *bool {
-	eps, ok := latest(h.published, t)
+	e, ok := latest(h.published, t)
 	if !ok {
 		return nil
 	}
-	return ptr.To(slices.ContainsFunc(eps.List, func(e cluster.Endpoint) bool { return e.Address == ip && e.Ready }))
+	return ptr.To(slices.ContainsFunc(e.eps.List, func(e cluster.Endpoint) bool { return e.Address == ip && e.Ready }))
 }
 
 // readyEndpoints counts the endpoints the EndpointSlices would have a new
 // connection routed to at t, as kube-proxy picks them; nil if no
 // endpoints event came before t.
 func (h *history) readyEndpoints(t float64) *int {
-	eps, ok := latest(h.published, t)
+	e, ok := latest(h.published, t)
 	if !ok {
 		return nil
 	}
-	to, _ := eps.Route("")
-	return ptr.To(len(to))
+	return ptr.To(len(e.routed))
 }
 
 // routedBy returns the nodes whose routing view at t would route a new
-// connection from a client on that node to ip; nil if no view is known.
+// connection from a client on that node to ip, in the order of their
+// names; nil if no view is known.
 func (h *history) routedBy(ip string, t float64) []string {
 	if len(h.nodes) == 0 {
 		return nil
 	}
 	out := []string{}
 	for _, node := range h.nodes {
-		eps, ok := latest(h.applied[node], t)
-		if !ok {
-			continue
-		}
-		to, _ := eps.Route(node)
-		if slices.ContainsFunc(to, func(i int) bool { return eps.List[i].Address == ip }) {
+		if e, ok := latest(h.applied[node], t); ok && slices.Contains(e.routed, ip) {
 			out = append(out, node)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/diagnosis"
 	"github.com/closingtime-dev/closingtime/internal/results"
 	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
@@ -376,6 +377,7 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 				t.Errorf("restarts %d, back-offs %+v, recover %v ms: want restarts, back-offs and 5 s or more to recover",
 					run.Restarts, run.BackOffs, run.RecoverMS)
 			}
+			causes(false, []results.Cause{diagnosis.LivenessRestart}, diagnosis.NoEndpoint, diagnosis.NotListening)(t, run)
 		})},
 		{name: "probe-readiness-deep", check: firstRun(func(t *testing.T, run results.Run) {
 			if run.Restarts != 0 || run.RecoverMS == nil || *run.RecoverMS > 5000 || run.Capacity.MinReady != 0 {

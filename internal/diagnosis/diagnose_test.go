@@ -1,0 +1,338 @@
+package diagnosis
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/results"
+)
+
+// timeline builds a run's timeline in order.
+type timeline struct{ run results.Run }
+
+func (tl *timeline) event(at float64, kind cluster.EventKind, pod string, detail map[string]string) *timeline {
+	tl.run.Timeline = append(tl.run.Timeline, results.Entry{AtMS: at, Source: results.SourceCluster, Kind: string(kind), Pod: pod, Node: "node-1", Detail: detail})
+	return tl
+}
+
+func (tl *timeline) log(at float64, name, pod string, detail map[string]string) *timeline {
+	tl.run.Timeline = append(tl.run.Timeline, results.Entry{AtMS: at, Source: results.SourcePod, Kind: name, Pod: pod, Detail: detail})
+	return tl
+}
+
+// endpoints records the EndpointSlices' endpoints at at, and node-1's
+// view of them at at+lag.
+func (tl *timeline) endpoints(at, lag float64, eps ...cluster.Endpoint) *timeline {
+	list := cluster.Endpoints{List: eps}
+	tl.run.Timeline = append(tl.run.Timeline, results.Entry{AtMS: at, Source: results.SourceCluster, Kind: string(cluster.EndpointsPublished), Endpoints: list})
+	tl.run.Timeline = append(tl.run.Timeline, results.Entry{AtMS: at + lag, Source: results.SourceCluster, Kind: string(cluster.EndpointsApplied), Node: "node-1", Endpoints: list})
+	slices.SortStableFunc(tl.run.Timeline, func(a, b results.Entry) int {
+		switch {
+		case a.AtMS < b.AtMS:
+			return -1
+		case a.AtMS > b.AtMS:
+			return 1
+		}
+		return 0
+	})
+	return tl
+}
+
+func ready(ip string) cluster.Endpoint { return cluster.Endpoint{Address: ip, Ready: true, Serving: true} }
+func terminating(ip string) cluster.Endpoint {
+	return cluster.Endpoint{Address: ip, Serving: true, Terminating: true}
+}
+
+// started adds a pod that starts at at with address ip, its server
+// listening at listen (none if negative), ready at readyAt.
+func (tl *timeline) started(pod, ip string, at, listen, readyAt float64, serveLogs bool) *timeline {
+	tl.event(at, cluster.PodStarted, pod, map[string]string{"ip": ip})
+	tl.event(at+1, cluster.ContainerStarted, pod, map[string]string{"restart": "0", "pid_namespace": "pid"})
+	if serveLogs {
+		tl.log(at+2, "started", pod, nil)
+		if listen >= 0 {
+			tl.log(listen, "listening", pod, nil)
+		}
+	}
+	return tl.event(readyAt, cluster.PodReady, pod, nil)
+}
+
+// running adds a pod that ran before the recording began.
+func (tl *timeline) running(pod, ip string) *timeline {
+	tl.run.Running = append(tl.run.Running, results.RunningPod{Name: pod, Node: "node-1", IP: ip, Ready: true})
+	return tl
+}
+
+// stopped adds pod's termination at at: a preStop of preStop ms, then
+// SIGTERM, then its exit after exitAfter ms with code, or SIGKILL at the
+// end of a 10 s grace period if killed.
+func (tl *timeline) stopped(pod string, at, preStop, exitAfter float64, code int, killed bool) *timeline {
+	tl.event(at, cluster.PodTerminating, pod, map[string]string{"grace": "10s"})
+	sig := at
+	if preStop > 0 {
+		tl.event(at, cluster.PreStopStarted, pod, nil)
+		sig = at + preStop
+		tl.event(sig, cluster.PreStopFinished, pod, nil)
+	}
+	tl.event(sig, cluster.SignalSent, pod, map[string]string{"signal": "SIGTERM", "grace": "10s"})
+	end := sig + exitAfter
+	if killed {
+		end = at + 10000
+		tl.event(end, cluster.Killed, pod, nil)
+		code = 137
+	}
+	return tl.event(end, cluster.ContainerExited, pod, map[string]string{"code": fmt.Sprint(code)})
+}
+
+// diagnosed returns the causes Diagnose gives requests on tl's run.
+func (tl *timeline) diagnosed(t *testing.T, requests ...results.Request) (*results.Diagnosis, []results.Cause) {
+	t.Helper()
+	d := Diagnose(&tl.run, requests)
+	if d == nil {
+		t.Fatal("no diagnosis")
+	}
+	var got []results.Cause
+	for _, r := range d.Requests {
+		got = append(got, r.Cause)
+	}
+	return d, got
+}
+
+func request(id string, class load.Class, at, connect, failed float64, addr string, connRequests int, connAge float64) results.Request {
+	return results.Request{ID: id, Client: load.NewConn, AtMS: at, Class: class, ConnectMS: connect, FailedMS: failed, Addr: addr, ConnRequests: connRequests, ConnAgeMS: connAge}
+}
+
+// TestDiagnoseCauses gives each rule the evidence of its seed's phenomenon
+// and checks the cause, one request at a time; a run whose requests have
+// several causes counts each.
+func TestDiagnoseCauses(t *testing.T) {
+	const old, fresh = "app-old", "app-new"
+	const oldIP, freshIP = "10.0.0.1", "10.0.0.2"
+	tests := []struct {
+		name    string
+		run     func() *timeline
+		request results.Request
+		want    results.Cause
+	}{{
+		name: "no endpoint",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).endpoints(0, 0).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: request("r", load.Refused, 100, 100, 100, "", 0, 0),
+		want:    NoEndpoint,
+	}, {
+		name: "not listening: ready before its server listened",
+		run: func() *timeline {
+			return new(timeline).started(fresh, freshIP, 0, 5000, 10, true).endpoints(10, 5, ready(freshIP))
+		},
+		request: request("r", load.Refused, 1000, 1000, 1000, freshIP+":8080", 0, 0),
+		want:    NotListening,
+	}, {
+		name: "not listening, a server without closingtime's logs",
+		run: func() *timeline {
+			return new(timeline).started(fresh, freshIP, 0, -1, 10, false).endpoints(10, 5, ready(freshIP))
+		},
+		request: request("r", load.Refused, 1000, 1000, 1000, freshIP+":8080", 0, 0),
+		want:    NotListening,
+	}, {
+		name: "routing race: refused by a signalled pod the view still routes to",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).running("app-other", "10.0.0.3").endpoints(-5000, 0, ready(oldIP), ready("10.0.0.3")).
+				stopped(old, 0, 0, 5, 143, false).endpoints(1, 800, terminating(oldIP), ready("10.0.0.3"))
+		},
+		request: request("r", load.Refused, 300, 300, 300, oldIP+":8080", 0, 0),
+		want:    RoutingRace,
+	}, {
+		name: "cut by an exit without drain",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: request("r", load.Closed, -100, -100, 6, oldIP+":8080", 0, 0),
+		want:    ExitWithoutDrain,
+	}, {
+		name: "cut by the exit of a wrapper",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).log(-5000, "wrapper_started", old, map[string]string{"wrapper": "npm"}).
+				stopped(old, 0, 0, 700, 1, false)
+		},
+		request: request("r", load.Closed, 500, 500, 702, oldIP+":8080", 0, 0),
+		want:    WrapperExit,
+	}, {
+		name: "SIGKILL of a keep-alive hostage",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).log(-5000, "started", old, nil).log(1, "sigterm", old, nil).
+				stopped(old, 0, 0, 0, 0, true)
+		},
+		request: request("r", load.Closed, 9800, 9800, 10002, oldIP+":8080", 40, 12000),
+		want:    KilledKeepAliveHostage,
+	}, {
+		name: "SIGKILL of a server that ignored SIGTERM",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).log(-5000, "started", old, nil).stopped(old, 0, 0, 0, 0, true)
+		},
+		request: request("r", load.Closed, 9800, 9800, 10002, oldIP+":8080", 40, 12000),
+		want:    KilledIgnoredSigterm,
+	}, {
+		name: "SIGKILL of a slow drain",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).log(-5000, "started", old, nil).log(1, "sigterm", old, nil).
+				stopped(old, 0, 0, 0, 0, true)
+		},
+		request: request("r", load.Reset, 500, 500, 10001, oldIP+":8080", 0, 0),
+		want:    KilledSlowDrain,
+	}, {
+		name: "stale connection: sent after the pod exited",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: request("r", load.Closed, 100, 100, 101, oldIP+":8080", 3, 4000),
+		want:    StaleConnection,
+	}, {
+		name: "liveness restart",
+		run: func() *timeline {
+			tl := new(timeline).running(old, oldIP).endpoints(-5000, 0, ready(oldIP))
+			tl.event(1000, cluster.LivenessKill, old, map[string]string{"probe": "liveness"}).event(1001, cluster.SignalSent, old, nil).
+				event(1010, cluster.ContainerExited, old, map[string]string{"code": "143"}).event(1010, cluster.PodUnready, old, nil)
+			return tl.endpoints(1011, 10)
+		},
+		request: request("r", load.Refused, 2000, 2000, 2000, "", 0, 0),
+		want:    LivenessRestart,
+	}, {
+		name: "unknown: a reset on a new connection to a pod that went on serving",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).endpoints(-5000, 0, ready(oldIP))
+		},
+		request: request("r", load.Reset, 1000, 1000, 1100, oldIP+":8080", 0, 0),
+		want:    Unknown,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tl := tt.run()
+			d, got := tl.diagnosed(t, tt.request)
+			if got[0] != tt.want {
+				t.Errorf("cause %s, want %s; evidence %+v", got[0], tt.want, d.Requests[0])
+			}
+		})
+	}
+}
+
+// TestDiagnoseUnknownKeepsEvidence injects a failure that no rule
+// explains and checks it stays unknown, with its evidence joined.
+func TestDiagnoseUnknownKeepsEvidence(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").endpoints(-5000, 0, ready("10.0.0.1"))
+	d, got := tl.diagnosed(t, request("r", load.Error, 1000, 1000, 1001, "10.0.0.1:8080", 0, 0))
+	r := d.Requests[0]
+	if got[0] != Unknown || r.Pod != "app-a" || r.AtConnect.State != "ready" || r.Published == nil || !*r.Published ||
+		!slices.Equal(r.RoutedBy, []string{"node-1"}) || r.ReadyEndpoints == nil || *r.ReadyEndpoints != 1 {
+		t.Errorf("request %+v: want unknown, with pod app-a ready, published and routed by node-1", r)
+	}
+	if len(d.Causes) != 1 || d.Causes[0].Cause != Unknown || d.Causes[0].Failed != 1 {
+		t.Errorf("causes %+v, want one unknown", d.Causes)
+	}
+}
+
+// TestDiagnoseMixed counts each cause of a run whose failures differ.
+func TestDiagnoseMixed(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").
+		endpoints(-5000, 0, ready("10.0.0.1"), ready("10.0.0.2")).stopped("app-a", 0, 0, 5, 143, false)
+	d, _ := tl.diagnosed(t,
+		request("1", load.Closed, -50, -50, 6, "10.0.0.1:8080", 0, 0),
+		request("2", load.Closed, -40, -40, 6, "10.0.0.1:8080", 0, 0),
+		request("3", load.Refused, 200, 200, 200, "10.0.0.1:8080", 0, 0),
+	)
+	got := map[results.Cause]int{}
+	for _, c := range d.Causes {
+		got[c.Cause] = c.Failed
+	}
+	if len(got) != 2 || got[ExitWithoutDrain] != 2 || got[RoutingRace] != 1 {
+		t.Errorf("causes %+v, want 2 exit-without-drain and 1 routing-race", d.Causes)
+	}
+	if d.Causes[0].Cause != ExitWithoutDrain {
+		t.Errorf("first cause %s, want the most frequent, exit-without-drain", d.Causes[0].Cause)
+	}
+}
+
+// TestFindings checks what the diagnosis tells of pods that ignored
+// SIGTERM, were killed, or served after it.
+func TestFindings(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").
+		log(-5000, "started", "app-a", nil).log(-5000, "started", "app-b", nil).
+		endpoints(-5000, 0, ready("10.0.0.1"), ready("10.0.0.2")).
+		stopped("app-a", 0, 0, 0, 0, true).log(1, "sigterm", "app-b", nil).stopped("app-b", 0, 0, 0, 0, true)
+	tl.run.OldPods = []results.OldPod{{Name: "app-a", AfterSigterm: new(int)}, {Name: "app-b", AfterSigterm: new(int)}}
+	*tl.run.OldPods[0].AfterSigterm = 21
+	d := Diagnose(&tl.run, nil)
+	kinds := map[string][]string{}
+	for _, f := range d.Findings {
+		kinds[f.Pod] = append(kinds[f.Pod], f.Kind)
+		if strings.TrimSpace(f.Text) == "" {
+			t.Errorf("finding %+v without text", f)
+		}
+	}
+	if !slices.Contains(kinds["app-a"], "ignored-sigterm") || !slices.Contains(kinds["app-a"], "served-after-sigterm") {
+		t.Errorf("findings of app-a %v: want ignored-sigterm and served-after-sigterm", kinds["app-a"])
+	}
+	if !slices.Contains(kinds["app-b"], "killed-at-grace-end") || slices.Contains(kinds["app-b"], "ignored-sigterm") {
+		t.Errorf("findings of app-b %v: want killed-at-grace-end, not ignored-sigterm", kinds["app-b"])
+	}
+}
+
+// TestDiagnoseAgain checks that a diagnosis read back is diagnosed the
+// same: the join is replaced, not added to.
+func TestDiagnoseAgain(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").stopped("app-a", 0, 0, 5, 143, false)
+	first := Diagnose(&tl.run, []results.Request{request("1", load.Closed, -50, -50, 6, "10.0.0.1:8080", 0, 0)})
+	second := Diagnose(&tl.run, first.Requests)
+	if !reflect.DeepEqual(first, second) {
+		t.Errorf("diagnosed again:\n%+v\nwant\n%+v", second, first)
+	}
+}
+
+// TestDiagnoseFromTheAPI diagnoses a run as a real cluster's API shows it:
+// no stop signal, no SIGKILL, no routing view; the pod's own log tells of
+// SIGTERM, and its exit code of SIGKILL. The causes are the same, and the
+// limits say what was inferred.
+func TestDiagnoseFromTheAPI(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").
+		log(-5000, "started", "app-a", nil).log(-5000, "started", "app-b", nil)
+	tl.run.Timeline = append(tl.run.Timeline,
+		results.Entry{AtMS: -5000, Source: results.SourceCluster, Kind: string(cluster.EndpointsPublished),
+			Endpoints: cluster.Endpoints{List: []cluster.Endpoint{ready("10.0.0.1"), ready("10.0.0.2")}}})
+	tl.event(0, cluster.PodTerminating, "app-a", map[string]string{"grace": "10s"}).
+		log(2, "sigterm", "app-a", nil).
+		event(10000, cluster.ContainerExited, "app-a", map[string]string{"code": "137"})
+	d, got := tl.diagnosed(t,
+		request("hostage", load.Closed, 9800, 9800, 10001, "10.0.0.1:8080", 30, 20000),
+		request("race", load.Refused, 300, 300, 300, "10.0.0.1:8080", 0, 0),
+	)
+	if !slices.Equal(got, []results.Cause{KilledKeepAliveHostage, RoutingRace}) {
+		t.Errorf("causes %v, want sigkill-keepalive-hostage and routing-race", got)
+	}
+	if len(d.Limits) != 2 || !strings.Contains(d.Limits[0], "stop signal") || !strings.Contains(d.Limits[1], "routing view") {
+		t.Errorf("limits %q: want the stop signal and the routing views named", d.Limits)
+	}
+}
+
+// TestDiagnoseThroughServiceAddress infers the pod behind a connection to
+// a Service's address from the one pod whose exit cut it, and leaves it
+// unknown when two pods exited then.
+func TestDiagnoseThroughServiceAddress(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").stopped("app-a", 0, 0, 5, 143, false)
+	d, got := tl.diagnosed(t, request("r", load.Closed, -100, -100, 6, "10.96.0.10:80", 0, 0))
+	if r := d.Requests[0]; got[0] != ExitWithoutDrain || r.Pod != "app-a" || !r.PodInferred {
+		t.Errorf("request %+v: want exit-without-drain of app-a, inferred", r)
+	}
+	if !slices.ContainsFunc(d.Limits, func(l string) bool { return strings.Contains(l, "Service's address") }) {
+		t.Errorf("limits %q: want the Service's address named", d.Limits)
+	}
+	tl.stopped("app-b", 0, 0, 6, 143, false)
+	d, got = tl.diagnosed(t, request("r", load.Closed, -100, -100, 6, "10.96.0.10:80", 0, 0))
+	if r := d.Requests[0]; got[0] != Unknown || r.Pod != "" {
+		t.Errorf("request %+v: want unknown, no pod, with two pods exiting then", r)
+	}
+}
