@@ -253,16 +253,16 @@ func TestHTMLChromium(t *testing.T) {
 	t.Run("diagnosis", func(t *testing.T) {
 		page := renderHTML(t, readResults(t, labDiagnosis))
 		closed := pixelStats(screenshot(t, bin, page, 6000, ""))
-		t.Logf("%d×%d: %d pixels of no-endpoint red, %d exit-without-drain orange, %d slow-drain blue",
-			closed.width, closed.height, closed.exact[refusedRed], closed.exact[exitOrange], closed.exact[slowDrainBlue])
-		for c, name := range map[[3]uint8]string{refusedRed: "no-endpoint red", exitOrange: "exit-without-drain orange", slowDrainBlue: "slow-drain blue"} {
+		t.Logf("%d×%d: %d pixels of routing-race purple, %d exit-without-drain orange, %d keep-alive-hostage navy",
+			closed.width, closed.height, closed.exact[racePurple], closed.exact[exitOrange], closed.exact[hostageNavy])
+		for c, name := range map[[3]uint8]string{racePurple: "routing-race purple", exitOrange: "exit-without-drain orange", hostageNavy: "keep-alive-hostage navy"} {
 			if closed.exact[c] < 300 {
 				t.Errorf("%d pixels of %s, want ≥ 300: the failures are not drawn in their causes' colours", closed.exact[c], name)
 			}
 		}
-		// s1r1-2 is the story of requests of 2-readiness cut by an exit
+		// s1r1-4 is the story of requests of 2-readiness cut by an exit
 		// without drain: selected, it shows, in its cause's colour.
-		open := pixelStats(screenshot(t, bin, page, 6000, "#s1r1-2"))
+		open := pixelStats(screenshot(t, bin, page, 6000, "#s1r1-4"))
 		t.Logf("the story selected: %d pixels of exit-without-drain orange", open.exact[exitOrange])
 		if d := open.exact[exitOrange] - closed.exact[exitOrange]; d < 500 {
 			t.Errorf("the selected story adds %d pixels of its cause's orange, want ≥ 500: it does not show", d)
@@ -386,17 +386,18 @@ var (
 	refusedRed = [3]uint8{0xd1, 0x24, 0x2f}
 )
 
-// The colours of html.tmpl's causes exit-without-drain and
-// sigkill-slow-drain.
+// The colours of html.tmpl's causes routing-race, exit-without-drain
+// and sigkill-keepalive-hostage.
 var (
-	exitOrange    = [3]uint8{0xe1, 0x6f, 0x24}
-	slowDrainBlue = [3]uint8{0x54, 0xae, 0xff}
+	racePurple  = [3]uint8{0x82, 0x50, 0xdf}
+	exitOrange  = [3]uint8{0xe1, 0x6f, 0x24}
+	hostageNavy = [3]uint8{0x0a, 0x30, 0x69}
 )
 
 // failureColours are html.tmpl's --refused, --reset, --closed, --timeout
 // and --http5xx, and the colours of the causes but unknown's grey.
-var failureColours = [][3]uint8{refusedRed, {0x82, 0x50, 0xdf}, {0xbc, 0x4c, 0x00}, {0x9a, 0x67, 0x00}, {0xbf, 0x39, 0x89},
-	{0xff, 0x81, 0x82}, exitOrange, {0x95, 0x38, 0x00}, {0x24, 0x29, 0x2f}, {0x0a, 0x30, 0x69}, slowDrainBlue,
+var failureColours = [][3]uint8{refusedRed, racePurple, {0xbc, 0x4c, 0x00}, {0x9a, 0x67, 0x00}, {0xbf, 0x39, 0x89},
+	{0xff, 0x81, 0x82}, exitOrange, {0x95, 0x38, 0x00}, {0x24, 0x29, 0x2f}, hostageNavy, {0x54, 0xae, 0xff},
 	{0xd4, 0xa7, 0x2c}, {0x1b, 0x7c, 0x83}, {0x7a, 0x7a, 0x10}}
 
 type stats struct {

@@ -361,9 +361,10 @@ func evidenceLines(r results.Request, client string, k storyKey, run results.Run
 		lines = append(lines, "It reached pod "+r.Pod+".")
 	}
 	if r.Pod != "" {
-		lines = append(lines,
-			fmt.Sprintf("%s, the pod was %s.", connected(r), stateWords(r.AtConnect)),
-			fmt.Sprintf("When the request failed (%s), it was %s.", at(r.FailedMS), stateWords(r.AtFailure)))
+		lines = append(lines, fmt.Sprintf("%s, the pod was %s.", connected(r), stateWords(r.AtConnect)))
+		if r.FailedMS != r.ConnectMS-r.ConnAgeMS {
+			lines = append(lines, fmt.Sprintf("When the request failed (%s), it was %s.", at(r.FailedMS), stateWords(r.AtFailure)))
+		}
 	}
 	lines = append(lines, routingLine(r, run))
 	if p := r.Reprobe; p != nil {
@@ -405,11 +406,11 @@ func connectionLine(r results.Request) string {
 		}
 		return line + fmt.Sprintf(", that had carried %d %s before.", r.ConnRequests, nounFor(r.ConnRequests, "request", "requests"))
 	}
-	if r.Class == load.Refused || r.Class == load.ConnectTimeout {
+	if connectFailed(r) {
 		if r.Addr == "" {
-			return "Its new connection failed at " + at(r.ConnectMS) + "; the address it tried is not recorded."
+			return "It tried a new connection; the address it tried is not recorded."
 		}
-		return "Its new connection" + to + " failed at " + at(r.ConnectMS) + "."
+		return "It tried a new connection" + to + "."
 	}
 	return "It went out on a new connection" + to + ", ready at " + at(r.ConnectMS) + "."
 }
@@ -467,41 +468,57 @@ func routingLine(r results.Request, run results.Run) string {
 	default:
 		parts = append(parts, "the EndpointSlices did not list the pod as a ready endpoint")
 	}
-	views := slices.ContainsFunc(run.Timeline, func(e results.Entry) bool {
+	first := slices.IndexFunc(run.Timeline, func(e results.Entry) bool {
 		return e.Source == results.SourceCluster && e.Kind == string(cluster.EndpointsApplied)
 	})
 	switch {
 	case len(r.RoutedBy) > 0:
 		parts = append(parts, "the routing view of "+andList(r.RoutedBy)+" sent new connections to it")
-	case r.Pod != "" && views:
-		parts = append(parts, "no node's routing view sent new connections to it")
-	case r.Pod != "":
+	case r.Pod == "":
+	case first < 0:
 		parts = append(parts, "the cluster shows no node's routing view")
+	case run.Timeline[first].AtMS > r.ConnectMS-r.ConnAgeMS:
+		parts = append(parts, "no node's routing view had been recorded yet")
+	default:
+		parts = append(parts, "no node's routing view sent new connections to it")
 	}
+	endpoints := ""
 	if n := r.ReadyEndpoints; n != nil {
-		switch *n {
-		case 0:
-			parts = append(parts, "no endpoint could take a new connection")
-		case 1:
-			parts = append(parts, "1 endpoint could take a new connection")
-		default:
-			parts = append(parts, fmt.Sprintf("%d endpoints could take a new connection", *n))
+		endpoints = fmt.Sprintf("%d %s could take a new connection", *n, nounFor(*n, "endpoint", "endpoints"))
+		if *n == 0 {
+			endpoints = "no endpoint could take a new connection"
 		}
 	}
-	if len(parts) == 0 {
-		return "No change of the Service's endpoints had been recorded by then."
+	// The diagnosis counts the endpoints when the request took its
+	// connection, the rest when the connection was made.
+	later := ""
+	if r.ConnAgeMS > 0 && endpoints != "" {
+		later = fmt.Sprintf(" When the request took it (%s), %s.", at(r.ConnectMS), endpoints)
+	} else if endpoints != "" {
+		parts = append(parts, endpoints)
 	}
-	return connected(r) + ", " + strings.Join(parts, "; ") + "."
+	if len(parts) == 0 {
+		return strings.TrimSpace("No change of the Service's endpoints had been recorded by then." + later)
+	}
+	return connected(r) + ", " + strings.Join(parts, "; ") + "." + later
 }
 
 // connected says when the diagnosis took the state of r's pod and
-// routing: when its connection was made, or, for a kept-alive one of
-// unknown age, when r took it.
+// routing: when its connection was made or tried, or, for a kept-alive
+// one of unknown age, when r took it.
 func connected(r results.Request) string {
-	if r.ConnRequests > 0 && r.ConnAgeMS == 0 {
+	switch {
+	case r.ConnRequests > 0 && r.ConnAgeMS == 0:
 		return "When the request took its kept-alive connection (" + at(r.ConnectMS) + ")"
+	case connectFailed(r):
+		return "When the connection was tried (" + at(r.ConnectMS) + ")"
 	}
 	return "When the connection was made (" + at(r.ConnectMS-r.ConnAgeMS) + ")"
+}
+
+// connectFailed reports whether r failed in its connect.
+func connectFailed(r results.Request) bool {
+	return r.Class == load.Refused || r.Class == load.ConnectTimeout
 }
 
 // andList joins words as a sentence lists them: "a, b and c".

@@ -20,8 +20,9 @@ import (
 
 // labDiagnosis holds real results of `closingtime lab --quick
 // 2-readiness C-graceful-keepalive E-client-retry`, each run with its
-// diagnosis: requests refused with no ready endpoint, cut by an exit
-// without drain and by SIGKILL, and absorbed by a retry.
+// diagnosis: new connections refused in a routing race, requests cut by
+// an exit without drain and by SIGKILL on kept-alive connections, which
+// E's retry absorbed, with their re-probes.
 const labDiagnosis = "testdata/lab-diagnosis.html.json"
 
 // diagnosedRun returns a run with a diagnosis of three failed requests
@@ -230,9 +231,9 @@ func TestHTMLStory(t *testing.T) {
 		{"s1r1-1", []string{
 			"1 failed request, refused",
 			"Sent at +1.200 s by the new-conn client; it failed at +1.201 s: refused (dial tcp 10.0.0.9:8080: connect: connection refused).",
-			"Its new connection failed at +1.201 s; the address it tried is not recorded.",
+			"It tried a new connection; the address it tried is not recorded.",
 			"The pod it reached is unknown.",
-			"When the connection was made (+1.201 s), no endpoint could take a new connection.",
+			"When the connection was tried (+1.201 s), no endpoint could take a new connection.",
 			"Cause: " + diagnosis.Describe(diagnosis.NoEndpoint).Title,
 			"Fix: " + diagnosis.Describe(diagnosis.NoEndpoint).Fix,
 			"closingtime lint rule " + diagnosis.Describe(diagnosis.NoEndpoint).Rule,
@@ -254,7 +255,7 @@ func TestHTMLStory(t *testing.T) {
 			"It went out on a reused keep-alive connection to 10.0.0.1:8080, made at +1.000 s (1.500 s old), that had carried 3 requests before.",
 			"When the connection was made (+1.000 s), the pod was ready",
 			"When the request failed (+2.502 s), it was exited since +2.010 s, still Ready, not listening, exit code 143.",
-			"the EndpointSlices did not list the pod as a ready endpoint; no node's routing view sent new connections to it; 1 endpoint could take a new connection.",
+			"When the connection was made (+1.000 s), the EndpointSlices did not list the pod as a ready endpoint; no node's routing view sent new connections to it. When the request took it (+2.500 s), 1 endpoint could take a new connection.",
 			"A probe on a new connection at +2.503 s succeeded (200), from pod app-2: the Service answered, and the failure was the connection's.",
 			"Cause: " + diagnosis.Describe(diagnosis.StaleConnection).Title,
 		}},
@@ -274,22 +275,29 @@ func TestHTMLStory(t *testing.T) {
 }
 
 // TestHTMLStoryPods checks the stories of a pod inferred behind a
-// Service's address, and of a failed request that the diagnosis lacks.
+// Service's address, of a connection made before the first routing view
+// was recorded, and of a failed request that the diagnosis lacks.
 func TestHTMLStoryPods(t *testing.T) {
 	run := diagnosedRun()
 	d := run.Diagnosis
 	d.Requests[0].Pod, d.Requests[0].PodInferred = "app-9", true
+	d.Requests[3].ConnAgeMS = 3000 // made at -0.500 s, before the first routing view
 	run.Timeline = append(run.Timeline, results.Entry{AtMS: 3000, Source: results.SourceClient, Kind: "response-timeout",
 		Detail: map[string]string{"client": "keep-alive", "id": "r-lost", "error": "timeout"}})
 	stories := pageStories(renderHTML(t, one(run)))
-	var inferred, lost pageStory
+	var inferred, lost, early pageStory
 	for _, s := range stories {
 		switch {
 		case strings.Contains(s.text, "app-9"):
 			inferred = s
 		case strings.Contains(s.text, "+3.000 s"):
 			lost = s
+		case s.absorbed:
+			early = s
 		}
+	}
+	if !strings.Contains(early.text, "made at -0.500 s (3.000 s old)") || !strings.Contains(early.text, "no node's routing view had been recorded yet") {
+		t.Errorf("the story of a connection made before the first routing view does not say so:\n%s", early.text)
 	}
 	if !strings.Contains(inferred.text, "It reached pod app-9, inferred, not seen") {
 		t.Errorf("the story of an inferred pod does not say so:\n%s", inferred.text)
