@@ -55,7 +55,7 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	}
 	d.Causes = count(d.Requests)
 	d.Findings = findings(h, run.OldPods, d.Requests)
-	if !h.signals && len(requests) > 0 {
+	if !h.signals && h.terminated() && len(requests) > 0 {
 		d.Limits = append(d.Limits, "the cluster does not report the stop signal: a pod's own log tells when it got SIGTERM, if it logs it, and a terminating pod that refused a connection is taken to have had it")
 	}
 	if len(h.nodes) == 0 && len(requests) > 0 {
@@ -159,6 +159,16 @@ func (h *history) observeServed(old results.OldPod) {
 	if ph := h.pods[old.Name]; ph != nil && old.LastNewConnectionMS != nil && *old.LastNewConnectionMS > ph.signalAt {
 		ph.acceptedAfterSignal = true
 	}
+}
+
+// terminated reports whether a pod's termination began.
+func (h *history) terminated() bool {
+	for _, ph := range h.pods {
+		if ph.terminatingAt != never {
+			return true
+		}
+	}
+	return false
 }
 
 // ignored reports whether pod ph ignored its stop signal: it was killed

@@ -43,7 +43,9 @@ func (tl *timeline) endpoints(at, lag float64, eps ...cluster.Endpoint) *timelin
 	return tl
 }
 
-func ready(ip string) cluster.Endpoint { return cluster.Endpoint{Address: ip, Ready: true, Serving: true} }
+func ready(ip string) cluster.Endpoint {
+	return cluster.Endpoint{Address: ip, Ready: true, Serving: true}
+}
 func terminating(ip string) cluster.Endpoint {
 	return cluster.Endpoint{Address: ip, Serving: true, Terminating: true}
 }
