@@ -142,10 +142,12 @@ type htmlStory struct {
 type htmlCause struct {
 	// Class is its colour's class, and absorbed when a retry absorbed
 	// all its requests.
-	Class            string
-	Failed, Absorbed int
+	Class string
+	// Count and Seconds are its requests and their seconds as the text
+	// output spells them.
+	Count, Seconds   string
 	Title, Fix, Rule string
-	Docs, Seconds    string
+	Docs             string
 	// Story is the id of its first story.
 	Story string
 }
@@ -539,31 +541,12 @@ func newCauses(d *results.Diagnosis, stories []htmlStory) []htmlCause {
 		if c.Failed == 0 {
 			class += " absorbed"
 		}
-		hc := htmlCause{Class: class, Failed: c.Failed, Absorbed: c.Absorbed, Title: info.Title, Fix: info.Fix, Rule: info.Rule,
-			Docs: diagnosis.DocsLink(info.Cause), Seconds: secondsWords(c.Seconds)}
+		hc := htmlCause{Class: class, Count: causeCount(c), Seconds: secondsSpan(c.Seconds), Title: info.Title, Fix: info.Fix, Rule: info.Rule,
+			Docs: diagnosis.DocsLink(info.Cause)}
 		if i := slices.IndexFunc(stories, func(s htmlStory) bool { return s.key.cause == info.Cause }); i >= 0 {
 			hc.Story = stories[i].ID
 		}
 		out = append(out, hc)
 	}
 	return out
-}
-
-// secondsWords spells seconds (offsets from the action's start), sorted,
-// with runs of consecutive ones as ranges: "+5 s, +11 to +13 s".
-func secondsWords(seconds []int) string {
-	var parts []string
-	for i := 0; i < len(seconds); {
-		j := i
-		for j+1 < len(seconds) && seconds[j+1] == seconds[j]+1 {
-			j++
-		}
-		part := fmt.Sprintf("%+d", seconds[i])
-		if j > i {
-			part += fmt.Sprintf(" to %+d", seconds[j])
-		}
-		parts = append(parts, part+" s")
-		i = j + 1
-	}
-	return strings.Join(parts, ", ")
 }

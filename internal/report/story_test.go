@@ -319,7 +319,7 @@ func TestHTMLCausesUnderChart(t *testing.T) {
 	page := html.UnescapeString(renderHTML(t, one(diagnosedRun())))
 	exit := diagnosis.Describe(diagnosis.ExitWithoutDrain)
 	for _, want := range []string{
-		`<li><span class="swatch cause-exit-without-drain"></span><b>2 failed</b> · ` + exit.Title + ` <span class="muted">· sent in +1 s</span> · <a href="#s1r1-2">story</a><br>`,
+		`<li><span class="swatch cause-exit-without-drain"></span><b>2 failed</b> · ` + exit.Title + ` <span class="muted">· sent in +1s</span> · <a href="#s1r1-2">story</a><br>`,
 		`<span class="fix">Fix: ` + exit.Fix + `. See <code>docs/diagnosis.md#exit-without-drain</code>.</span>`,
 		`<li><span class="swatch cause-stale-connection absorbed"></span><b>1 absorbed</b> · `,
 		`<tr><td class="mono">app-1</td><td>exited 0.02 s after SIGTERM with code 143, cutting 2 requests in flight<br>at SIGTERM, the routing view of node-1 still sent new connections to it</td></tr>`,
