@@ -433,16 +433,22 @@ func (h *history) readyEndpoints(t float64) *int {
 
 // routedBy returns the nodes whose routing view at t would route a new
 // connection from a client on that node to ip, in the order of their
-// names; nil if no view is known.
+// names: empty if none would, nil if no view was applied by t.
 func (h *history) routedBy(ip string, t float64) []string {
 	if len(h.nodes) == 0 {
 		return nil
 	}
-	out := []string{}
+	var out []string
+	seen := false // a view was applied by t
 	for _, node := range h.nodes {
-		if e, ok := latest(h.applied[node], t); ok && slices.Contains(e.routed, ip) {
+		e, ok := latest(h.applied[node], t)
+		seen = seen || ok
+		if ok && slices.Contains(e.routed, ip) {
 			out = append(out, node)
 		}
+	}
+	if seen && out == nil {
+		return []string{}
 	}
 	return out
 }
