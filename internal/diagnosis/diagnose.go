@@ -44,7 +44,7 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	for i, r := range requests {
 		r = joined(h, r)
 		r.Cause = cause(h, &r)
-		if r.Addr != "" && r.Pod == "" {
+		if r.PodInferred || (r.Addr != "" && r.Pod == "") {
 			viaService = true
 		}
 		d.Requests[i] = r
@@ -55,7 +55,7 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	}
 	d.Causes = count(d.Requests)
 	d.Findings = findings(h, run.OldPods, d.Requests)
-	if !h.signals && len(requests) > 0 {
+	if !h.signals && h.terminated() && len(requests) > 0 {
 		d.Limits = append(d.Limits, "the cluster does not report the stop signal: a pod's own log tells when it got SIGTERM, if it logs it, and a terminating pod that refused a connection is taken to have had it")
 	}
 	if len(h.nodes) == 0 && len(requests) > 0 {
@@ -159,6 +159,16 @@ func (h *history) observeServed(old results.OldPod) {
 	if ph := h.pods[old.Name]; ph != nil && old.LastNewConnectionMS != nil && *old.LastNewConnectionMS > ph.signalAt {
 		ph.acceptedAfterSignal = true
 	}
+}
+
+// terminated reports whether a pod's termination began.
+func (h *history) terminated() bool {
+	for _, ph := range h.pods {
+		if ph.terminatingAt != never {
+			return true
+		}
+	}
+	return false
 }
 
 // ignored reports whether pod ph ignored its stop signal: it was killed
@@ -419,7 +429,11 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			add("served-after-sigterm", text)
 		}
 		if nodes := h.routedBy(h.ipOf(o.Name), ph.signalAt); len(nodes) > 0 {
-			add("routing-not-converged", fmt.Sprintf("at SIGTERM, the routing view of %s still sent new connections to it: a preStop delay would have covered the propagation", strings.Join(nodes, ", ")))
+			views := "the routing view of " + nodes[0]
+			if len(nodes) > 1 {
+				views = "the routing views of " + strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
+			}
+			add("routing-not-converged", fmt.Sprintf("at SIGTERM, %s still sent new connections to it: a preStop delay would have covered the propagation", views))
 		} else if len(h.nodes) == 0 && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
 			gap := ph.signalAt - *o.LastNewConnectionMS
 			when := sec(gap) + " before SIGTERM"
@@ -437,7 +451,7 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 func exitMeaning(code int, pid1 bool) string {
 	switch {
 	case code == 143:
-		return " (128+SIGTERM: it died of the signal, or exits so on it)"
+		return " (128+SIGTERM)"
 	case code == 2 && pid1:
 		// The Go runtime re-raises a signal nobody handles to die of it;
 		// as PID 1 the kernel ignores it, and the runtime exits 2.
