@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
+	"github.com/closingtime-dev/closingtime/internal/diagnosis"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
@@ -180,16 +181,19 @@ func TestClusterRollout(t *testing.T) {
 	}
 }
 
-// TestLabCompare runs a catalog scenario with `lab --compare`: on the
+// TestLabCompare runs two catalog scenarios with `lab --compare`: on the
 // embedded cluster, then on a closingtime cluster that the lab starts for
-// the run and stops after it. Both sides report the scenario, the
-// eviction refused by its budget on each (429 from the real API server on
-// the cluster), and no process of the cluster is left.
+// the run and stops after it. Both sides report each scenario: for
+// pdb-1-evict, the eviction refused by its budget (429 from the real API
+// server on the cluster) and no failed request; for 2-readiness, the same
+// causes, none unknown: requests cut by servers that exit on SIGTERM
+// without draining, and maybe the routing race, which the real
+// controllers and node agents may win. No process of the cluster is left.
 func TestLabCompare(t *testing.T) {
 	dir := clusterTestDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	status, stdout, stderr := runCLI(ctx, "lab", "--compare", "--quick", "pdb-1-evict", "--state-dir", dir,
+	status, stdout, stderr := runCLI(ctx, "lab", "--compare", "--quick", "pdb-1-evict", "2-readiness", "--state-dir", dir,
 		"-o", "json", "--results", "", "--report", "")
 	if status != ExitOK {
 		t.Fatalf("lab --compare: exit %d\n%s", status, stderr)
@@ -202,12 +206,23 @@ func TestLabCompare(t *testing.T) {
 		t.Fatalf("sides %+v, want embedded and cluster", c.Sides)
 	}
 	for _, side := range c.Sides {
-		if len(side.Results.Scenarios) != 1 || len(side.Results.Scenarios[0].Runs) != 1 {
-			t.Fatalf("%s: %+v, want one run of pdb-1-evict", side.Cluster, side.Results)
+		if len(side.Results.Scenarios) != 2 || len(side.Results.Scenarios[0].Runs) != 1 || len(side.Results.Scenarios[1].Runs) != 1 {
+			t.Fatalf("%s: %+v, want one run of pdb-1-evict and one of 2-readiness", side.Cluster, side.Results)
 		}
 		run := side.Results.Scenarios[0].Runs[0]
 		if run.Evictions == nil || run.Evictions.Accepted != 0 || run.Evictions.Refused == 0 || run.Totals.Requests == 0 || run.Totals.Failed() != 0 {
 			t.Errorf("%s: evictions %+v, totals %+v; want the eviction refused by the budget and no failed request", side.Cluster, run.Evictions, run.Totals)
+		}
+		run = side.Results.Scenarios[1].Runs[0]
+		if run.Diagnosis == nil {
+			t.Fatalf("%s: 2-readiness: no diagnosis; totals %+v", side.Cluster, run.Totals)
+		}
+		got := map[results.Cause]int{}
+		for _, cc := range run.Diagnosis.Causes {
+			got[cc.Cause] = cc.Failed
+		}
+		if got[diagnosis.ExitWithoutDrain] == 0 || len(got) > 2 || (len(got) == 2 && got[diagnosis.RoutingRace] == 0) {
+			t.Errorf("%s: 2-readiness: causes %+v; want exit-without-drain, and maybe routing-race, only", side.Cluster, run.Diagnosis.Causes)
 		}
 	}
 	if left := clusterProcesses(t, dir, -1); len(left) > 0 {

@@ -407,7 +407,8 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 				}
 			}
 			if cutN > 0 {
-				add("exited-without-drain", fmt.Sprintf("exited %s after SIGTERM with code %d, cutting %d %s in flight", sec(ended.at-ph.signalAt), ended.code, cutN, plural(cutN, "request", "requests")))
+				add("exited-without-drain", fmt.Sprintf("exited %s after SIGTERM with code %d%s, cutting %d %s in flight",
+					sec(ended.at-ph.signalAt), ended.code, exitMeaning(ended.code, ph.pid1), cutN, plural(cutN, "request", "requests")))
 			}
 		}
 		if o.AfterSigterm != nil && *o.AfterSigterm > 0 {
@@ -429,6 +430,20 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 		}
 	}
 	return out
+}
+
+// exitMeaning returns what an exit code after SIGTERM says of the
+// server, in parentheses; "" when it says nothing in particular.
+func exitMeaning(code int, pid1 bool) string {
+	switch {
+	case code == 143:
+		return " (128+SIGTERM: it died of the signal, or exits so on it)"
+	case code == 2 && pid1:
+		// The Go runtime re-raises a signal nobody handles to die of it;
+		// as PID 1 the kernel ignores it, and the runtime exits 2.
+		return " (how a Go program without a SIGTERM handler ends as PID 1)"
+	}
+	return ""
 }
 
 // sec renders ms as seconds: "10 s", "0.71 s".
