@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,12 @@ func buildUserServer(t *testing.T) string {
 // kept-alive connections are still on the old pods when the signal comes,
 // and the exit cuts their requests. Each old pod gets the finding
 // exited-without-drain. With the preStop sleep and a drain
-// (http.Server.Shutdown), no request fails and nothing is diagnosed.
+// (http.Server.Shutdown), nothing is cut and nothing is diagnosed, but for
+// one race that Shutdown has: it closes the idle keep-alive connections
+// at once, and a request the client is sending on one that moment is
+// lost. The diagnosis calls that a stale connection; any variant may have
+// it, on a kept-alive connection at its pod's SIGTERM (one request, in one
+// of 20 runs of the drain on a busy machine of two cores).
 func TestRolloutDiagnosisUserServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs rollouts under load")
@@ -68,32 +74,37 @@ func TestRolloutDiagnosisUserServer(t *testing.T) {
 			t.Parallel()
 			run := rolloutUserServer(t, server, tt.manifest)
 			d := run.Diagnosis
-			if len(tt.want) == 0 {
-				if run.Totals.Failed() > 0 {
-					t.Errorf("totals %+v: want no failed request", run.Totals)
-				}
-				if d != nil {
-					for _, cc := range d.Causes {
-						t.Errorf("%d failed and %d absorbed requests of cause %s, want none", cc.Failed, cc.Absorbed, cc.Cause)
-						logRequests(t, d.Requests, cc.Cause)
-					}
-				}
-				return
+			if d == nil {
+				d = &results.Diagnosis{}
 			}
-			if run.Totals.Failed() == 0 || d == nil {
-				t.Fatalf("totals %+v, diagnosis %+v: want failed requests, diagnosed", run.Totals, d)
+			diagnosed := 0
+			for _, cc := range d.Causes {
+				diagnosed += cc.Failed
+			}
+			if int64(diagnosed) != run.Totals.Failed() {
+				t.Errorf("%d failed requests, %d of them diagnosed; causes %+v", run.Totals.Failed(), diagnosed, d.Causes)
 			}
 			for _, c := range tt.want {
 				if !slices.ContainsFunc(d.Causes, func(cc results.CauseCount) bool { return cc.Cause == c && cc.Failed > 0 }) {
-					t.Errorf("no failed request of cause %s; causes %+v", c, d.Causes)
+					t.Errorf("no failed request of cause %s; totals %+v, causes %+v", c, run.Totals, d.Causes)
 				}
 			}
-			for _, cc := range d.Causes {
-				if slices.Contains(tt.want, cc.Cause) || slices.Contains(tt.also, cc.Cause) {
-					continue
+			wrong := map[results.Cause]int{}
+			for _, r := range d.Requests {
+				switch {
+				case slices.Contains(tt.want, r.Cause) || slices.Contains(tt.also, r.Cause):
+				case staleAtSigterm(run, r):
+					t.Logf("stale keep-alive connection at its pod's SIGTERM: %s", requestEvidence(r))
+				default:
+					wrong[r.Cause]++
 				}
-				t.Errorf("%d failed and %d absorbed requests of cause %s, want only %v (or %v)", cc.Failed, cc.Absorbed, cc.Cause, tt.want, tt.also)
-				logRequests(t, d.Requests, cc.Cause)
+			}
+			for c, n := range wrong {
+				t.Errorf("%d requests of cause %s, want only %v (or %v, or a stale connection at SIGTERM)", n, c, tt.want, tt.also)
+				logRequests(t, d.Requests, c)
+			}
+			if len(tt.want) == 0 {
+				return
 			}
 			for _, p := range run.OldPods {
 				if !slices.ContainsFunc(d.Findings, func(f results.Finding) bool { return f.Pod == p.Name && f.Kind == "exited-without-drain" }) {
@@ -102,6 +113,29 @@ func TestRolloutDiagnosisUserServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sigtermRace bounds how long after its pod's SIGTERM a request on a
+// kept-alive connection may fail as stale: the server closes its idle
+// connections on the signal (Shutdown at once, an exit with the process),
+// and after that a client no longer sends on them. sigtermStamp is how
+// much earlier than the failure the kubelet may stamp the signal it sent.
+const (
+	sigtermRace  = 1000 // ms
+	sigtermStamp = 100  // ms
+)
+
+// staleAtSigterm reports whether r is a stale connection of the race at
+// SIGTERM: a request on a kept-alive connection to an old pod of run that
+// failed within sigtermRace after the pod's SIGTERM, as the kubelet
+// stamped it.
+func staleAtSigterm(run results.Run, r results.Request) bool {
+	if r.Cause != diagnosis.StaleConnection || r.ConnRequests == 0 {
+		return false
+	}
+	return slices.ContainsFunc(run.OldPods, func(p results.OldPod) bool {
+		return p.Name == r.Pod && p.SigtermMS != nil && r.FailedMS >= *p.SigtermMS-sigtermStamp && r.FailedMS <= *p.SigtermMS+sigtermRace
+	})
 }
 
 // rolloutUserServer runs closingtime rollout --local of manifest, its
@@ -154,11 +188,20 @@ func logRequests(t *testing.T, requests []results.Request, c results.Cause) {
 			t.Logf("  and more")
 			return
 		}
-		ready := "unknown"
-		if r.ReadyEndpoints != nil {
-			ready = strconv.Itoa(*r.ReadyEndpoints)
-		}
-		t.Logf("  %s %s %s at %.0f ms (connect %.0f, failed %.0f), %d before on its connection, addr %q, pod %q %s -> %s, routed by %v, ready endpoints %s: %s",
-			r.ID, r.Client, r.Class, r.AtMS, r.ConnectMS, r.FailedMS, r.ConnRequests, r.Addr, r.Pod, r.AtConnect.State, r.AtFailure.State, r.RoutedBy, ready, r.Error)
+		t.Logf("  %s", requestEvidence(r))
 	}
+}
+
+// requestEvidence says what the diagnosis joined to r, in one line.
+func requestEvidence(r results.Request) string {
+	ready := "unknown"
+	if r.ReadyEndpoints != nil {
+		ready = strconv.Itoa(*r.ReadyEndpoints)
+	}
+	reprobe := "none"
+	if p := r.Reprobe; p != nil {
+		reprobe = fmt.Sprintf("%s at %.0f ms to %q", p.Class, p.AtMS, p.Addr)
+	}
+	return fmt.Sprintf("%s %s %s at %.0f ms (connect %.0f, failed %.0f), %d before on its connection, addr %q, pod %q %s -> %s, routed by %v, ready endpoints %s, reprobe %s: %s",
+		r.ID, r.Client, r.Class, r.AtMS, r.ConnectMS, r.FailedMS, r.ConnRequests, r.Addr, r.Pod, r.AtConnect.State, r.AtFailure.State, r.RoutedBy, ready, reprobe, r.Error)
 }
