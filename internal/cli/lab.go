@@ -60,8 +60,9 @@ evicted, a node drained, a dependency outage…) and counts every failed
 request by kind and by second.
 
 Progress goes to standard error. Then the comparison table, a row per
-scenario, and per run the seconds with failures and the old pods' figures
-go to standard output (-o json writes the results instead); the results
+scenario, and per run the seconds with failures, the old pods' figures and
+the cause of each failure with its fix (docs/diagnosis.md) go to standard
+output (-o json writes the results instead); the results
 are written to --results as JSON, and to --report as one self-contained
 HTML page with the table and a timeline per run (docs/report.md), and to
 --junit as JUnit XML, all of them whole or none. Standard error then says
@@ -98,9 +99,9 @@ with a note.
 closingtime cluster (docs/cluster.md): real etcd, kube-apiserver and
 kube-controller-manager with closingtime's kubelet as node agents, the one
 up in --state-dir, or one started for the run and stopped after it. It
-prints each scenario's figures of both side by side; where they differ,
-the real controllers are right. --results holds both sides; --report
-shows the runs of both.`,
+prints each scenario's figures and causes of both side by side; where
+they differ, the real controllers are right. --results holds both sides;
+--report shows the runs of both.`,
 		Example: `  closingtime lab --quick
   closingtime lab --list
   closingtime lab 1-plain 3-graceful --repeat 3

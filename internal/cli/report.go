@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/closingtime-dev/closingtime/internal/diagnosis"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
@@ -21,9 +22,11 @@ func newReportCommand(streams Streams) *cobra.Command {
 		Short: "Render saved results of lab or rollout again",
 		Long: `Read a results file that closingtime lab or closingtime rollout wrote
 (docs/lab.md § results.json) and render it on standard output: the
-comparison table and the per-run lines (-o text), the JSON again
-(-o json), or one self-contained HTML page with the table and a timeline
-per run (-o html, docs/report.md).`,
+comparison table and the per-run lines with the causes of the failed
+requests (-o text), the JSON again (-o json), or one self-contained HTML
+page with the table and a timeline per run (-o html, docs/report.md).
+Each run's failed requests are diagnosed again by this version's rules
+(docs/diagnosis.md); a file written before the diagnosis shows no causes.`,
 		Example: `  closingtime report results.json
   closingtime report results.json -o json
   closingtime report results.json -o html > report.html`,
@@ -65,5 +68,19 @@ func runReport(streams Streams, path string, flags reportFlags) error {
 	if len(res.Scenarios) == 0 {
 		return usagef("report: %s: no scenarios: not the results of closingtime rollout or lab", path)
 	}
+	rediagnose(res)
 	return write(streams.Out, res)
+}
+
+// rediagnose gives each run of r that has a diagnosis the diagnosis of
+// this version's rules, from the requests and the timeline it holds; a
+// run without one (results written before the diagnosis) stays without.
+func rediagnose(r *results.Results) {
+	for i := range r.Scenarios {
+		for j := range r.Scenarios[i].Runs {
+			if run := &r.Scenarios[i].Runs[j]; run.Diagnosis != nil {
+				run.Diagnosis = diagnosis.Diagnose(run, run.Diagnosis.Requests)
+			}
+		}
+	}
 }

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/closingtime-dev/closingtime/internal/diagnosis"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 func TestReport(t *testing.T) {
@@ -53,6 +56,45 @@ func TestReport(t *testing.T) {
 				t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), tt.wantOut)
 			}
 		})
+	}
+}
+
+// TestReportDiagnosedAgain reads a results file whose request a former
+// version's rules left unknown; its timeline shows the pod's exit on
+// SIGTERM as the request failed: report gives it that cause, with its
+// fix, in the text and in the JSON. A file from before the diagnosis
+// shows no causes (TestReport's text).
+func TestReportDiagnosedAgain(t *testing.T) {
+	t.Parallel()
+	const file = "testdata/report-diagnosed.json"
+	run := func(args ...string) string {
+		var out, errOut bytes.Buffer
+		if code := Run(context.Background(), append([]string{"report"}, args...), Streams{In: strings.NewReader(""), Out: &out, Err: &errOut}); code != ExitOK {
+			t.Fatalf("report %v: exit %d, stderr:\n%s", args, code, errOut.String())
+		}
+		return out.String()
+	}
+	cut := diagnosis.Describe(diagnosis.ExitWithoutDrain)
+	text := run(file)
+	for _, want := range []string{
+		"  causes:\n    1 failed  " + cut.Title + " (-1s)\n      fix: " + cut.Fix + " — docs/diagnosis.md#exit-without-drain\n",
+		"  pod app-old: exited ",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "unknown") {
+		t.Errorf("text still has the former cause, unknown:\n%s", text)
+	}
+	res, err := results.Read(strings.NewReader(run("-o", "json", file)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := res.Scenarios[0].Runs[0].Diagnosis
+	if d == nil || len(d.Requests) != 1 || d.Requests[0].Cause != diagnosis.ExitWithoutDrain || d.Requests[0].Pod != "app-old" ||
+		len(d.Causes) != 1 || d.Causes[0].Cause != diagnosis.ExitWithoutDrain {
+		t.Errorf("JSON diagnosis %+v, want its request and its causes exit-without-drain, joined to pod app-old", d)
 	}
 }
 

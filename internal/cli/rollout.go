@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,7 +13,10 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
+	"github.com/closingtime-dev/closingtime/internal/diagnosis"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
+	"github.com/closingtime-dev/closingtime/internal/report"
+	"github.com/closingtime-dev/closingtime/internal/results"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -39,10 +43,12 @@ own server as the pods (the containers' command and args, as written), send
 traffic through the Service, restart the Deployment's rollout --repeat times
 (deploy/NAME picks it when the files hold several),
 and count every failed request by kind and by second, with what each old pod
-did. The output and files are those of closingtime lab: -o json writes
-the results on standard output, --results FILE as JSON and --report FILE
-as an HTML page (neither by default); standard error says at the end
-which files were written and where.
+did and the cause of each failure, with its fix (docs/diagnosis.md). The
+output and files are those of closingtime lab: -o json writes the results
+on standard output, --results FILE as JSON and --report FILE as an HTML
+page (neither by default); standard error says at the end which files
+were written and where, and last how many requests failed and the cause
+of most of them.
 
 --junit FILE, or -o junit, writes the results as JUnit XML for CI: a test
 case per rollout, failed when more of its requests failed than
@@ -198,7 +204,37 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	if w := clientErrorsWarning(clientErrorsOf(&res.Scenarios[0]), flags.path, "give the path your app serves with --path PATH"); w != "" {
 		warnings = append(warnings, w)
 	}
-	return flags.out.write(streams, "rollout", rendering{all: res}, warnings)
+	err = flags.out.write(streams, "rollout", rendering{all: res}, warnings)
+	if err == nil || errors.Is(err, exitStatus(ExitFailed)) {
+		fmt.Fprintf(streams.Err, "rollout: %s\n", rolloutVerdict(res.Scenarios[0]))
+	}
+	return err
+}
+
+// rolloutVerdict spells the last line of a rollout, s: how many of its
+// requests failed over its runs and, if some did, the cause of the most
+// (diagnosis.Dominant) with its fix.
+func rolloutVerdict(s results.Result) string {
+	t := s.Totals
+	if t.Failed() == 0 {
+		verdict := fmt.Sprintf("none of %d requests failed", t.Requests)
+		if t.Absorbed > 0 {
+			verdict += fmt.Sprintf("; a retry absorbed %d", t.Absorbed)
+		}
+		return verdict
+	}
+	verdict := fmt.Sprintf("%d of %d requests failed", t.Failed(), t.Requests)
+	counts := diagnosis.Sum(s.Runs)
+	c, ok := diagnosis.Dominant(counts)
+	if !ok {
+		return verdict
+	}
+	i := slices.IndexFunc(counts, func(n results.CauseCount) bool { return n.Cause == c })
+	of := fmt.Sprintf("%d of them", counts[i].Failed)
+	if int64(counts[i].Failed) == t.Failed() {
+		of = "all of them"
+	}
+	return fmt.Sprintf("%s; the cause of %s: %s; fix: %s", verdict, of, diagnosis.Describe(c).Title, report.Fix(c))
 }
 
 // flagErrors returns err, an error of scenario.FromManifests, in the terms

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/closingtime-dev/closingtime/internal/diagnosis"
+	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
 // testdataDir returns the absolute path of testdata.
@@ -70,7 +73,8 @@ func TestRolloutUsage(t *testing.T) {
 // which fails requests: the exit status is 1 with the default allowance,
 // and the JUnit XML has the run as a failed test case; 0 with a large one,
 // and the test case passed. Either way, standard error says at the end
-// which files were written, with their absolute paths, or that none was.
+// which files were written, with their absolute paths, or that none was,
+// and last how many requests failed and the cause of most of them.
 func TestRolloutGate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs rollouts under load")
@@ -111,6 +115,12 @@ func TestRolloutGate(t *testing.T) {
 			}
 			if tt.wantCode == ExitFailed && !strings.Contains(errOut.String(), "rollout: rollout (Deployment default/app), run 1: ") {
 				t.Errorf("stderr:\n%s\nwant the run over the allowance named", errOut.String())
+			}
+			// Last, the verdict: the cause of most failures, and its fix.
+			lines := strings.Split(strings.TrimSuffix(errOut.String(), "\n"), "\n")
+			if last := lines[len(lines)-1]; !strings.HasPrefix(last, "rollout: ") || !strings.Contains(last, " requests failed; the cause of ") ||
+				!strings.Contains(last, "; fix: ") || !strings.Contains(last, " — docs/diagnosis.md#") {
+				t.Errorf("stderr:\n%s\nwant it to end with the failed requests, their main cause and its fix", errOut.String())
 			}
 			xml := out.String()
 			for i := 0; i < len(tt.files); i += 2 {
@@ -223,5 +233,49 @@ func TestRolloutImageCommand(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "old pod") {
 		t.Errorf("stdout lacks the old pods:\n%s", out.String())
+	}
+}
+
+// TestRolloutVerdict spells a rollout's last line: the failed requests
+// over its runs and the cause of the most of them, with its fix; the
+// causes of the runs are summed before the leading one is chosen.
+func TestRolloutVerdict(t *testing.T) {
+	t.Parallel()
+	run := func(counts ...results.CauseCount) results.Run {
+		if len(counts) == 0 {
+			return results.Run{}
+		}
+		return results.Run{Diagnosis: &results.Diagnosis{Causes: counts}}
+	}
+	cut := func(n int) results.CauseCount {
+		return results.CauseCount{Cause: diagnosis.ExitWithoutDrain, Failed: n}
+	}
+	refused := func(n int) results.CauseCount { return results.CauseCount{Cause: diagnosis.NoEndpoint, Failed: n} }
+	stale := results.CauseCount{Cause: diagnosis.StaleConnection, Absorbed: 40}
+	tests := []struct {
+		name   string
+		totals results.Totals
+		runs   []results.Run
+		want   string
+	}{
+		{name: "none failed", totals: results.Totals{Requests: 1102, OK: 1102}, runs: []results.Run{run()},
+			want: "none of 1102 requests failed"},
+		{name: "absorbed", totals: results.Totals{Requests: 1102, OK: 1102, Absorbed: 40}, runs: []results.Run{run(stale)},
+			want: "none of 1102 requests failed; a retry absorbed 40"},
+		{name: "one cause", totals: results.Totals{Requests: 1102, OK: 1090, Closed: 12}, runs: []results.Run{run(cut(12), stale)},
+			want: "12 of 1102 requests failed; the cause of all of them: " + diagnosis.Describe(diagnosis.ExitWithoutDrain).Title +
+				"; fix: " + diagnosis.Describe(diagnosis.ExitWithoutDrain).Fix + " — docs/diagnosis.md#exit-without-drain"},
+		{name: "summed over runs", totals: results.Totals{Requests: 2204, OK: 2172, Refused: 14, Closed: 18}, runs: []results.Run{run(refused(8), cut(6)), run(cut(12), refused(6))},
+			want: "32 of 2204 requests failed; the cause of 18 of them: " + diagnosis.Describe(diagnosis.ExitWithoutDrain).Title +
+				"; fix: " + diagnosis.Describe(diagnosis.ExitWithoutDrain).Fix + " — docs/diagnosis.md#exit-without-drain"},
+		{name: "no diagnosis", totals: results.Totals{Requests: 1102, OK: 1090, Refused: 12}, runs: []results.Run{run()},
+			want: "12 of 1102 requests failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := rolloutVerdict(results.Result{Totals: tt.totals, Runs: tt.runs}); got != tt.want {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -6,7 +6,7 @@ import "github.com/closingtime-dev/closingtime/internal/results"
 // anchor of its section there.
 const (
 	// NoEndpoint: the Service had no endpoint to route the connection to,
-	// and refused (or, with internalTrafficPolicy Local, dropped) it.
+	// and refused it.
 	NoEndpoint results.Cause = "no-endpoint"
 	// NotListening: the connection reached a pod that was an endpoint but
 	// did not listen yet: counted ready before its server was.
@@ -59,7 +59,7 @@ type Info struct {
 	// manifests; empty when none can.
 	Rule string
 	// Scenario names the built-in scenario (closingtime lab) that shows
-	// it.
+	// it; empty when none does.
 	Scenario string
 }
 
@@ -91,16 +91,16 @@ var causes = []Info{
 		"termination-budget", ""},
 	{StaleConnection, "stale connection: the request went out on a kept-alive connection that its server had closed or was closing",
 		"retry idempotent requests once on a new connection (package retry), give client connections a lifetime, and have a draining server send Connection: close",
-		"", "E-client-retry"},
+		"", ""},
 	{LivenessRestart, "restarts: failed liveness probes restarted the pods, and back-off kept them down",
 		"make the liveness probe check the process only, never a dependency; readiness may take a pod out of the Service instead",
 		"liveness-checks-dependency", "probe-liveness-deep"},
 	{ContainerExited, "the server's container exited by itself while its pod was an endpoint",
 		"read the container's last log lines and exit code (closingtime rollout prints them); fix the crash",
-		"", "crashloop"},
+		"", ""},
 	{DependencyDown, "the server answered 5xx while its dependency was down",
 		"fail fast and degrade while a dependency is down; keep the liveness probe off it",
-		"", "probe-readiness-deep"},
+		"", ""},
 	{Unknown, "unknown: no rule explains the evidence",
 		"read the request's evidence in results.json (diagnosis.requests) and the run's timeline in the HTML report",
 		"", ""},

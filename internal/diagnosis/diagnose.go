@@ -21,7 +21,7 @@ const (
 	// exitBefore and exitAfter bound how long before a failure, and
 	// after it, the exit that cut it can be stamped.
 	exitBefore = 1000
-	exitAfter  = 250
+	exitAfter  = 500
 	// convergedWithin is how close to the stop signal a pod's last request
 	// on a new connection must come for the routing to be found not yet
 	// converged where no routing view shows it (a real cluster).
@@ -41,21 +41,26 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	h := newHistory(run)
 	d := &results.Diagnosis{Requests: make([]results.Request, len(requests))}
 	viaService := false
+	// What the requests show of their pods' listeners after the signal
+	// (observe) is evidence for the causes of all of them: join them all
+	// first.
+	for _, old := range run.OldPods {
+		h.observeServed(old)
+	}
 	for i, r := range requests {
 		r = joined(h, r)
-		r.Cause = cause(h, &r)
-		if r.Addr != "" && r.Pod == "" {
+		if r.PodInferred || (r.Addr != "" && r.Pod == "") {
 			viaService = true
 		}
 		d.Requests[i] = r
 		h.observe(&r)
 	}
-	for _, old := range run.OldPods {
-		h.observeServed(old)
+	for i := range d.Requests {
+		d.Requests[i].Cause = cause(h, &d.Requests[i])
 	}
 	d.Causes = count(d.Requests)
 	d.Findings = findings(h, run.OldPods, d.Requests)
-	if !h.signals && len(requests) > 0 {
+	if !h.signals && h.terminated() && len(requests) > 0 {
 		d.Limits = append(d.Limits, "the cluster does not report the stop signal: a pod's own log tells when it got SIGTERM, if it logs it, and a terminating pod that refused a connection is taken to have had it")
 	}
 	if len(h.nodes) == 0 && len(requests) > 0 {
@@ -161,6 +166,16 @@ func (h *history) observeServed(old results.OldPod) {
 	}
 }
 
+// terminated reports whether a pod's termination began.
+func (h *history) terminated() bool {
+	for _, ph := range h.pods {
+		if ph.terminatingAt != never {
+			return true
+		}
+	}
+	return false
+}
+
 // ignored reports whether pod ph ignored its stop signal: it was killed
 // at the end of the grace period and showed no sign of the signal — a
 // server that logs closingtime serve's events did not log it, or one that
@@ -219,10 +234,11 @@ func (h *history) refused(ph *podHistory, s snapshot, t float64) results.Cause {
 		// In its preStop hook, not signalled: it should listen.
 		return Unknown
 	}
+	if x, ok := ph.lastExitBefore(t); ok && x.liveness && (!s.running || x.at == never) {
+		// Down after a liveness kill, or being killed.
+		return LivenessRestart
+	}
 	if !s.running {
-		if x, ok := ph.lastExitBefore(t); ok && x.liveness {
-			return LivenessRestart
-		}
 		return ContainerExited
 	}
 	return NotListening
@@ -392,11 +408,8 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			}
 			add("ignored-sigterm", fmt.Sprintf("ignored SIGTERM%s and lived out its %s grace period, exit %d", who, grace, killed.code))
 		case killed != nil:
-			budget := ph.grace
-			if ph.preStopEnd != never {
-				budget -= ph.preStopEnd - ph.terminatingAt
-			}
-			add("killed-at-grace-end", fmt.Sprintf("drain outlasted its budget: still running %s after SIGTERM, killed at the end of its %s grace period, exit %d", sec(budget), grace, killed.code))
+			add("killed-at-grace-end", fmt.Sprintf("drain outlasted its budget: still running %s after SIGTERM, killed at the end of its %s grace period, exit %d",
+				sec(killed.at-ph.signalAt), grace, killed.code))
 		case ended != nil && ph.wrapper != "":
 			add("wrapper-exit", fmt.Sprintf("its wrapper %s exited %s after SIGTERM with code %d, taking the server with it", ph.wrapper, sec(ended.at-ph.signalAt), ended.code))
 		case ended != nil:
@@ -419,7 +432,11 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			add("served-after-sigterm", text)
 		}
 		if nodes := h.routedBy(h.ipOf(o.Name), ph.signalAt); len(nodes) > 0 {
-			add("routing-not-converged", fmt.Sprintf("at SIGTERM, the routing view of %s still sent new connections to it: a preStop delay would have covered the propagation", strings.Join(nodes, ", ")))
+			views := "the routing view of " + nodes[0]
+			if len(nodes) > 1 {
+				views = "the routing views of " + strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
+			}
+			add("routing-not-converged", fmt.Sprintf("at SIGTERM, %s still sent new connections to it: a preStop delay would have covered the propagation", views))
 		} else if len(h.nodes) == 0 && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
 			gap := ph.signalAt - *o.LastNewConnectionMS
 			when := sec(gap) + " before SIGTERM"
@@ -437,7 +454,7 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 func exitMeaning(code int, pid1 bool) string {
 	switch {
 	case code == 143:
-		return " (128+SIGTERM: it died of the signal, or exits so on it)"
+		return " (128+SIGTERM)"
 	case code == 2 && pid1:
 		// The Go runtime re-raises a signal nobody handles to die of it;
 		// as PID 1 the kernel ignores it, and the runtime exits 2.

@@ -43,7 +43,9 @@ func (tl *timeline) endpoints(at, lag float64, eps ...cluster.Endpoint) *timelin
 	return tl
 }
 
-func ready(ip string) cluster.Endpoint { return cluster.Endpoint{Address: ip, Ready: true, Serving: true} }
+func ready(ip string) cluster.Endpoint {
+	return cluster.Endpoint{Address: ip, Ready: true, Serving: true}
+}
 func terminating(ip string) cluster.Endpoint {
 	return cluster.Endpoint{Address: ip, Serving: true, Terminating: true}
 }
@@ -290,5 +292,49 @@ func TestDiagnoseAgain(t *testing.T) {
 	second := Diagnose(&tl.run, first.Requests)
 	if !reflect.DeepEqual(first, second) {
 		t.Errorf("diagnosed again:\n%+v\nwant\n%+v", second, first)
+	}
+}
+
+// TestDiagnoseFromTheAPI diagnoses a run as a real cluster's API shows it:
+// no stop signal, no SIGKILL, no routing view; the pod's own log tells of
+// SIGTERM, and its exit code of SIGKILL. The causes are the same, and the
+// limits say what was inferred.
+func TestDiagnoseFromTheAPI(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").
+		log(-5000, "started", "app-a", nil).log(-5000, "started", "app-b", nil)
+	tl.run.Timeline = append(tl.run.Timeline,
+		results.Entry{AtMS: -5000, Source: results.SourceCluster, Kind: string(cluster.EndpointsPublished),
+			Endpoints: cluster.Endpoints{List: []cluster.Endpoint{ready("10.0.0.1"), ready("10.0.0.2")}}})
+	tl.event(0, cluster.PodTerminating, "app-a", map[string]string{"grace": "10s"}).
+		log(2, "sigterm", "app-a", nil).
+		event(10000, cluster.ContainerExited, "app-a", map[string]string{"code": "137"})
+	d, got := tl.diagnosed(t,
+		request("hostage", load.Closed, 9800, 9800, 10001, "10.0.0.1:8080", 30, 20000),
+		request("race", load.Refused, 300, 300, 300, "10.0.0.1:8080", 0, 0),
+	)
+	if !slices.Equal(got, []results.Cause{KilledKeepAliveHostage, RoutingRace}) {
+		t.Errorf("causes %v, want sigkill-keepalive-hostage and routing-race", got)
+	}
+	if len(d.Limits) != 2 || !strings.Contains(d.Limits[0], "stop signal") || !strings.Contains(d.Limits[1], "routing view") {
+		t.Errorf("limits %q: want the stop signal and the routing views named", d.Limits)
+	}
+}
+
+// TestDiagnoseThroughServiceAddress infers the pod behind a connection to
+// a Service's address from the one pod whose exit cut it, and leaves it
+// unknown when two pods exited then.
+func TestDiagnoseThroughServiceAddress(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").stopped("app-a", 0, 0, 5, 143, false)
+	d, got := tl.diagnosed(t, request("r", load.Closed, -100, -100, 6, "10.96.0.10:80", 0, 0))
+	if r := d.Requests[0]; got[0] != ExitWithoutDrain || r.Pod != "app-a" || !r.PodInferred {
+		t.Errorf("request %+v: want exit-without-drain of app-a, inferred", r)
+	}
+	if !slices.ContainsFunc(d.Limits, func(l string) bool { return strings.Contains(l, "Service's address") }) {
+		t.Errorf("limits %q: want the Service's address named", d.Limits)
+	}
+	tl.stopped("app-b", 0, 0, 6, 143, false)
+	d, got = tl.diagnosed(t, request("r", load.Closed, -100, -100, 6, "10.96.0.10:80", 0, 0))
+	if r := d.Requests[0]; got[0] != Unknown || r.Pod != "" {
+		t.Errorf("request %+v: want unknown, no pod, with two pods exiting then", r)
 	}
 }

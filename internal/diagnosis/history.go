@@ -37,6 +37,9 @@ type exit struct {
 	liveness bool
 	// terminating: the pod's termination had begun.
 	terminating bool
+	// killedAt is when the liveness kill that ends it was decided; never
+	// for other exits.
+	killedAt float64
 }
 
 // podHistory is what the timeline shows of one pod.
@@ -66,6 +69,10 @@ type podHistory struct {
 	// pid1: its container's process ran in a PID namespace of its own,
 	// as the container's first process.
 	pid1 bool
+	// exiting is when the server logged its exit (closingtime serve's
+	// exiting event) and its container's exit has not come yet; never
+	// otherwise.
+	exiting float64
 }
 
 // at returns the pod's state at t: that of the last step at or before t;
@@ -88,12 +95,13 @@ func (h *podHistory) exitNear(from, to float64) (exit, bool) {
 	return exit{}, false
 }
 
-// lastExitBefore returns the last exit of h at or before t; false if
+// lastExitBefore returns the last exit of h at or before t, or the
+// liveness kill whose exit has not come yet (its at is never); false if
 // none.
 func (h *podHistory) lastExitBefore(t float64) (exit, bool) {
 	for i := len(h.exits) - 1; i >= 0; i-- {
-		if h.exits[i].at <= t {
-			return h.exits[i], true
+		if x := h.exits[i]; x.at <= t || (x.at == never && x.killedAt <= t) {
+			return x, true
 		}
 	}
 	return exit{}, false
@@ -154,10 +162,21 @@ func newHistory(run *results.Run) *history {
 			state = "ready"
 		}
 		ph.steps = append(ph.steps, snapshot{at: math.Inf(-1), PodState: results.PodState{State: state, SinceMS: math.Inf(-1), Ready: p.Ready}, running: true})
+		ph.pid1 = ownPIDNamespace(p.PIDNamespace)
 		h.addAddr(p.IP, math.Inf(-1), p.Name)
 	}
 	for i := range run.Timeline {
 		h.add(&run.Timeline[i])
+	}
+	if !h.signals {
+		// The cluster does not report the stop signal, and some pods do
+		// not log it: it comes with the termination's start, as far as
+		// the timeline can tell.
+		for _, ph := range h.pods {
+			if ph.signalAt == never {
+				ph.signalAt = ph.terminatingAt
+			}
+		}
 	}
 	slices.Sort(h.nodes)
 	for _, ph := range h.pods {
@@ -173,7 +192,7 @@ func newHistory(run *results.Run) *history {
 func (h *history) pod(name string) *podHistory {
 	ph := h.pods[name]
 	if ph == nil {
-		ph = &podHistory{name: name, signalAt: never, terminatingAt: never, preStopEnd: never}
+		ph = &podHistory{name: name, signalAt: never, terminatingAt: never, preStopEnd: never, exiting: never}
 		h.pods[name] = ph
 		h.order = append(h.order, name)
 	}
@@ -255,8 +274,19 @@ func (h *history) add(e *results.Entry) {
 				ph.signalAt = e.AtMS
 			}
 			state("draining")
-		case "wrapper_started", "wrapper_signal", "wrapper_exiting":
+		case "wrapper_signal":
+			// The wrapper is the container's first process: the signal
+			// reached it.
 			ph.wrapper = e.Detail["wrapper"]
+			if s.terminating && !s.signalled {
+				s.signalled = true
+				ph.signalAt = e.AtMS
+			}
+		case "wrapper_started", "wrapper_exiting":
+			ph.wrapper = e.Detail["wrapper"]
+		case "exiting":
+			ph.exiting = e.AtMS
+			return
 		default:
 			return
 		}
@@ -274,7 +304,7 @@ func (h *history) add(e *results.Entry) {
 		if s.Listening != nil {
 			s.Listening = ptr.To(false)
 		}
-		ph.pid1 = e.Detail["pid_namespace"] != "" && e.Detail["pid_namespace"] != "none"
+		ph.pid1 = ownPIDNamespace(e.Detail["pid_namespace"])
 		state("running")
 	case cluster.PodReady:
 		s.Ready = true
@@ -320,15 +350,21 @@ func (h *history) add(e *results.Entry) {
 		}
 	case cluster.LivenessKill:
 		state("restarting")
-		ph.exits = append(ph.exits, exit{at: never, liveness: true})
+		ph.exits = append(ph.exits, exit{at: never, liveness: true, killedAt: e.AtMS})
 	case cluster.ContainerExited:
 		code, _ := strconv.Atoi(e.Detail["code"])
 		// A real cluster's API reports no SIGKILL: its exit code, 128+9,
 		// does.
-		x := exit{at: e.AtMS, code: code, killed: s.terminating && (s.State == "killed" || code == 137), terminating: s.terminating}
+		x := exit{at: e.AtMS, code: code, killed: s.terminating && (s.State == "killed" || code == 137), terminating: s.terminating, killedAt: never}
+		if ph.exiting != never && ph.exiting <= x.at && ph.exiting > x.at-exitBefore {
+			// The server's own last line is nearer its end than the
+			// moment the cluster learnt of it.
+			x.at = ph.exiting
+		}
+		ph.exiting = never
 		if n := len(ph.exits); n > 0 && ph.exits[n-1].at == never {
 			// The exit of the instance a liveness kill ended.
-			x.liveness = ph.exits[n-1].liveness
+			x.liveness, x.killedAt = ph.exits[n-1].liveness, ph.exits[n-1].killedAt
 			ph.exits = ph.exits[:n-1]
 		}
 		ph.exits = append(ph.exits, x)
@@ -338,6 +374,7 @@ func (h *history) add(e *results.Entry) {
 		}
 		switch {
 		case x.killed:
+			state("killed")
 		case s.terminating:
 			state("exited")
 		default:
@@ -352,6 +389,11 @@ func (h *history) add(e *results.Entry) {
 	}
 	ph.steps = append(ph.steps, s)
 }
+
+// ownPIDNamespace reports whether a container_started event's
+// pid_namespace says the process ran in a PID namespace of its own, as
+// PID 1.
+func ownPIDNamespace(ns string) bool { return ns != "" && ns != "none" }
 
 // timeDetail reads a Go duration of an event's detail, in milliseconds.
 func timeDetail(s string) (float64, error) {

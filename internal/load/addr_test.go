@@ -6,10 +6,19 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 )
 
 // TestEventAddr routes each new connection to one of two servers that set
@@ -90,6 +99,56 @@ func TestAddrPort(t *testing.T) {
 	for _, tt := range tests {
 		if got := EventOf(&Result{Addr: addrPort(tt.addr)}).Addr; got != tt.want {
 			t.Errorf("connection to %v: event addr %q, want %q", tt.addr, got, tt.want)
+		}
+	}
+}
+
+// TestRefusedAddr: a refused connect records the address it tried, in both
+// connection modes, and so, through the embedded cluster's routing view,
+// the endpoint that refused it; a Service with no endpoint refuses with no
+// address, as there is none to name.
+func TestRefusedAddr(t *testing.T) {
+	address := closedPort(t)
+	want := netip.MustParseAddrPort(address)
+	for _, connections := range []int{0, 1} {
+		c := testClient(address, connections)
+		if a := roundTrip(t, c, address, "r1")[0]; a.class != Refused || a.addr != want {
+			t.Errorf("%d connections: %s (%v) with addr %v, want refused with addr %v", connections, a.class, a.err, a.addr, want)
+		}
+		c.close()
+	}
+
+	proxy, err := local.NewProxy(local.ProxyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}}}
+	endpoint := []*discoveryv1.EndpointSlice{{
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(want.Port()))}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{want.Addr().String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}}},
+	}}
+	for _, tt := range []struct {
+		name   string
+		slices []*discoveryv1.EndpointSlice
+		want   netip.AddrPort
+	}{
+		{"endpoint not listening", endpoint, want},
+		{"no endpoint", nil, netip.AddrPort{}},
+	} {
+		proxy.Load(svc, tt.slices)
+		var results []Result
+		run(t, Config{URL: "http://web.shop/", Clients: []Client{{Kind: NewConn, Rate: 100}}, Duration: 30 * time.Millisecond,
+			Dial: proxy.DialContext, OnResult: func(r Result) { results = append(results, r) }})
+		if len(results) == 0 {
+			t.Fatalf("%s: no request", tt.name)
+		}
+		for _, r := range results {
+			if r.Class != Refused || r.Addr != tt.want {
+				t.Errorf("%s: request %s %s (%v) with addr %v, want refused with addr %v", tt.name, r.ID, r.Class, r.Err, r.Addr, tt.want)
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package load
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -54,8 +55,10 @@ type conn struct {
 	// addr is the remote address, read once for all the requests the
 	// connection carries.
 	addr netip.AddrPort
-	// used reports whether a request was sent on the connection before.
-	used bool
+	// made is when the connection was made.
+	made time.Time
+	// requests is the number of requests sent on the connection.
+	requests int
 }
 
 // Buffers are reused across connections: a new-conn client makes one
@@ -66,7 +69,7 @@ var (
 )
 
 func newConn(nc net.Conn) *conn {
-	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer), addr: addrPort(nc.RemoteAddr())}
+	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer), addr: addrPort(nc.RemoteAddr()), made: time.Now()}
 	cn.br.Reset(nc)
 	cn.bw.Reset(nc)
 	return cn
@@ -88,6 +91,21 @@ func addrPort(a net.Addr) netip.AddrPort {
 		ap, _ = netip.ParseAddrPort(ra.String())
 	}
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// dialedAddr returns the address that a failed connect tried, as the
+// *net.OpError that err is or wraps names it, if it names a TCP address, as
+// net.Dialer's do; else the zero AddrPort: a wait for a free pooled
+// connection, or a routing dialer's refusal for a Service with no
+// endpoint, tried none.
+func dialedAddr(err error) netip.AddrPort {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		if ta, ok := oe.Addr.(*net.TCPAddr); ok && ta != nil {
+			return addrPort(ta)
+		}
+	}
+	return netip.AddrPort{}
 }
 
 // close closes cn and gives its buffers back. It must be called once.
@@ -116,10 +134,14 @@ func (c *client) RoundTrip(req *http.Request) (*http.Response, error) {
 	deadline := a.start.Add(c.connectTimeout)
 	cn, err := c.acquire(deadline)
 	if err != nil {
+		a.addr = dialedAddr(err)
 		return nil, a.fail(classifyConnect(err), err)
 	}
-	a.connect, a.addr, a.reused = time.Now(), cn.addr, cn.used
-	cn.used = true
+	a.connect, a.addr, a.connRequests = time.Now(), cn.addr, cn.requests
+	if cn.requests > 0 {
+		a.connAge = a.connect.Sub(cn.made)
+	}
+	cn.requests++
 	cn.SetDeadline(a.connect.Add(c.responseTimeout))
 	resp, err := c.exchange(cn, req, a)
 	c.release(cn, err == nil && !resp.Close)
@@ -239,11 +261,14 @@ type attempt struct {
 	err    error
 	status int
 	pod    string
-	// addr is the remote address of the attempt's connection; the zero
-	// AddrPort if it had none.
+	// addr is the remote address of the attempt's connection, or the one
+	// a failed connect tried (dialedAddr); the zero AddrPort if neither.
 	addr netip.AddrPort
-	// reused reports whether the connection had carried a request before.
-	reused bool
+	// connRequests is the number of requests the connection had carried
+	// before this attempt's, and connAge how long before the attempt took
+	// it the connection was made: both zero for a new connection.
+	connRequests int
+	connAge      time.Duration
 
 	// When the attempt started, its connection was ready, the first byte
 	// of the response arrived, and the response was complete or the

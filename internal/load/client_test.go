@@ -24,6 +24,13 @@ func rawServer(t testing.TB, handle func(net.Conn)) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveOn(t, ln, handle)
+	return ln.Addr().String()
+}
+
+// serveOn accepts connections on ln and hands each to handle, which owns
+// it, until ln is closed; the test's end closes it.
+func serveOn(t testing.TB, ln net.Listener, handle func(net.Conn)) {
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
@@ -38,7 +45,6 @@ func rawServer(t testing.TB, handle func(net.Conn)) string {
 			wg.Go(func() { handle(conn) })
 		}
 	})
-	return ln.Addr().String()
 }
 
 // abort closes conn with a TCP RST (SO_LINGER 0), as the kernel of a killed
@@ -274,17 +280,45 @@ func TestReusedConnResetCounted(t *testing.T) {
 			address := srv.start(t, 2, drop.do)
 			c := testClient(address, 1)
 			defer c.close()
-			if a := roundTrip(t, c, address, "r1")[0]; a.class != OK || a.reused {
-				t.Fatalf("first request: %s (%v), reused %v; want ok on a new connection", a.class, a.err, a.reused)
+			if a := roundTrip(t, c, address, "r1")[0]; a.class != OK || a.connRequests != 0 {
+				t.Fatalf("first request: %s (%v), on a connection that carried %d requests; want ok on a new connection", a.class, a.err, a.connRequests)
 			}
 			a := roundTrip(t, c, address, "r2")[0]
-			if a.class != drop.want || !a.reused {
-				t.Errorf("request on the reused connection: %s (%v), reused %v; want %s, reused", a.class, a.err, a.reused, drop.want)
+			if a.class != drop.want || a.connRequests != 1 {
+				t.Errorf("request on the reused connection: %s (%v), on a connection that carried %d requests; want %s, after 1", a.class, a.err, a.connRequests, drop.want)
 			}
 			if n := srv.seen("r2"); n != 1 {
 				t.Errorf("server read the failed request %d times, want 1", n)
 			}
 		})
+	}
+}
+
+// TestConnEvidence: the requests on one keep-alive connection record how
+// many requests it had carried before each, 0, 1 and 2, and an age that
+// grows from 0 for the new connection; a new-conn client's are all new.
+func TestConnEvidence(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	address := srv.Listener.Addr().String()
+	k := testClient(address, 1)
+	defer k.close()
+	var age time.Duration
+	for n, id := range []string{"r0", "r1", "r2"} {
+		a := roundTrip(t, k, address, id)[0]
+		if a.class != OK || a.connRequests != n {
+			t.Fatalf("request %s: %s (%v) on a connection that carried %d requests, want ok after %d", id, a.class, a.err, a.connRequests, n)
+		}
+		if (n == 0 && a.connAge != 0) || (n > 0 && a.connAge <= age) {
+			t.Errorf("request %s: connection %v old, after %v for the one before; want 0 for a new one, then growing", id, a.connAge, age)
+		}
+		age = a.connAge
+	}
+	c := testClient(address, 0)
+	for _, id := range []string{"n0", "n1"} {
+		if a := roundTrip(t, c, address, id)[0]; a.connRequests != 0 || a.connAge != 0 {
+			t.Errorf("new-conn request %s: on a connection that carried %d requests, %v old; want a new one", id, a.connRequests, a.connAge)
+		}
 	}
 }
 
@@ -303,8 +337,8 @@ func TestIdleCloseNotCounted(t *testing.T) {
 	c := testClient(address, 1)
 	defer c.close()
 	for _, id := range []string{"r1", "r2", "r3"} {
-		if a := roundTrip(t, c, address, id)[0]; a.class != OK || a.reused {
-			t.Fatalf("request %s: %s (%v), reused %v; want ok on a new connection", id, a.class, a.err, a.reused)
+		if a := roundTrip(t, c, address, id)[0]; a.class != OK || a.connRequests != 0 || a.connAge != 0 {
+			t.Fatalf("request %s: %s (%v), on a connection that carried %d requests, %v old; want ok on a new connection", id, a.class, a.err, a.connRequests, a.connAge)
 		}
 		select {
 		case <-closed:

@@ -14,5 +14,8 @@
 // own connections and never resend a request by themselves; with
 // [Config.Retry] set, the retry package's Transport resends what is safe,
 // and the requests that a retry saved are reported as absorbed, with the
-// class of their first failure.
+// class of their first failure. A request whose failed attempt went on a
+// reused keep-alive connection is followed at once by one probe on a new
+// connection ([Reprobe]), recorded with it but not counted, which tells a
+// failure of that connection from an outage of the Service.
 package load

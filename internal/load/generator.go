@@ -153,8 +153,11 @@ type Generator struct {
 // stream is a Client in a run, with what sends its requests.
 type stream struct {
 	Client
-	index    int
-	client   *client
+	index  int
+	client *client
+	// fresh makes a connection of its own for each request: the retries
+	// go out on it, and the re-probes.
+	fresh    *client
 	rt       http.RoundTripper // client, or a retry.Transport around it
 	template *http.Request     // the request, without its id
 	recorder *recorder
@@ -215,12 +218,10 @@ func New(cfg Config) (*Generator, error) {
 		}
 		s := &stream{Client: cl, index: i, template: template, recorder: newRecorder(cl)}
 		s.client = newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections)
+		s.fresh = newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, 0)
 		s.rt = s.client
 		if cfg.Retry != nil {
-			// A retry goes out on a connection of its own: a new-conn
-			// client to the same target.
-			fresh := newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, 0)
-			s.rt = &retry.Transport{Base: s.client, Fresh: fresh, Policy: *cfg.Retry}
+			s.rt = &retry.Transport{Base: s.client, Fresh: s.fresh, Policy: *cfg.Retry}
 		}
 		g.clients = append(g.clients, s)
 	}
@@ -265,8 +266,8 @@ func hostPort(u *url.URL) string {
 // done, whichever comes first, then waits for the requests in flight to
 // complete or time out, and returns what they did. A request in flight
 // when ctx is done is still counted: each is bounded by the connect and
-// response timeouts (and the retry policy's backoff, if any), not by ctx.
-// The error is about writing events.
+// response timeouts (and the retry policy's backoff, if any, and its
+// re-probe's own timeouts), not by ctx. The error is about writing events.
 func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	results := newResultSink(g.cfg.OnResult, g.cfg.Events)
 	start := time.Now()
@@ -349,18 +350,29 @@ func waitUntil(ctx context.Context, timer *time.Timer, at time.Time) bool {
 	return true
 }
 
-// send sends the request of t and records its result.
+// send sends the request of t, re-probes it if its failed attempt was on
+// a reused connection, and records its result.
 func (s *stream) send(t task) {
 	began := time.Now()
 	var log attemptLog
-	req := s.template.WithContext(withAttemptLog(context.Background(), &log))
-	req.Header = http.Header{
-		"User-Agent":    s.template.Header["User-Agent"],
-		RequestIDHeader: {t.id},
-	}
-	resp, err := s.rt.RoundTrip(req)
+	resp, err := s.rt.RoundTrip(s.request(t.id, &log))
 	if resp != nil {
 		resp.Body.Close()
 	}
-	s.recorder.record(newResult(s.Kind, t.id, t.at, began, log.attempts, err))
+	r := newResult(s.Kind, t.id, t.at, began, log.attempts, err)
+	if a, ok := r.FailedAttempt(); ok && a.ConnRequests > 0 {
+		r.Reprobe = s.reprobe(t)
+	}
+	s.recorder.record(r)
+}
+
+// request returns the request of the run with id as its X-Request-Id,
+// whose attempts go to log.
+func (s *stream) request(id string, log *attemptLog) *http.Request {
+	req := s.template.WithContext(withAttemptLog(context.Background(), log))
+	req.Header = http.Header{
+		"User-Agent":    s.template.Header["User-Agent"],
+		RequestIDHeader: {id},
+	}
+	return req
 }

@@ -298,6 +298,75 @@ func TestRetryAbsorbs(t *testing.T) {
 	}
 }
 
+// TestFirstFailure: with retries, a request that a retry saved carries
+// what its first attempt saw, the reset on its connection's third request,
+// its FailedAttempt is that, and it is re-probed; a request that succeeded the first time
+// carries none and has no failed attempt; one that failed on every attempt
+// carries its first failure, and its FailedAttempt is its last.
+func TestFirstFailure(t *testing.T) {
+	policy := &retry.Policy{BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}
+	var srv resettingServer
+	address := srv.start(t)
+	var results []Result
+	run(t, Config{
+		URL:      "http://" + address + "/work",
+		Clients:  []Client{{Kind: KeepAlive, Rate: 200, Connections: 2}},
+		Duration: 300 * time.Millisecond,
+		Retry:    policy,
+		OnResult: func(r Result) { results = append(results, r) },
+	})
+	absorbed := 0
+	for _, r := range results {
+		failed, ok := r.FailedAttempt()
+		switch {
+		case r.Absorbed():
+			absorbed++
+			f := r.FirstFailure
+			if f == nil || (f.Class != Reset && f.Class != Closed) || f.ConnRequests != 2 || f.ConnAge <= 0 || f.Err == nil {
+				t.Fatalf("absorbed request %s (first class %s): first failure %+v, want a reset on a connection that carried 2 requests", r.ID, r.FirstClass, f)
+			}
+			if f.Addr.String() != address || f.Connect <= 0 || f.Total < f.Connect || f.Total > r.Connect {
+				t.Errorf("absorbed request %s: first failure at %v, connected %v, ended %v, before the retry's connect %v; want the server's address and that order",
+					r.ID, f.Addr, f.Connect, f.Total, r.Connect)
+			}
+			if !ok || failed != *f {
+				t.Errorf("absorbed request %s: FailedAttempt %+v, %t; want its first failure", r.ID, failed, ok)
+			}
+			if r.ConnRequests != 0 {
+				t.Errorf("absorbed request %s: retried on a connection that carried %d requests, want a new one", r.ID, r.ConnRequests)
+			}
+			// Its first failure was on a reused connection.
+			if p := r.Reprobe; p == nil || p.Class != OK || p.At < r.Total {
+				t.Errorf("absorbed request %s, ended at %v: re-probe %+v; want an ok one after it", r.ID, r.Total, p)
+			}
+		case r.Class == OK:
+			if r.FirstFailure != nil || ok || r.Reprobe != nil {
+				t.Errorf("request %s, ok the first time: first failure %+v, FailedAttempt %t, re-probe %+v; want none", r.ID, r.FirstFailure, ok, r.Reprobe)
+			}
+		default:
+			t.Errorf("request %s: %s (%v), want ok", r.ID, r.Class, r.Err)
+		}
+	}
+	if absorbed == 0 {
+		t.Fatal("no request absorbed")
+	}
+
+	refused := closedPort(t)
+	results = nil
+	run(t, Config{URL: "http://" + refused + "/", Clients: []Client{{Rate: 100}}, Duration: 30 * time.Millisecond, Retry: policy,
+		OnResult: func(r Result) { results = append(results, r) }})
+	for _, r := range results {
+		failed, ok := r.FailedAttempt()
+		f := r.FirstFailure
+		if r.Class != Refused || r.Attempts != 3 || f == nil || f.Class != Refused || f.Addr.String() != refused || f.Total > r.Total {
+			t.Errorf("request %s to a closed port: %s after %d attempts, first failure %+v; want refused three times, the first at %s", r.ID, r.Class, r.Attempts, f, refused)
+		}
+		if !ok || failed.Total != r.Total || failed.Class != r.Class || failed.Addr != r.Addr {
+			t.Errorf("request %s: FailedAttempt %+v, %t; want its last attempt (ended %v)", r.ID, failed, ok, r.Total)
+		}
+	}
+}
+
 // TestDialSeam: a Config.Dial routes a name that no resolver knows, as the
 // local cluster routes a Service through its routing view.
 func TestDialSeam(t *testing.T) {

@@ -230,9 +230,17 @@ func TestStreamResult(t *testing.T) {
 	written := []Result{
 		{ID: "r-0", Client: KeepAlive, Time: at, Lag: 1234567 * time.Nanosecond, Connect: 4023 * time.Microsecond,
 			FirstByte: 9 * time.Millisecond, Total: 10*time.Millisecond + 1, Class: OK, Status: 200, Pod: "web-a",
-			Addr: netip.MustParseAddrPort("[fe80::1%eth0]:8080"), Reused: true, Attempts: 2, FirstClass: Reset},
+			Addr: netip.MustParseAddrPort("[fe80::1%eth0]:8080"), ConnRequests: 3, ConnAge: 1500*time.Millisecond + 7, Attempts: 2, FirstClass: Reset,
+			FirstFailure: &Attempt{Class: Reset, Addr: netip.MustParseAddrPort("10.77.0.3:8080"), ConnRequests: 41, ConnAge: 29*time.Second + 3,
+				Connect: 2 * time.Microsecond, Total: 1200 * time.Microsecond, Err: errors.New("read response: connection reset by peer")},
+			Reprobe: &Reprobe{Class: OK, Addr: netip.MustParseAddrPort("10.77.0.4:8080"), Pod: "web-b", Status: 200, At: 10*time.Millisecond + 3, Total: 900 * time.Microsecond}},
+		{ID: "r-4", Client: KeepAlive, Time: at.Add(4 * time.Second), Connect: time.Millisecond, Total: 3 * time.Millisecond, Class: Closed,
+			Addr: netip.MustParseAddrPort("127.0.0.1:8080"), ConnRequests: 1, ConnAge: time.Second, Attempts: 1, FirstClass: Closed, Err: errors.New("read response: EOF"),
+			Reprobe: &Reprobe{Class: Refused, Addr: netip.MustParseAddrPort("127.0.0.1:8080"), At: 3*time.Millisecond + 1, Total: 80 * time.Microsecond}},
 		{ID: "r-1", Client: NewConn, Time: at.Add(time.Second), Total: 2 * time.Second, Class: ConnectTimeout,
 			Addr: netip.MustParseAddrPort("10.96.0.10:80"), Attempts: 1, FirstClass: ConnectTimeout, Err: errors.New("dial tcp: i/o timeout")},
+		{ID: "r-3", Client: NewConn, Time: at.Add(3 * time.Second), Total: 300 * time.Millisecond, Class: Refused, Attempts: 3, FirstClass: Refused,
+			FirstFailure: &Attempt{Class: Refused, Total: time.Millisecond, Err: errors.New("connection refused")}, Err: errors.New("connection refused")},
 		{ID: "r-2", Client: NewConn, Time: at.Add(2 * time.Second), Class: Error, FirstClass: Error, Err: errors.New("bad request")},
 	}
 	var buf bytes.Buffer
@@ -241,6 +249,11 @@ func TestStreamResult(t *testing.T) {
 		if err := enc.Encode(EventOf(&r)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A reader that wants only whether the connection was reused still
+	// finds "reused".
+	if line := buf.String(); !strings.Contains(line, `"reused":true,"connRequests":3,"connAgeMs":1500.000007,`) {
+		t.Errorf("event line %s: want reused, connRequests and connAgeMs", line)
 	}
 	read, report, err := ReadStream(&buf)
 	if err != nil || report != nil {
@@ -253,9 +266,18 @@ func TestStreamResult(t *testing.T) {
 		t.Errorf("time read back in %v, want UTC", read[0].Time.Location())
 	}
 
+	// A line that records only that its connection was reused reads as
+	// one request carried before.
+	old, _, err := ReadStream(strings.NewReader(`{"id":"a","client":"keep-alive","time":"2026-01-02T03:04:05Z","class":"ok","reused":true}` + "\n"))
+	if err != nil || len(old) != 1 || old[0].ConnRequests != 1 || !old[0].Reused() {
+		t.Errorf("a line with only reused: %+v, %v; want a result with ConnRequests 1", old, err)
+	}
+
 	for _, tt := range []struct{ name, stream, want string }{
 		{"bad time", `{"id":"a","class":"ok","time":"noon"}`, "line 1: request a: time"},
 		{"bad addr", `{"id":"a","class":"ok","time":"2026-01-02T03:04:05Z","addr":"web:80"}`, "line 1: request a: addr"},
+		{"bad first failure addr", `{"id":"a","class":"ok","time":"2026-01-02T03:04:05Z","firstFailure":{"class":"reset","addr":"web:80"}}`, "line 1: request a: firstFailure.addr"},
+		{"bad reprobe addr", `{"id":"a","class":"ok","time":"2026-01-02T03:04:05Z","reprobe":{"class":"ok","addr":"web:80"}}`, "line 1: request a: reprobe.addr"},
 	} {
 		if _, _, err := ReadStream(strings.NewReader(tt.stream + "\n")); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: ReadStream: %v, want an error with %q", tt.name, err, tt.want)

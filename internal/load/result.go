@@ -39,30 +39,83 @@ type Result struct {
 	// Pod is the response's X-Pod-Name header.
 	Pod string
 	// Addr is the remote address of the connection the last attempt was
-	// sent on, as the dialer connected it; the zero AddrPort if it made
-	// none. Through a dialer that picks a Service's endpoint, such as the
-	// embedded cluster's routing view, it is the address of the pod that
-	// got the request; through a real cluster's kube-proxy, it is the
-	// Service's.
+	// sent on, as the dialer connected it, or, if its connect failed, the
+	// address the dialer tried, when its error (a *net.OpError) names
+	// one; else the zero AddrPort. Through a dialer that picks a Service's
+	// endpoint, such as the embedded cluster's routing view, it is the
+	// address of the pod that got the request or refused the connection (a
+	// Service with no endpoint to pick fails with none); through a real
+	// cluster's kube-proxy, it is the Service's.
 	Addr netip.AddrPort
-	// Reused reports whether the last attempt was sent on a connection
-	// that had carried a request before, as a keep-alive client's do; a
-	// request on a new connection went wherever the dialer routed it at
-	// that moment, one on a reused connection wherever its connection was
-	// routed when it was made.
-	Reused bool
+	// ConnRequests is the number of requests that the connection of the
+	// last attempt had carried before it: 0 for a new connection, more on
+	// a keep-alive client's reused one. A request on a new connection went
+	// wherever the dialer routed it at that moment, one on a reused
+	// connection wherever its connection was routed when it was made.
+	ConnRequests int
+	// ConnAge is how long before the last attempt took its connection the
+	// connection was made: 0 for a new connection.
+	ConnAge time.Duration
 	// Attempts is the number of attempts made; more than one only with
 	// retries.
 	Attempts int
 	// FirstClass is the outcome of the first attempt. A request with
 	// Class OK and FirstClass a failure was absorbed by a retry.
 	FirstClass Class
+	// FirstFailure is what the first attempt saw, for a request whose
+	// first attempt failed and which made more (a retry); nil otherwise.
+	FirstFailure *Attempt
+	// Reprobe is the probe sent on a new connection after the request,
+	// when its FailedAttempt was sent on a reused connection; nil
+	// otherwise.
+	Reprobe *Reprobe
 	// Err is the last attempt's error, if any.
 	Err error
 }
 
+// An Attempt is what one attempt of a request saw: the first failure of
+// a request that a retry followed ([Result.FirstFailure]), or the attempt
+// that [Result.FailedAttempt] returns.
+type Attempt struct {
+	// Class is the attempt's outcome.
+	Class Class
+	// Addr is the address its connection reached or its connect tried,
+	// as Result's Addr is.
+	Addr netip.AddrPort
+	// ConnRequests and ConnAge describe its connection as Result's do:
+	// both zero for a new connection.
+	ConnRequests int
+	ConnAge      time.Duration
+	// Connect and Total are when its connection was ready (zero if never)
+	// and when it ended, as offsets from the Result's Time.
+	Connect, Total time.Duration
+	// Err is its error, if any.
+	Err error
+}
+
+// Reused reports whether the last attempt was sent on a connection that
+// had carried a request before.
+func (r *Result) Reused() bool { return r.ConnRequests > 0 }
+
 // Absorbed reports whether a retry saved the request.
 func (r *Result) Absorbed() bool { return r.Class == OK && r.FirstClass != OK }
+
+// FailedAttempt returns the attempt that a diagnosis of r explains: the
+// last one for a failed request, the first failure for an absorbed one
+// (with its class alone if r does not carry FirstFailure), and false for a
+// request that succeeded the first time.
+func (r *Result) FailedAttempt() (Attempt, bool) {
+	switch {
+	case r.Class.Failed():
+		return Attempt{Class: r.Class, Addr: r.Addr, ConnRequests: r.ConnRequests, ConnAge: r.ConnAge,
+			Connect: r.Connect, Total: r.Total, Err: r.Err}, true
+	case r.FirstFailure != nil:
+		return *r.FirstFailure, true
+	case r.Absorbed():
+		return Attempt{Class: r.FirstClass}, true
+	}
+	return Attempt{}, false
+}
 
 func newResult(kind Kind, id string, at, began time.Time, attempts []attempt, err error) *Result {
 	r := &Result{ID: id, Client: kind, Time: at, Lag: began.Sub(at), Attempts: len(attempts), Err: err}
@@ -73,10 +126,15 @@ func newResult(kind Kind, id string, at, began time.Time, attempts []attempt, er
 	}
 	last := attempts[len(attempts)-1]
 	r.Class, r.FirstClass = last.class, attempts[0].class
-	r.Status, r.Pod, r.Addr, r.Reused = last.status, last.pod, last.addr, last.reused
+	r.Status, r.Pod, r.Addr = last.status, last.pod, last.addr
+	r.ConnRequests, r.ConnAge = last.connRequests, last.connAge
 	r.Connect, r.FirstByte, r.Total = offset(at, last.connect), offset(at, last.firstByte), offset(at, last.end)
 	if err == nil {
 		r.Err = last.err
+	}
+	if first := &attempts[0]; len(attempts) > 1 && first.class.Failed() {
+		r.FirstFailure = &Attempt{Class: first.class, Addr: first.addr, ConnRequests: first.connRequests, ConnAge: first.connAge,
+			Connect: offset(at, first.connect), Total: offset(at, first.end), Err: first.err}
 	}
 	return r
 }
@@ -362,39 +420,105 @@ type Event struct {
 	Status      int     `json:"status,omitempty"`
 	Pod         string  `json:"pod,omitempty"`
 	Addr        string  `json:"addr,omitempty"`
-	Reused      bool    `json:"reused,omitempty"`
-	Attempts    int     `json:"attempts"`
-	FirstClass  *Class  `json:"firstClass,omitempty"`
-	Error       string  `json:"error,omitempty"`
+	// Reused is ConnRequests > 0, for readers that want only that.
+	Reused       bool    `json:"reused,omitempty"`
+	ConnRequests int     `json:"connRequests,omitempty"`
+	ConnAgeMS    float64 `json:"connAgeMs,omitempty"`
+	Attempts     int     `json:"attempts"`
+	FirstClass   *Class  `json:"firstClass,omitempty"`
+	// FirstFailure and Reprobe are Result's, if any.
+	FirstFailure *EventAttempt `json:"firstFailure,omitempty"`
+	Reprobe      *EventReprobe `json:"reprobe,omitempty"`
+	Error        string        `json:"error,omitempty"`
+}
+
+// An EventReprobe is a [Reprobe] in an event line, its durations in
+// milliseconds: AtMS from the event's time.
+type EventReprobe struct {
+	Class   Class   `json:"class"`
+	Addr    string  `json:"addr,omitempty"`
+	Pod     string  `json:"pod,omitempty"`
+	Status  int     `json:"status,omitempty"`
+	AtMS    float64 `json:"atMs"`
+	TotalMS float64 `json:"totalMs"`
+}
+
+// An EventAttempt is an [Attempt] in an event line, its durations in
+// milliseconds from the event's time.
+type EventAttempt struct {
+	Class        Class   `json:"class"`
+	Addr         string  `json:"addr,omitempty"`
+	ConnRequests int     `json:"connRequests,omitempty"`
+	ConnAgeMS    float64 `json:"connAgeMs,omitempty"`
+	ConnectMS    float64 `json:"connectMs,omitempty"`
+	TotalMS      float64 `json:"totalMs"`
+	Error        string  `json:"error,omitempty"`
 }
 
 // EventOf returns the event line of r.
 func EventOf(r *Result) Event {
 	e := Event{
-		ID:          r.ID,
-		Client:      r.Client,
-		Time:        r.Time.UTC().Format(time.RFC3339Nano),
-		LagMS:       ms(r.Lag),
-		ConnectMS:   ms(r.Connect),
-		FirstByteMS: ms(r.FirstByte),
-		TotalMS:     ms(r.Total),
-		Class:       r.Class,
-		Status:      r.Status,
-		Pod:         r.Pod,
-		Reused:      r.Reused,
-		Attempts:    r.Attempts,
+		ID:           r.ID,
+		Client:       r.Client,
+		Time:         r.Time.UTC().Format(time.RFC3339Nano),
+		LagMS:        ms(r.Lag),
+		ConnectMS:    ms(r.Connect),
+		FirstByteMS:  ms(r.FirstByte),
+		TotalMS:      ms(r.Total),
+		Class:        r.Class,
+		Status:       r.Status,
+		Pod:          r.Pod,
+		Reused:       r.Reused(),
+		ConnRequests: r.ConnRequests,
+		ConnAgeMS:    ms(r.ConnAge),
+		Attempts:     r.Attempts,
 	}
-	if r.Addr.IsValid() {
-		e.Addr = r.Addr.String()
-	}
+	e.Addr = addrText(r.Addr)
 	if r.Attempts > 1 {
 		first := r.FirstClass
 		e.FirstClass = &first
 	}
-	if r.Err != nil {
-		e.Error = r.Err.Error()
+	if f := r.FirstFailure; f != nil {
+		e.FirstFailure = &EventAttempt{Class: f.Class, Addr: addrText(f.Addr), ConnRequests: f.ConnRequests, ConnAgeMS: ms(f.ConnAge),
+			ConnectMS: ms(f.Connect), TotalMS: ms(f.Total), Error: errText(f.Err)}
 	}
+	if p := r.Reprobe; p != nil {
+		e.Reprobe = &EventReprobe{Class: p.Class, Addr: addrText(p.Addr), Pod: p.Pod, Status: p.Status, AtMS: ms(p.At), TotalMS: ms(p.Total)}
+	}
+	e.Error = errText(r.Err)
 	return e
+}
+
+// addrText spells ap as an event line does: empty for the zero AddrPort.
+func addrText(ap netip.AddrPort) string {
+	if !ap.IsValid() {
+		return ""
+	}
+	return ap.String()
+}
+
+// parseAddr parses an address that addrText spelled.
+func parseAddr(s string) (netip.AddrPort, error) {
+	if s == "" {
+		return netip.AddrPort{}, nil
+	}
+	return netip.ParseAddrPort(s)
+}
+
+// errText is the text of err in an event line: empty for none.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// parseErr returns an error with the text that errText gave, or nil.
+func parseErr(s string) error {
+	if s == "" {
+		return nil
+	}
+	return errors.New(s)
 }
 
 // result returns the Result that event line e records, as EventOf wrote
@@ -406,31 +530,48 @@ func (e *Event) result() (Result, error) {
 		return Result{}, fmt.Errorf("request %s: time: %w", e.ID, err)
 	}
 	r := Result{
-		ID:         e.ID,
-		Client:     e.Client,
-		Time:       at,
-		Lag:        DurationMS(e.LagMS),
-		Connect:    DurationMS(e.ConnectMS),
-		FirstByte:  DurationMS(e.FirstByteMS),
-		Total:      DurationMS(e.TotalMS),
-		Class:      e.Class,
-		Status:     e.Status,
-		Pod:        e.Pod,
-		Reused:     e.Reused,
-		Attempts:   e.Attempts,
-		FirstClass: e.Class,
+		ID:           e.ID,
+		Client:       e.Client,
+		Time:         at,
+		Lag:          DurationMS(e.LagMS),
+		Connect:      DurationMS(e.ConnectMS),
+		FirstByte:    DurationMS(e.FirstByteMS),
+		Total:        DurationMS(e.TotalMS),
+		Class:        e.Class,
+		Status:       e.Status,
+		Pod:          e.Pod,
+		ConnRequests: e.ConnRequests,
+		ConnAge:      DurationMS(e.ConnAgeMS),
+		Attempts:     e.Attempts,
+		FirstClass:   e.Class,
 	}
-	if e.Addr != "" {
-		if r.Addr, err = netip.ParseAddrPort(e.Addr); err != nil {
-			return Result{}, fmt.Errorf("request %s: addr: %w", e.ID, err)
-		}
+	if e.Reused && e.ConnRequests == 0 {
+		// A line of a writer that recorded only that the connection was
+		// reused.
+		r.ConnRequests = 1
+	}
+	if r.Addr, err = parseAddr(e.Addr); err != nil {
+		return Result{}, fmt.Errorf("request %s: addr: %w", e.ID, err)
 	}
 	if e.FirstClass != nil {
 		r.FirstClass = *e.FirstClass
 	}
-	if e.Error != "" {
-		r.Err = errors.New(e.Error)
+	if f := e.FirstFailure; f != nil {
+		addr, err := parseAddr(f.Addr)
+		if err != nil {
+			return Result{}, fmt.Errorf("request %s: firstFailure.addr: %w", e.ID, err)
+		}
+		r.FirstFailure = &Attempt{Class: f.Class, Addr: addr, ConnRequests: f.ConnRequests, ConnAge: DurationMS(f.ConnAgeMS),
+			Connect: DurationMS(f.ConnectMS), Total: DurationMS(f.TotalMS), Err: parseErr(f.Error)}
 	}
+	if p := e.Reprobe; p != nil {
+		addr, err := parseAddr(p.Addr)
+		if err != nil {
+			return Result{}, fmt.Errorf("request %s: reprobe.addr: %w", e.ID, err)
+		}
+		r.Reprobe = &Reprobe{Class: p.Class, Addr: addr, Pod: p.Pod, Status: p.Status, At: DurationMS(p.AtMS), Total: DurationMS(p.TotalMS)}
+	}
+	r.Err = parseErr(e.Error)
 	return r, nil
 }
 

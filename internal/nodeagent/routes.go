@@ -318,18 +318,39 @@ func (r *Routes) slicesOf(namespace, name string) ([]*discoveryv1.EndpointSlice,
 // The connection's RemoteAddr is the pod's address as the API knows it
 // (PodIPInAPI), the one in its status and its pod_started event, as a
 // client in a real cluster sees its pod's IP; it reaches the address on
-// the node.
+// the node. A connect to a pod that fails names that address too, in its
+// *net.OpError's Addr.
 func (r *Routes) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	c, err := r.proxy.DialContext(ctx, network, address)
 	if err != nil {
-		return nil, err
+		return nil, dialErrorInAPI(err)
 	}
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return c, nil
 	}
-	ap := tc.RemoteAddr().(*net.TCPAddr).AddrPort()
-	return &apiAddrConn{TCPConn: tc, remote: net.TCPAddrFromAddrPort(netip.AddrPortFrom(PodIPInAPI(ap.Addr().Unmap()), ap.Port()))}, nil
+	return &apiAddrConn{TCPConn: tc, remote: tcpAddrInAPI(tc.RemoteAddr().(*net.TCPAddr))}, nil
+}
+
+// tcpAddrInAPI returns a, the address of a pod on the node, as the API
+// knows it (PodIPInAPI).
+func tcpAddrInAPI(a *net.TCPAddr) *net.TCPAddr {
+	ap := a.AddrPort()
+	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(PodIPInAPI(ap.Addr().Unmap()), ap.Port()))
+}
+
+// dialErrorInAPI returns err, the error of a connect to a pod on the node,
+// with the TCP address that its *net.OpError names, if any, as the API
+// knows it. The error is changed in place: a dialer makes a new one for
+// each connect.
+func dialErrorInAPI(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		if a, ok := oe.Addr.(*net.TCPAddr); ok && a != nil {
+			oe.Addr = tcpAddrInAPI(a)
+		}
+	}
+	return err
 }
 
 // DialFromPod connects to address as a process in a pod on the view's node

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 )
 
@@ -163,6 +164,59 @@ func TestPodIP(t *testing.T) {
 		a := netip.MustParseAddr(s)
 		if PodIPInAPI(a) != a || PodIPOnNode(a) != a {
 			t.Errorf("PodIPInAPI(%s) = %s, PodIPOnNode(%s) = %s; want it unchanged", a, PodIPInAPI(a), a, PodIPOnNode(a))
+		}
+	}
+}
+
+// TestRoutesDialErrorAddr: a refused connect to a pod names, in its
+// *net.OpError, the pod's address as the API knows it, as the connection's
+// RemoteAddr would have; a Service with no endpoint refuses with no
+// address. The view is loaded by hand: no API server is needed.
+func TestRoutesDialErrorAddr(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close() // nothing listens there now
+	proxy, err := local.NewProxy(local.ProxyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	r := &Routes{proxy: proxy}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}}}
+	endpoint := []*discoveryv1.EndpointSlice{{
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(port))}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}}},
+	}}
+	for _, tt := range []struct {
+		name   string
+		slices []*discoveryv1.EndpointSlice
+		want   string
+	}{
+		{"pod not listening", endpoint, "10.0.0.1:" + strconv.Itoa(port)},
+		{"no endpoint", nil, ""},
+	} {
+		proxy.Load(svc, tt.slices)
+		c, err := r.DialContext(context.Background(), "tcp", "web.shop:80")
+		if err == nil {
+			c.Close()
+			t.Fatalf("%s: connected to %v, want refused", tt.name, c.RemoteAddr())
+		}
+		var oe *net.OpError
+		if !errors.Is(err, syscall.ECONNREFUSED) || !errors.As(err, &oe) {
+			t.Fatalf("%s: %v, want a refused connect (*net.OpError)", tt.name, err)
+		}
+		got := ""
+		if oe.Addr != nil {
+			got = oe.Addr.String()
+		}
+		if got != tt.want {
+			t.Errorf("%s: error %v names address %q, want %q", tt.name, err, got, tt.want)
 		}
 	}
 }

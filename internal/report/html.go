@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,11 +24,17 @@ var htmlTemplate = template.Must(template.New("report").Parse(htmlSource))
 // SIGTERM) and its SIGTERM, SIGKILL and exit, the Service's endpoints as
 // the API published them and as each node's routing view applied them,
 // the failed requests per 100 ms stacked by class, each group of lanes
-// with a legend of what it draws; and a line per old pod.
+// with a legend of what it draws; and a line per old pod. A run with a
+// diagnosis ([results.Run].Diagnosis) stacks its failed requests, and
+// hollow those a retry absorbed, by cause instead, each segment a link to
+// its story (the request's evidence in sentences, its cause and fix),
+// and lists under its chart its causes, the findings of its old pods and
+// the limits of its diagnosis.
 //
 // Red means a failed request, or a capacity below what the rollout's
 // strategy allows ([results.Capacity].Allowed); nothing else is drawn
-// in red or in a failure class's colour.
+// in red or in a failure class's colour. A cause's colour marks only its
+// requests: failed ones, and, hollow, those a retry absorbed.
 //
 // The page loads nothing: its CSS is inline, it has no script, no font and
 // no image by URL, and its Content-Security-Policy forbids every fetch, so
@@ -42,6 +49,8 @@ func WriteHTML(w io.Writer, r *results.Results) error {
 type htmlPage struct {
 	Rows      []tableRow
 	Scenarios []htmlScenario
+	// Diagnosed is a page with a story to select.
+	Diagnosed bool
 }
 
 // tableRow is a scenario's row of the comparison table, spelled as
@@ -78,6 +87,35 @@ type htmlRun struct {
 	// Unattributed says why the old pods' request figures are unknown;
 	// empty when they are known.
 	Unattributed string
+	// Diagnosed is a run with a diagnosis: its Stories, which the
+	// segments of its failure chart link to, shown at StoriesAnchor, and
+	// its Causes, pod Findings and Limits.
+	Diagnosed     bool
+	StoriesAnchor string
+	Stories       []htmlStory
+	Causes        []htmlCause
+	Findings      []htmlFinding
+	Limits        []string
+}
+
+// htmlFinding is what the diagnosis found of one old pod.
+type htmlFinding struct {
+	Pod   string
+	Texts []string
+}
+
+// podFindings groups findings by pod, in the order of their first.
+func podFindings(findings []results.Finding) []htmlFinding {
+	var out []htmlFinding
+	for _, f := range findings {
+		i := slices.IndexFunc(out, func(h htmlFinding) bool { return h.Pod == f.Pod })
+		if i < 0 {
+			i = len(out)
+			out = append(out, htmlFinding{Pod: f.Pod})
+		}
+		out[i].Texts = append(out[i].Texts, f.Text)
+	}
+	return out
 }
 
 // oldPodRow is an old pod's row, spelled as WriteText spells it.
@@ -95,8 +133,10 @@ func newHTMLPage(r *results.Results) htmlPage {
 		anchor := "s" + strconv.Itoa(i+1)
 		p.Rows = append(p.Rows, newTableRow(s, anchor))
 		hs := htmlScenario{Name: s.Name, Anchor: anchor, Description: s.Description, Seed: s.Seed, Deployment: s.Deployment, Action: s.Action}
-		for _, run := range s.Runs {
-			hs.Runs = append(hs.Runs, newHTMLRun(run))
+		for j, run := range s.Runs {
+			h := newHTMLRun(run, anchor+"r"+strconv.Itoa(j+1))
+			p.Diagnosed = p.Diagnosed || len(h.Stories) > 0
+			hs.Runs = append(hs.Runs, h)
 		}
 		p.Scenarios = append(p.Scenarios, hs)
 	}
@@ -132,13 +172,21 @@ func capacityTitle(c *results.Capacity) string {
 	return fmt.Sprintf("%s; its rollout strategy allows %d", t, *c.Allowed)
 }
 
-// newHTMLRun lays out one run.
-func newHTMLRun(run results.Run) htmlRun {
+// newHTMLRun lays out one run, the ids of whose stories start with
+// anchor: with a diagnosis, its failures coloured by cause, their stories
+// and its causes; without one, its failures by class.
+func newHTMLRun(run results.Run, anchor string) htmlRun {
 	h := htmlRun{
 		Heading: fmt.Sprintf("run %d · action at %s UTC · %d requests, %d failed",
 			run.Repetition, run.Start.UTC().Format("2006-01-02 15:04:05.000"), run.Totals.Requests, run.Totals.Failed()),
-		Chart: newTimelineChart(run),
 	}
+	fails := classPlot(run)
+	if d := run.Diagnosis; d != nil {
+		h.Diagnosed, h.StoriesAnchor = true, anchor+"-stories"
+		h.Stories, fails = newStories(h.StoriesAnchor, anchor, run)
+		h.Causes, h.Findings, h.Limits = newCauses(d, h.Stories), podFindings(d.Findings), d.Limits
+	}
+	h.Chart = newTimelineChart(run, fails)
 	for _, c := range run.Clients {
 		h.Clients = append(h.Clients, clientLine(c))
 	}

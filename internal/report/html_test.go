@@ -70,6 +70,7 @@ func TestHTMLGolden(t *testing.T) {
 	}{
 		{name: "lab.html", results: readLabResults},
 		{name: "table.html", results: func(*testing.T) *results.Results { return twoScenarios() }},
+		{name: "diagnosis.html", results: func(t *testing.T) *results.Results { return readResults(t, labDiagnosis) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -214,7 +215,7 @@ func chromium(t *testing.T) string {
 func TestHTMLChromium(t *testing.T) {
 	bin := chromium(t)
 	t.Run("lab", func(t *testing.T) {
-		st := pixelStats(screenshot(t, bin, renderHTML(t, readLabResults(t)), 2000))
+		st := pixelStats(screenshot(t, bin, renderHTML(t, readLabResults(t)), 2000, ""))
 		t.Logf("%d×%d: %d pixels not white, %d colours, %d ready green, %d refused red",
 			st.width, st.height, st.notWhite, st.colours, st.exact[readyGreen], st.exact[refusedRed])
 		if area := st.width * st.height; st.notWhite < area/20 || st.colours < 64 {
@@ -231,7 +232,7 @@ func TestHTMLChromium(t *testing.T) {
 		}
 	})
 	t.Run("no failures", func(t *testing.T) {
-		img := screenshot(t, bin, renderHTML(t, readResults(t, noFailures)), 9000)
+		img := screenshot(t, bin, renderHTML(t, readResults(t, noFailures)), 9000, "")
 		st := pixelStats(img)
 		t.Logf("%d×%d: %d pixels not white, %d ready green, %d red", st.width, st.height, st.notWhite, st.exact[readyGreen], st.red)
 		if st.exact[readyGreen] < 5000 {
@@ -249,12 +250,30 @@ func TestHTMLChromium(t *testing.T) {
 			t.Errorf("%d red pixels on a page without failures", st.red)
 		}
 	})
+	t.Run("diagnosis", func(t *testing.T) {
+		page := renderHTML(t, readResults(t, labDiagnosis))
+		closed := pixelStats(screenshot(t, bin, page, 6000, ""))
+		t.Logf("%d×%d: %d pixels of routing-race purple, %d exit-without-drain orange, %d keep-alive-hostage navy",
+			closed.width, closed.height, closed.exact[racePurple], closed.exact[exitOrange], closed.exact[hostageNavy])
+		for c, name := range map[[3]uint8]string{racePurple: "routing-race purple", exitOrange: "exit-without-drain orange", hostageNavy: "keep-alive-hostage navy"} {
+			if closed.exact[c] < 300 {
+				t.Errorf("%d pixels of %s, want ≥ 300: the failures are not drawn in their causes' colours", closed.exact[c], name)
+			}
+		}
+		// s1r1-4 is the story of requests of 2-readiness cut by an exit
+		// without drain: selected, it shows, in its cause's colour.
+		open := pixelStats(screenshot(t, bin, page, 6000, "#s1r1-4"))
+		t.Logf("the story selected: %d pixels of exit-without-drain orange", open.exact[exitOrange])
+		if d := open.exact[exitOrange] - closed.exact[exitOrange]; d < 500 {
+			t.Errorf("the selected story adds %d pixels of its cause's orange, want ≥ 500: it does not show", d)
+		}
+	})
 }
 
 // screenshot loads page in headless Chromium, in a window 1400 wide and
-// height high, checks what it fetched and logged, and returns its
-// screenshot.
-func screenshot(t *testing.T, bin, page string, height int) image.Image {
+// height high, at the fragment fragment ("" for none), checks what it
+// fetched and logged, and returns its screenshot.
+func screenshot(t *testing.T, bin, page string, height int, fragment string) image.Image {
 	t.Helper()
 	var mu sync.Mutex
 	served := 0
@@ -281,7 +300,7 @@ func screenshot(t *testing.T, bin, page string, height int) image.Image {
 		"--disable-default-apps", "--disable-extensions", "--no-default-browser-check",
 		"--proxy-server="+srv.URL, "--log-net-log="+netLog, "--enable-logging=stderr", "--v=0",
 		"--user-data-dir="+filepath.Join(dir, "profile"), "--screenshot="+shot, fmt.Sprintf("--window-size=1400,%d", height),
-		srv.URL+"/")
+		srv.URL+"/"+fragment)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	start := time.Now()
@@ -295,7 +314,7 @@ func screenshot(t *testing.T, bin, page string, height int) image.Image {
 		t.Errorf("the page was served %d times, want 1", served)
 	}
 	mu.Unlock()
-	if got, want := pageRequests(t, netLog, srv.URL), []string{srv.URL + "/"}; !cmp.Equal(got, want) {
+	if got, want := pageRequests(t, netLog, srv.URL), []string{srv.URL + "/" + fragment}; !cmp.Equal(got, want) {
 		t.Errorf("the page's requests: %q, want only %q", got, want)
 	}
 	for _, line := range strings.Split(stderr.String(), "\n") {
@@ -367,9 +386,19 @@ var (
 	refusedRed = [3]uint8{0xd1, 0x24, 0x2f}
 )
 
+// The colours of html.tmpl's causes routing-race, exit-without-drain
+// and sigkill-keepalive-hostage.
+var (
+	racePurple  = [3]uint8{0x82, 0x50, 0xdf}
+	exitOrange  = [3]uint8{0xe1, 0x6f, 0x24}
+	hostageNavy = [3]uint8{0x0a, 0x30, 0x69}
+)
+
 // failureColours are html.tmpl's --refused, --reset, --closed, --timeout
-// and --http5xx.
-var failureColours = [][3]uint8{refusedRed, {0x82, 0x50, 0xdf}, {0xbc, 0x4c, 0x00}, {0x9a, 0x67, 0x00}, {0xbf, 0x39, 0x89}}
+// and --http5xx, and the colours of the causes but unknown's grey.
+var failureColours = [][3]uint8{refusedRed, racePurple, {0xbc, 0x4c, 0x00}, {0x9a, 0x67, 0x00}, {0xbf, 0x39, 0x89},
+	{0xff, 0x81, 0x82}, exitOrange, {0x95, 0x38, 0x00}, {0x24, 0x29, 0x2f}, hostageNavy, {0x54, 0xae, 0xff},
+	{0xd4, 0xa7, 0x2c}, {0x1b, 0x7c, 0x83}, {0x7a, 0x7a, 0x10}}
 
 type stats struct {
 	width, height, notWhite, colours int
@@ -454,10 +483,10 @@ const noFailures = "testdata/lab-no-failures.html.json"
 // a class the chart draws (a tick labelled in place needs none). The
 // entries of a row do not overlap and stay in the plot.
 func TestHTMLLegends(t *testing.T) {
-	for _, r := range []*results.Results{readLabResults(t), readResults(t, noFailures), twoScenarios(), disruptions(), userApp()} {
+	for _, r := range []*results.Results{readLabResults(t), readResults(t, noFailures), twoScenarios(), disruptions(), userApp(), readResults(t, labDiagnosis), one(diagnosedRun())} {
 		for _, s := range r.Scenarios {
 			for _, run := range s.Runs {
-				c := newTimelineChart(run)
+				c := newHTMLRun(run, "r").Chart
 				drawn := map[string]bool{}
 				for _, l := range append(c.Lanes, chartLane{Bars: c.Fail.Bars}) {
 					for _, b := range l.Bars {
@@ -517,8 +546,8 @@ func TestHTMLLegends(t *testing.T) {
 // TestHTMLRedMeansFailure renders results without a failed request and
 // checks that nothing on the page is styled as a failure: no failure
 // class, no cell or mark marked bad. Of the style sheet, only the failure
-// classes, a bad cell and a capacity below what the strategy allows may
-// use a failure class's colour.
+// classes, the causes' classes, a bad cell and a capacity below what the
+// strategy allows may use a failure class's or a cause's colour.
 func TestHTMLRedMeansFailure(t *testing.T) {
 	page := renderHTML(t, readResults(t, noFailures))
 	for _, bad := range []string{`class="fail `, `class="bad"`, `capacity below`} {
@@ -530,7 +559,12 @@ func TestHTMLRedMeansFailure(t *testing.T) {
 	if len(colours) != len(failClasses) {
 		t.Fatalf("the style sheet defines %d failure colours, want %d", len(colours), len(failClasses))
 	}
-	allowed := regexp.MustCompile(`^(\.fail\.[a-z0-9]+|td\.bad|svg \.mark\.capacity\.below)$`)
+	causes := regexp.MustCompile(`\.cause-[a-z-]+ \{ --(c): (#[0-9a-f]{6}); \}`).FindAllStringSubmatch(htmlSource, -1)
+	if len(causes) == 0 {
+		t.Fatal("the style sheet defines no cause's colour")
+	}
+	colours = append(colours, causes...)
+	allowed := regexp.MustCompile(`^(\.fail\.[a-z0-9]+|\.cause-[a-z-]+|\.absorbed\.cause|\.swatch(\.absorbed)?|\.story|td\.bad|svg \.mark\.capacity\.below)$`)
 	for _, rule := range regexp.MustCompile(`(?m)^([^{}\n]+)\{([^}]*)\}`).FindAllStringSubmatch(htmlSource, -1) {
 		uses := false
 		for _, c := range colours {

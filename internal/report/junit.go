@@ -25,7 +25,7 @@ func Over(run results.Run, limit int64) bool {
 // run, "run N", which fails when more of its requests failed than limit
 // allows ([Over]). A failure's message counts the failed requests by class;
 // its text, and a passing run's standard output, hold the run's figures
-// as WriteText writes them.
+// as WriteText writes them, with the fixes of its causes.
 func WriteJUnit(w io.Writer, name string, r *results.Results, limit int64) error {
 	doc := junitSuites{Name: name}
 	for _, s := range r.Scenarios {
@@ -42,7 +42,7 @@ func WriteJUnit(w io.Writer, name string, r *results.Results, limit int64) error
 		}
 		for _, run := range s.Runs {
 			var text strings.Builder
-			writeRun(&text, s.Name, run)
+			writeRun(&text, s.Name, run, true)
 			c := junitCase{Name: fmt.Sprintf("run %d", run.Repetition), Class: suiteName}
 			if Over(run, limit) {
 				c.Failure = &junitFailure{Type: "failed requests", Message: failureMessage(run, limit), Text: text.String()}

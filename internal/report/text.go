@@ -266,9 +266,13 @@ func roundSeconds(ms float64) string {
 
 // WriteText writes the tables, then for each run the requests of each
 // client by class, the seconds that had failures, in the style of seed
-// 001's load script ("+3s ok=33 refused=12"), a line per old pod, and the
-// run's disruption figures: its capacity, outage and recovery, back-offs
-// per pod, evictions, drain outcome and rollback.
+// 001's load script ("+3s ok=33 refused=12"), a line per old pod, the
+// run's disruption figures (its capacity, outage and recovery, back-offs
+// per pod, evictions, drain outcome and rollback) and its diagnosis: a
+// line per cause of its failed and absorbed requests, with the cause's
+// fix, and a line per pod finding (docs/diagnosis.md). A scenario of
+// several runs gives the fixes once, under its causes summed over its
+// runs.
 func WriteText(w io.Writer, r *results.Results) error {
 	if err := WriteTable(w, r); err != nil {
 		return err
@@ -276,16 +280,18 @@ func WriteText(w io.Writer, r *results.Results) error {
 	for _, s := range r.Scenarios {
 		for _, run := range s.Runs {
 			fmt.Fprintln(w)
-			writeRun(w, s.Name, run)
+			writeRun(w, s.Name, run, len(s.Runs) == 1)
 		}
+		writeScenarioCauses(w, s)
 	}
 	return nil
 }
 
 // writeRun writes run, of scenario name: its headline, the requests of
-// each client by class, the seconds that had failures, a line per old pod
-// and its disruption figures.
-func writeRun(w io.Writer, name string, run results.Run) {
+// each client by class, the seconds that had failures, a line per old
+// pod, its disruption figures and its diagnosis, with the fixes when
+// fixes is true.
+func writeRun(w io.Writer, name string, run results.Run, fixes bool) {
 	fmt.Fprintf(w, "%s, run %d (action at %s UTC): %d requests, %d failed\n",
 		name, run.Repetition, run.Start.UTC().Format("15:04:05.000"), run.Totals.Requests, run.Totals.Failed())
 	for _, c := range run.Clients {
@@ -307,6 +313,7 @@ func writeRun(w io.Writer, name string, run results.Run) {
 		fmt.Fprintf(w, "  %s\n", unattributedNote)
 	}
 	writeDisruption(w, run)
+	writeDiagnosis(w, run.Diagnosis, fixes)
 }
 
 // clientLine spells a client's kind, rate and requests by class, and the

@@ -76,6 +76,8 @@ type chartBar struct {
 	Title      string
 	Label      string
 	LabelX     float64
+	// Story is the id of the story the bar links to; empty for none.
+	Story string
 }
 
 // chartMark is a point event: Shape is tick (a line from Y to Y2), cross,
@@ -146,9 +148,9 @@ func newTimeScale(run results.Run) (timeScale, float64) {
 func at(ms float64) string { return fmt.Sprintf("%+.3f s", ms/1000) }
 
 // newTimelineChart lays out a run's timeline from the top: the action
-// lane, the pods, the endpoints, the failed requests and the time axis,
-// each group under a heading with its legend.
-func newTimelineChart(run results.Run) timelineChart {
+// lane, the pods, the endpoints, the failed requests as fails stacks them
+// and the time axis, each group under a heading with its legend.
+func newTimelineChart(run results.Run, fails failPlot) timelineChart {
 	scale, step := newTimeScale(run)
 	c := timelineChart{Width: chartWidth, PlotLeft: plotLeft, PlotRight: plotRight}
 	y := 4.0
@@ -176,8 +178,8 @@ func newTimelineChart(run results.Run) timelineChart {
 	}
 	group("pods", podLegend, podLanes(run, scale))
 	group("endpoints", endpointLegend, routeLanes(run, scale))
-	c.Fail = failBars(run, scale)
-	heading("failed requests", failLegend(), []chartLane{{Bars: c.Fail.Bars}})
+	c.Fail = failBars(fails, scale)
+	heading("failed requests", fails.legend, []chartLane{{Bars: c.Fail.Bars}})
 	c.Fail.place(y)
 	y += c.Fail.Height + 10
 	c.AxisY = y
@@ -808,25 +810,65 @@ var failClasses = []failClass{
 	{"error", "error", []string{"error"}},
 }
 
-// failBars stacks the failed requests of each 100 ms by class, by their
-// send time, from y = 0.
-func failBars(run results.Run, s timeScale) failChart {
+// failMark is a request the failure chart stacks: when it was sent, and
+// the index of its segment's kind in its failPlot.
+type failMark struct {
+	atMS float64
+	seg  int
+}
+
+// failSeg is a kind of segment of the failure chart's bars: its class,
+// what its hover title calls it, and the id of the story its segments
+// link to; empty for none.
+type failSeg struct {
+	class, label, story string
+}
+
+// failPlot is what the failure chart draws: the requests, the kinds of
+// segment in stacking order from the bottom, and the chart's legend.
+type failPlot struct {
+	marks  []failMark
+	segs   []failSeg
+	legend []legendGroup
+}
+
+// classPlot stacks the failed requests of the run's timeline by class,
+// as the chart of a run without a diagnosis does.
+func classPlot(run results.Run) failPlot {
+	p := failPlot{legend: failLegend()}
+	for _, c := range failClasses {
+		p.segs = append(p.segs, failSeg{class: "fail " + c.class, label: c.label})
+	}
+	for _, e := range run.Timeline {
+		if e.Source == results.SourceClient {
+			p.marks = append(p.marks, failMark{atMS: e.AtMS, seg: failClassOf(e.Kind)})
+		}
+	}
+	return p
+}
+
+// failClassOf returns the index in failClasses of the class that sums
+// the load class kind; error's for a class it does not know.
+func failClassOf(kind string) int {
+	ci := slices.IndexFunc(failClasses, func(c failClass) bool { return slices.Contains(c.kinds, kind) })
+	if ci < 0 {
+		return len(failClasses) - 1
+	}
+	return ci
+}
+
+// failBars stacks the marks of each 100 ms by their segment's kind, by
+// their send time, from y = 0. A segment with a story links to it.
+func failBars(p failPlot, s timeScale) failChart {
 	buckets := map[int][]int{}
 	var keys []int
-	for _, e := range run.Timeline {
-		if e.Source != results.SourceClient {
-			continue
-		}
-		ci := slices.IndexFunc(failClasses, func(c failClass) bool { return slices.Contains(c.kinds, e.Kind) })
-		if ci < 0 {
-			ci = len(failClasses) - 1
-		}
-		b := int(math.Floor(e.AtMS / bucketMS))
+	for _, m := range p.marks {
+		b := int(math.Floor(m.atMS / bucketMS))
 		if buckets[b] == nil {
-			buckets[b] = make([]int, len(failClasses))
+			buckets[b] = make([]int, len(p.segs))
 			keys = append(keys, b)
 		}
-		buckets[b][ci]++
+		buckets[b][m.seg]++
 	}
 	if len(keys) == 0 {
 		return failChart{Height: 16, None: true}
@@ -847,14 +889,15 @@ func failBars(run results.Run, s timeScale) failChart {
 		from := float64(k) * bucketMS
 		x0, x1 := s.x(from), s.x(from+bucketMS)
 		base := f.Height
-		for ci, n := range buckets[k] {
+		for si, n := range buckets[k] {
 			if n == 0 {
 				continue
 			}
 			h := float64(n) * unit
 			base -= h
-			f.Bars = append(f.Bars, chartBar{X: x0, Y: round1(base), W: round1(max(x1-x0-0.4, 0.8)), H: round1(h), Class: "fail " + failClasses[ci].class,
-				Title: fmt.Sprintf("%s to %s: %d %s", at(from), at(from+bucketMS), n, failClasses[ci].label)})
+			seg := p.segs[si]
+			f.Bars = append(f.Bars, chartBar{X: x0, Y: round1(base), W: round1(max(x1-x0-0.4, 0.8)), H: round1(h), Class: seg.class,
+				Title: fmt.Sprintf("%s to %s: %d %s", at(from), at(from+bucketMS), n, seg.label), Story: seg.story})
 		}
 	}
 	return f

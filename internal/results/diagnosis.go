@@ -85,7 +85,7 @@ type Reprobe struct {
 type PodState struct {
 	// State is the pod's latest step then (docs/diagnosis.md § States):
 	// pending, starting, running, listening, ready, unready, terminating,
-	// prestop, signalled, draining, exited, killed, restarting, deleted.
+	// prestop, signalled, draining, exited, killed, restarting.
 	State string `json:"state"`
 	// SinceMS is when it reached that step.
 	SinceMS float64 `json:"sinceMs"`
@@ -94,8 +94,8 @@ type PodState struct {
 	// Ready is its Ready condition, which puts it in the endpoints.
 	Ready bool `json:"ready"`
 	// Listening reports whether its server listened: known from the
-	// server's own log (closingtime serve's listening and sigterm
-	// events), nil otherwise.
+	// server's own log (closingtime serve's started, listening and
+	// exiting events, and its container's exit), nil otherwise.
 	Listening *bool `json:"listening,omitempty"`
 }
 

@@ -131,6 +131,11 @@ type RunningPod struct {
 	IP string `json:"ip,omitempty"`
 	// Ready is its Ready condition then.
 	Ready bool `json:"ready"`
+	// PIDNamespace is how its container's process was isolated, from its
+	// container_started event: "pid" or "user+pid" when it ran as PID 1
+	// of a PID namespace of its own, "none" when not; empty where the
+	// cluster does not tell (a real one).
+	PIDNamespace string `json:"pidNamespace,omitempty"`
 }
 
 // Capacity is the fewest ready pods of a Deployment during a run, against

@@ -79,7 +79,7 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 		reached := t.Add(r.Connect)
 		if r.Class == load.OK || r.Class == load.HTTP5xx {
 			if pod := cmp.Or(r.Pod, addrs.pod(r.Addr, reached)); pod != "" {
-				answered = append(answered, served{reached, pod, r.Reused})
+				answered = append(answered, served{reached, pod, r.Reused()})
 			} else {
 				unattributed++
 			}
@@ -206,28 +206,37 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 }
 
 // failedRequest returns what the client saw of request r for the
-// diagnosis, if r failed or a retry absorbed its failure, with times as
-// at gives them.
+// diagnosis, if r failed or a retry absorbed its failure: the attempt
+// that failed (the last of a failed request, the first of an absorbed
+// one), with times as at gives them.
 func failedRequest(r *load.Result, at func(time.Time) float64) (results.Request, bool) {
-	if !r.Class.Failed() && !r.Absorbed() {
+	a, ok := r.FailedAttempt()
+	if !ok {
 		return results.Request{}, false
 	}
-	f := results.Request{ID: r.ID, Client: r.Client, AtMS: at(r.Time), Class: r.Class, Absorbed: r.Absorbed(), FailedMS: at(r.Time.Add(r.Total))}
-	if r.Err != nil {
-		f.Error = r.Err.Error()
+	offset := func(d time.Duration) float64 { return at(r.Time.Add(d)) }
+	f := results.Request{ID: r.ID, Client: r.Client, AtMS: at(r.Time), Class: a.Class, Absorbed: r.Absorbed(),
+		FailedMS: offset(a.Total), ConnRequests: a.ConnRequests, ConnAgeMS: ms(a.ConnAge)}
+	if a.Err != nil {
+		f.Error = a.Err.Error()
 	}
-	if r.Addr.IsValid() {
-		f.Addr = r.Addr.String()
+	if a.Addr.IsValid() {
+		f.Addr = a.Addr.String()
 	}
-	if r.Reused {
-		f.ConnRequests = 1
-	}
-	if r.Class == load.HTTP5xx {
+	if a.Class == load.HTTP5xx && !r.Absorbed() {
+		// The response that named the pod is the failed one's.
 		f.Pod = r.Pod
 	}
+	// A connect that failed failed when the attempt did.
 	f.ConnectMS = f.FailedMS
-	if r.Connect > 0 {
-		f.ConnectMS = at(r.Time.Add(r.Connect))
+	if a.Connect > 0 {
+		f.ConnectMS = offset(a.Connect)
+	}
+	if p := r.Reprobe; p != nil {
+		f.Reprobe = &results.Reprobe{Class: p.Class, Pod: p.Pod, Status: p.Status, AtMS: offset(p.At)}
+		if p.Addr.IsValid() {
+			f.Reprobe.Addr = p.Addr.String()
+		}
 	}
 	return f, true
 }
@@ -416,11 +425,17 @@ func runningOf(events []cluster.Event, d string) []results.RunningPod {
 	started := map[string]results.RunningPod{}
 	for _, e := range events {
 		tr.add(e)
-		if e.Kind == cluster.PodStarted && tr.ours[e.Pod] {
+		switch {
+		case e.Kind == cluster.PodStarted && tr.ours[e.Pod]:
 			if _, ok := started[e.Pod]; !ok {
 				order = append(order, e.Pod)
 			}
 			started[e.Pod] = results.RunningPod{Name: e.Pod, Node: e.Node, IP: e.Fields["ip"]}
+		case e.Kind == cluster.ContainerStarted && tr.ours[e.Pod]:
+			if p, ok := started[e.Pod]; ok {
+				p.PIDNamespace = e.Fields["pid_namespace"]
+				started[e.Pod] = p
+			}
 		}
 	}
 	var pods []results.RunningPod

@@ -206,7 +206,7 @@ func TestFiguresByAddress(t *testing.T) {
 	req := func(s float64, class load.Class, pod, addr string) load.Result {
 		return load.Result{Time: at(s), Connect: 500 * time.Microsecond, Class: class, Pod: pod, Addr: addrPort(addr)}
 	}
-	kept := func(r load.Result) load.Result { r.Reused = true; return r }
+	kept := func(r load.Result) load.Result { r.ConnRequests = 1; return r }
 	earlier, events := addressedRun(at)
 	requests := []load.Result{
 		req(0.5, load.OK, "", "127.77.0.2:8080"),
