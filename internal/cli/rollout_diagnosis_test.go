@@ -45,13 +45,14 @@ func buildUserServer(t *testing.T) string {
 // behind a preStop sleep longer than the endpoint propagation, only the
 // kept-alive connections are still on the old pods when the signal comes,
 // and the exit cuts their requests. Each old pod gets the finding
-// exited-without-drain. With the preStop sleep and a drain
+// exited-without-drain, and the text output names each cause diagnosed
+// and its fix. With the preStop sleep and a drain
 // (http.Server.Shutdown), nothing is cut and nothing is diagnosed, but for
 // one race that Shutdown has: it closes the idle keep-alive connections
 // at once, and a request the client is sending on one that moment is
 // lost. The diagnosis calls that a stale connection; any variant may have
 // it, on a kept-alive connection at its pod's SIGTERM (one request, in one
-// of 20 runs of the drain on a busy machine of two cores).
+// of 35 runs of the drain on a busy machine of two cores).
 func TestRolloutDiagnosisUserServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs rollouts under load")
@@ -72,7 +73,7 @@ func TestRolloutDiagnosisUserServer(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			run := rolloutUserServer(t, server, tt.manifest)
+			run, out := rolloutUserServer(t, server, tt.manifest)
 			d := run.Diagnosis
 			if d == nil {
 				d = &results.Diagnosis{}
@@ -102,6 +103,12 @@ func TestRolloutDiagnosisUserServer(t *testing.T) {
 			for c, n := range wrong {
 				t.Errorf("%d requests of cause %s, want only %v (or %v, or a stale connection at SIGTERM)", n, c, tt.want, tt.also)
 				logRequests(t, d.Requests, c)
+			}
+			for _, info := range diagnosis.Causes() {
+				has := slices.ContainsFunc(d.Causes, func(cc results.CauseCount) bool { return cc.Cause == info.Cause && cc.Failed > 0 })
+				if strings.Contains(out, info.Title) != has || has && !strings.Contains(out, info.Fix) {
+					t.Errorf("cause %s diagnosed: %v; the text output should name it and its fix then, and not otherwise:\n%s", info.Cause, has, out)
+				}
 			}
 			if len(tt.want) == 0 {
 				return
@@ -140,11 +147,12 @@ func staleAtSigterm(run results.Run, r results.Request) bool {
 
 // rolloutUserServer runs closingtime rollout --local of manifest, its
 // image run as the user's server at server, with a new-conn and a
-// keep-alive client, and returns the run its results file holds. At 50
-// requests a second of 400 ms each (the manifests' WORK_MS), about 20 are
-// in flight at any moment, spread over the old pods' kept-alive
-// connections: every old pod has some when its signal comes.
-func rolloutUserServer(t *testing.T, server, manifest string) results.Run {
+// keep-alive client, and returns the run its results file holds and its
+// text output. At 50 requests a second of 400 ms each (the manifests'
+// WORK_MS), about 20 are in flight at any moment, spread over the old
+// pods' kept-alive connections: every old pod has some when its signal
+// comes.
+func rolloutUserServer(t *testing.T, server, manifest string) (results.Run, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "results.json")
 	args := []string{"rollout", "-f", filepath.Join("testdata", manifest), "--local",
@@ -172,7 +180,7 @@ func rolloutUserServer(t *testing.T, server, manifest string) results.Run {
 	if d := run.Diagnosis; d != nil {
 		t.Logf("causes %+v\nfindings %+v\nlimits %q", d.Causes, d.Findings, d.Limits)
 	}
-	return run
+	return run, out.String()
 }
 
 // logRequests logs the evidence of the first requests of cause c.
