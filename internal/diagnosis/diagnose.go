@@ -234,7 +234,7 @@ func (h *history) refused(ph *podHistory, s snapshot, t float64) results.Cause {
 		// In its preStop hook, not signalled: it should listen.
 		return Unknown
 	}
-	if x, ok := ph.lastExitBefore(t); ok && x.liveness && (!s.running || x.at == never) {
+	if x, ok := ph.lastExitBefore(t); (ok && x.liveness && !s.running) || ph.beingKilled(t) {
 		// Down after a liveness kill, or being killed.
 		return LivenessRestart
 	}

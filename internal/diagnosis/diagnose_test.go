@@ -338,3 +338,23 @@ func TestDiagnoseThroughServiceAddress(t *testing.T) {
 		t.Errorf("request %+v: want unknown, no pod, with two pods exiting then", r)
 	}
 }
+
+// TestDiagnoseLivenessKilledTwice has a liveness probe fail again during
+// its kill's grace period, which kills the instance a second time before
+// its one exit: once restarted and ready, the pod is no longer down.
+func TestDiagnoseLivenessKilledTwice(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").endpoints(-5000, 0, ready("10.0.0.1"))
+	tl.event(1000, cluster.LivenessKill, "app-a", map[string]string{"probe": "liveness"}).
+		event(1500, cluster.LivenessKill, "app-a", map[string]string{"probe": "liveness"}).
+		event(2000, cluster.ContainerExited, "app-a", map[string]string{"code": "137"}).
+		event(3000, cluster.ContainerStarted, "app-a", map[string]string{"restart": "1"}).
+		event(4000, cluster.PodReady, "app-a", nil)
+	_, got := tl.diagnosed(t,
+		request("killing", load.Refused, 1800, 1800, 1800, "10.0.0.1:8080", 0, 0),
+		request("down", load.Refused, 2500, 2500, 2500, "10.0.0.1:8080", 0, 0),
+		request("back", load.Refused, 5000, 5000, 5000, "10.0.0.1:8080", 0, 0),
+	)
+	if !slices.Equal(got, []results.Cause{LivenessRestart, LivenessRestart, NotListening}) {
+		t.Errorf("causes %v, want liveness-restart while killed and down, then not-listening", got)
+	}
+}

@@ -95,16 +95,21 @@ func (h *podHistory) exitNear(from, to float64) (exit, bool) {
 	return exit{}, false
 }
 
-// lastExitBefore returns the last exit of h at or before t, or the
-// liveness kill whose exit has not come yet (its at is never); false if
+// lastExitBefore returns the last exit of h at or before t; false if
 // none.
 func (h *podHistory) lastExitBefore(t float64) (exit, bool) {
 	for i := len(h.exits) - 1; i >= 0; i-- {
-		if x := h.exits[i]; x.at <= t || (x.at == never && x.killedAt <= t) {
-			return x, true
+		if h.exits[i].at <= t {
+			return h.exits[i], true
 		}
 	}
 	return exit{}, false
+}
+
+// beingKilled reports whether, at t, the kubelet was killing h's
+// container after a failed liveness probe, and it had not exited yet.
+func (h *podHistory) beingKilled(t float64) bool {
+	return slices.ContainsFunc(h.exits, func(x exit) bool { return x.liveness && x.killedAt <= t && t < x.at })
 }
 
 // endpointsAt is a Service's endpoints from one moment on, with the
@@ -350,7 +355,11 @@ func (h *history) add(e *results.Entry) {
 		}
 	case cluster.LivenessKill:
 		state("restarting")
-		ph.exits = append(ph.exits, exit{at: never, liveness: true, killedAt: e.AtMS})
+		if n := len(ph.exits); n == 0 || ph.exits[n-1].at != never {
+			// A probe that fails again during the kill's grace period
+			// kills the same instance again: one exit follows.
+			ph.exits = append(ph.exits, exit{at: never, liveness: true, killedAt: e.AtMS})
+		}
 	case cluster.ContainerExited:
 		code, _ := strconv.Atoi(e.Detail["code"])
 		// A real cluster's API reports no SIGKILL: its exit code, 128+9,
@@ -433,16 +442,22 @@ func (h *history) readyEndpoints(t float64) *int {
 
 // routedBy returns the nodes whose routing view at t would route a new
 // connection from a client on that node to ip, in the order of their
-// names; nil if no view is known.
+// names: empty if none would, nil if no view was applied by t.
 func (h *history) routedBy(ip string, t float64) []string {
 	if len(h.nodes) == 0 {
 		return nil
 	}
-	out := []string{}
+	var out []string
+	seen := false // a view was applied by t
 	for _, node := range h.nodes {
-		if e, ok := latest(h.applied[node], t); ok && slices.Contains(e.routed, ip) {
+		e, ok := latest(h.applied[node], t)
+		seen = seen || ok
+		if ok && slices.Contains(e.routed, ip) {
 			out = append(out, node)
 		}
+	}
+	if seen && out == nil {
+		return []string{}
 	}
 	return out
 }

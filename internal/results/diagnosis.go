@@ -57,9 +57,10 @@ type Request struct {
 	Published *bool `json:"published,omitempty"`
 	// RoutedBy are the nodes whose routing view (kube-proxy's rules) had
 	// the pod as an endpoint it routes new connections to when the
-	// connection was made; nil if the cluster does not show the views (a
-	// real one) or Pod is unknown.
-	RoutedBy []string `json:"routedBy,omitempty"`
+	// connection was made: empty when none did, nil (absent) if the
+	// cluster shows no view (a real one), none was applied by then, or
+	// Pod is unknown.
+	RoutedBy []string `json:"routedBy,omitzero"`
 	// ReadyEndpoints counts the endpoints of the Service's
 	// EndpointSlices that a new connection could be routed to when the
 	// attempt connected (the ready ones, or the serving terminating ones

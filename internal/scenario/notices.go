@@ -161,7 +161,10 @@ func (d *podNotices) notices(e cluster.Event) []string {
 	case cluster.ProbeFailed:
 		probe := e.Fields["probe"]
 		key := e.Pod + "/" + probe
-		if n, err := strconv.Atoi(e.Fields["failures"]); err == nil && n == 1 {
+		n, err := strconv.Atoi(e.Fields["failures"])
+		if _, started := d.failing[key]; (err == nil && n == 1) || (err != nil && !started) {
+			// A real cluster's Events do not count the failed runs in a
+			// row: the first one seen starts the run.
 			d.failing[key] = e.Time
 		}
 		if since, ok := d.failing[key]; (ok && e.Time.Sub(since) < probeNoticeAfter) || d.ending[e.Pod] {

@@ -19,10 +19,10 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
-// TestDiagnosis feeds events as the local cluster records them to a
+// TestPodNotices feeds events as the local cluster records them to a
 // diagnosis, each case from the start, and checks every notice it gives,
 // in order, and its explanation at the end.
-func TestDiagnosis(t *testing.T) {
+func TestPodNotices(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	ev := func(s float64, kind cluster.EventKind, pod, container string, fields map[string]string) cluster.Event {
@@ -114,6 +114,16 @@ func TestDiagnosis(t *testing.T) {
 			},
 			want: []string{"pod web-a: container web: readiness probe GET :8080/healthz failed: HTTP 404"},
 			why:  "pod web-a: container web: readiness probe GET :8080/healthz failed: HTTP 404",
+		},
+		{
+			name: "probe failures without a count, as a real cluster's Events give them, from 5 s after the first seen",
+			events: []cluster.Event{
+				ev(0, cluster.ProbeFailed, "web-a", "web", map[string]string{"probe": "readiness", "output": "HTTP 503"}),
+				ev(2, cluster.ProbeFailed, "web-a", "web", map[string]string{"probe": "readiness", "output": "HTTP 503"}),
+				ev(6, cluster.ProbeFailed, "web-a", "web", map[string]string{"probe": "readiness", "output": "HTTP 503"}),
+			},
+			want: []string{"pod web-a: container web: readiness probe failed: HTTP 503"},
+			why:  "pod web-a: container web: readiness probe failed: HTTP 503",
 		},
 		{
 			name: "probe failures, once failing for 5 s in a row, at most one a pod and probe every 10 s",

@@ -106,6 +106,9 @@ type Cluster struct {
 	rollouts map[string]*rollout           // by namespace/name of the Deployment
 	logs     map[string]*cluster.LogBuffer // by namespace/pod/container
 	loadRuns map[string]bool               // the runs of load pods not yet deleted
+	// kubeletEvents holds, by namespace/name, the occurrences seen of
+	// each of the kubelet's Events about pods.
+	kubeletEvents map[string]int32
 	// podLister reads the pods informer's cache.
 	podLister corelisters.PodLister
 }
@@ -144,6 +147,7 @@ func New(cfg Config) (*Cluster, error) {
 		client: client, namespace: namespace, clock: cfg.Clock, images: cfg.Images, ctx: ctx, stop: stop,
 		changed: make(chan struct{}), pods: map[types.UID]*podState{}, services: map[string][]cluster.Endpoint{},
 		rollouts: map[string]*rollout{}, logs: map[string]*cluster.LogBuffer{}, loadRuns: map[string]bool{},
+		kubeletEvents: map[string]int32{},
 	}
 	if cfg.CreateNamespace {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}

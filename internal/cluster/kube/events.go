@@ -25,16 +25,17 @@ import (
 const syncTimeout = time.Minute
 
 // observe starts the informers on the namespace's Pods, EndpointSlices,
-// ReplicaSets and Deployments, and waits until each handler
-// has seen the objects that were there. Their changes become events from
-// then on.
+// ReplicaSets, Deployments and the kubelet's Events about pods, and waits
+// until each handler has seen the objects that were there. Their changes
+// become events from then on.
 func (c *Cluster) observe() error {
 	c.factory = informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithNamespace(c.namespace))
 	pods := c.factory.Core().V1().Pods().Informer()
 	endpointSlices := c.factory.Discovery().V1().EndpointSlices()
 	rss := c.factory.Apps().V1().ReplicaSets()
 	deployments := c.factory.Apps().V1().Deployments()
-	regs := make([]cache.ResourceEventHandlerRegistration, 0, 4)
+	kubeletEvents := c.factory.InformerFor(&corev1.Event{}, kubeletEventInformer(c.namespace))
+	regs := make([]cache.ResourceEventHandlerRegistration, 0, 5)
 	add := func(i cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
 		reg, err := i.AddEventHandler(h)
 		regs = append(regs, reg)
@@ -63,6 +64,11 @@ func (c *Cluster) observe() error {
 			update: func(_, _ *appsv1.Deployment) { c.changedObserved(lister) },
 			remove: func(*appsv1.Deployment) { c.changedObserved(lister) },
 		}),
+		add(kubeletEvents, handler[*corev1.Event]{
+			add:    func(e *corev1.Event, initial bool) { c.kubeletEventSeen(lister, e, initial) },
+			update: func(_, e *corev1.Event) { c.kubeletEventSeen(lister, e, false) },
+			remove: c.kubeletEventGone,
+		}),
 	} {
 		if err != nil {
 			return fmt.Errorf("observe namespace %s: %w", c.namespace, err)
@@ -76,7 +82,7 @@ func (c *Cluster) observe() error {
 	ctx, cancel := context.WithTimeout(c.ctx, syncTimeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("observe namespace %s: the informers did not list Pods, EndpointSlices, ReplicaSets and Deployments within %v: is the API server reachable, and may these be listed and watched?",
+		return fmt.Errorf("observe namespace %s: the informers did not list Pods, EndpointSlices, ReplicaSets, Deployments and Events within %v: is the API server reachable, and may these be listed and watched?",
 			c.namespace, syncTimeout)
 	}
 	c.mu.Lock()
