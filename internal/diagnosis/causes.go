@@ -90,7 +90,7 @@ var causes = []Info{
 		"make terminationGracePeriodSeconds cover the preStop delay, the longest request and the exit, or bound the drain below it",
 		"termination-budget", ""},
 	{StaleConnection, "stale connection: the request went out on a kept-alive connection that its server had closed or was closing",
-		"retry idempotent requests once on a new connection (package retry), give client connections a lifetime, and have a draining server send Connection: close",
+		"retry idempotent requests once on a new connection (package retry), give client connections a lifetime, and have a draining server answer with Connection: close before it closes kept-alive connections (package graceful; net/http's Server.Shutdown closes idle ones under requests already on their way)",
 		"", ""},
 	{LivenessRestart, "restarts: failed liveness probes restarted the pods, and back-off kept them down",
 		"make the liveness probe check the process only, never a dependency; readiness may take a pod out of the Service instead",
