@@ -61,7 +61,7 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	d.Causes = count(d.Requests)
 	d.Findings = findings(h, run.OldPods, d.Requests)
 	if !h.signals && h.terminated() && len(requests) > 0 {
-		d.Limits = append(d.Limits, "the cluster does not report the stop signal: a pod's own log tells when it got SIGTERM, if it logs it, and a terminating pod that refused a connection is taken to have had it")
+		d.Limits = append(d.Limits, "the cluster does not report the stop signal: a pod's own log tells when it got SIGTERM, if it logs it, its termination's start if not, and a terminating pod that refused a connection is taken to have had it")
 	}
 	if len(h.nodes) == 0 && len(requests) > 0 {
 		d.Limits = append(d.Limits, "the cluster shows no node's routing view: a routing race is told from the EndpointSlices' changes, not from the rules each node had applied")
@@ -120,8 +120,7 @@ func (h *history) infer(r *results.Request) string {
 	for _, name := range h.order {
 		ph := h.pods[name]
 		if r.Class == load.Refused {
-			s := ph.at(r.ConnectMS)
-			if s.signalled && h.listed(name, r.ConnectMS) {
+			if ph.signalAt <= r.ConnectMS && h.listed(name, r.ConnectMS) {
 				found = append(found, name)
 			}
 			continue
@@ -151,9 +150,11 @@ func (h *history) observe(r *results.Request) {
 	if ph == nil || r.PodInferred || r.ConnRequests > 0 || r.ConnectMS < ph.signalAt {
 		return
 	}
-	if r.Class == load.Refused {
+	switch r.Class {
+	case load.Refused:
 		ph.refusedAfterSignal = true
-	} else {
+	case load.Reset, load.Closed, load.ResponseTimeout, load.HTTP5xx:
+		// The connection was made: the listener took it.
 		ph.acceptedAfterSignal = true
 	}
 }
@@ -234,8 +235,9 @@ func (h *history) refused(ph *podHistory, s snapshot, t float64) results.Cause {
 		// In its preStop hook, not signalled: it should listen.
 		return Unknown
 	}
-	if x, ok := ph.lastExitBefore(t); (ok && x.liveness && !s.running) || ph.beingKilled(t) {
-		// Down after a liveness kill, or being killed.
+	if x, ok := ph.lastExitBefore(t); (ok && x.liveness && (!s.running || !s.Ready)) || ph.beingKilled(t) {
+		// Being killed after a failed liveness probe, or down since,
+		// not ready again.
 		return LivenessRestart
 	}
 	if !s.running {

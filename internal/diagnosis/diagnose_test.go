@@ -341,7 +341,8 @@ func TestDiagnoseThroughServiceAddress(t *testing.T) {
 
 // TestDiagnoseLivenessKilledTwice has a liveness probe fail again during
 // its kill's grace period, which kills the instance a second time before
-// its one exit: once restarted and ready, the pod is no longer down.
+// its one exit: once restarted and ready again, the pod is no longer
+// down.
 func TestDiagnoseLivenessKilledTwice(t *testing.T) {
 	tl := new(timeline).running("app-a", "10.0.0.1").endpoints(-5000, 0, ready("10.0.0.1"))
 	tl.event(1000, cluster.LivenessKill, "app-a", map[string]string{"probe": "liveness"}).
@@ -352,9 +353,10 @@ func TestDiagnoseLivenessKilledTwice(t *testing.T) {
 	_, got := tl.diagnosed(t,
 		request("killing", load.Refused, 1800, 1800, 1800, "10.0.0.1:8080", 0, 0),
 		request("down", load.Refused, 2500, 2500, 2500, "10.0.0.1:8080", 0, 0),
+		request("restarted", load.Refused, 3500, 3500, 3500, "10.0.0.1:8080", 0, 0),
 		request("back", load.Refused, 5000, 5000, 5000, "10.0.0.1:8080", 0, 0),
 	)
-	if !slices.Equal(got, []results.Cause{LivenessRestart, LivenessRestart, NotListening}) {
-		t.Errorf("causes %v, want liveness-restart while killed and down, then not-listening", got)
+	if !slices.Equal(got, []results.Cause{LivenessRestart, LivenessRestart, LivenessRestart, NotListening}) {
+		t.Errorf("causes %v, want liveness-restart while killed, down and restarted not ready, then not-listening", got)
 	}
 }

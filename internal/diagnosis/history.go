@@ -367,8 +367,12 @@ func (h *history) add(e *results.Entry) {
 		x := exit{at: e.AtMS, code: code, killed: s.terminating && (s.State == "killed" || code == 137), terminating: s.terminating, killedAt: never}
 		if ph.exiting != never && ph.exiting <= x.at && ph.exiting > x.at-exitBefore {
 			// The server's own last line is nearer its end than the
-			// moment the cluster learnt of it.
+			// moment the cluster learnt of it; its clock's milliseconds
+			// may put it a little before the signal it follows.
 			x.at = ph.exiting
+			if s.signalled {
+				x.at = max(x.at, ph.signalAt)
+			}
 		}
 		ph.exiting = never
 		if n := len(ph.exits); n > 0 && ph.exits[n-1].at == never {

@@ -95,8 +95,8 @@ type PodState struct {
 	// Ready is its Ready condition, which puts it in the endpoints.
 	Ready bool `json:"ready"`
 	// Listening reports whether its server listened: known from the
-	// server's own log (closingtime serve's started, listening and
-	// exiting events, and its container's exit), nil otherwise.
+	// server's own log (closingtime serve's started and listening
+	// events, then its container's exits and starts), nil otherwise.
 	Listening *bool `json:"listening,omitempty"`
 }
 

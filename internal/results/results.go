@@ -226,8 +226,9 @@ type OldPod struct {
 	// until it closes them.
 	LastNewConnectionMS *float64 `json:"lastNewConnectionMs,omitempty"`
 	// AfterSigterm counts the requests the pod answered that reached it
-	// after SIGTERM; absent (unknown) if the run's answered requests could
-	// not be attributed to pods, none of them. A request is the pod's when
+	// after SIGTERM; absent (unknown) if SIGTERM's time is unknown, or if
+	// the run's answered requests could not be attributed to pods, none
+	// of them. A request is the pod's when
 	// the response's X-Pod-Name names it or, without the header, when its
 	// connection reached the address the pod had then.
 	AfterSigterm *int `json:"afterSigterm,omitempty"`

@@ -169,7 +169,7 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 				after++
 			}
 		}
-		if len(answered) > 0 || unattributed == 0 {
+		if (len(answered) > 0 || unattributed == 0) && !p.sigterm.IsZero() {
 			old.AfterSigterm = &after
 		}
 		if !p.sigterm.IsZero() {
@@ -319,13 +319,14 @@ func logEvent(pod string, l cluster.LogLine, at func(time.Time) float64) (result
 }
 
 // loggedSigterm returns when a pod's log, lines, says that it received
-// SIGTERM (a "sigterm" event of `closingtime serve`) at or after start;
-// zero if it does not.
+// SIGTERM (a "sigterm" event of `closingtime serve`, or "wrapper_signal"
+// of its wrapper, which as the container's first process gets the signal)
+// at or after start; zero if it does not.
 func loggedSigterm(lines []cluster.LogLine, start time.Time) time.Time {
 	for _, l := range lines {
 		var logged time.Time // the time the line says
 		at := func(t time.Time) float64 { logged = t; return 0 }
-		if e, ok := logEvent("", l, at); ok && e.Kind == "sigterm" && !logged.Before(start) {
+		if e, ok := logEvent("", l, at); ok && (e.Kind == "sigterm" || e.Kind == "wrapper_signal") && !logged.Before(start) {
 			return logged
 		}
 	}
