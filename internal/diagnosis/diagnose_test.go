@@ -348,6 +348,7 @@ func TestDiagnoseLivenessKilledTwice(t *testing.T) {
 	tl.event(1000, cluster.LivenessKill, "app-a", map[string]string{"probe": "liveness"}).
 		event(1500, cluster.LivenessKill, "app-a", map[string]string{"probe": "liveness"}).
 		event(2000, cluster.ContainerExited, "app-a", map[string]string{"code": "137"}).
+		event(2001, cluster.PodUnready, "app-a", nil).
 		event(3000, cluster.ContainerStarted, "app-a", map[string]string{"restart": "1"}).
 		event(4000, cluster.PodReady, "app-a", nil)
 	_, got := tl.diagnosed(t,
