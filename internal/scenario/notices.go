@@ -26,7 +26,8 @@ const noticeInterval = 10 * time.Second
 const probeNoticeAfter = 5 * time.Second
 
 // addressInUse is what a server's error says when the address it binds is
-// taken (EADDRINUSE's text).
+// taken (EADDRINUSE's text), in lower case: Go writes it so, Python and
+// Java as "Address already in use".
 const addressInUse = "address already in use"
 
 // addressInUseHint is the notice given, once a run, when a container's log
@@ -57,7 +58,7 @@ const maxQuoted = 200
 //     nothing: the kubelet probes a container as soon as it starts, and
 //     the first runs usually find the port not yet open;
 //   - once a run, a hint when an exited container's log says "address
-//     already in use".
+//     already in use", in any case.
 //
 // Exits and probe failures of a pod that terminates are expected, and not
 // reported. A podNotices is not safe for concurrent use.
@@ -145,7 +146,7 @@ func (d *podNotices) notices(e cluster.Event) []string {
 		}
 		d.cause = msg
 		out := []string{msg}
-		if !d.hinted && slices.ContainsFunc(lines, func(l cluster.LogLine) bool { return strings.Contains(l.Text, addressInUse) }) {
+		if !d.hinted && slices.ContainsFunc(lines, func(l cluster.LogLine) bool { return strings.Contains(strings.ToLower(l.Text), addressInUse) }) {
 			d.hinted = true
 			out = append(out, addressInUseHint)
 		}

@@ -52,6 +52,13 @@ func TestPodNotices(t *testing.T) {
 		"web-b": {
 			{Stream: "stderr", Restart: 0, Text: "closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use"},
 		},
+		// Python and Java capitalise the error's text.
+		"web-py": {
+			{Stream: "stderr", Restart: 0, Text: "OSError: [Errno 98] Address already in use"},
+		},
+		"web-java": {
+			{Stream: "stderr", Restart: 0, Text: "java.net.BindException: Address already in use"},
+		},
 	}
 	refused := `Get "http://127.1.1.2:8080/ready": dial tcp 127.1.1.2:8080: connect: connection refused`
 	tests := []struct {
@@ -89,6 +96,19 @@ func TestPodNotices(t *testing.T) {
 				"pod web-b: container web exited with code 1: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use",
 			},
 			why: "pod web-b: container web exited with code 1: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use; " + addressInUseHint,
+		},
+		{
+			name: "address in use, capitalised as Python and Java write it",
+			events: []cluster.Event{
+				started(0, "web-java", "0"), exited(0.1, "web-java", "1", "Error"),
+				started(0.2, "web-py", "0"), exited(0.3, "web-py", "1", "Error"),
+			},
+			want: []string{
+				"pod web-java: container web exited with code 1: java.net.BindException: Address already in use",
+				addressInUseHint,
+				"pod web-py: container web exited with code 1: OSError: [Errno 98] Address already in use",
+			},
+			why: "pod web-py: container web exited with code 1: OSError: [Errno 98] Address already in use; " + addressInUseHint,
 		},
 		{
 			name: "the latest instance's last two lines, clipped",
