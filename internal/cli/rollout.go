@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,8 +48,8 @@ did and the cause of each failure, with its fix (docs/diagnosis.md). The
 output and files are those of closingtime lab: -o json writes the results
 on standard output, --results FILE as JSON and --report FILE as an HTML
 page (neither by default); standard error says at the end which files
-were written and where, and last how many requests failed and the cause
-of most of them.
+were written and where, and last how many requests failed and a line
+for each of their causes, the most first, with its count and its fix.
 
 --junit FILE, or -o junit, writes the results as JUnit XML for CI: a test
 case per rollout, failed when more of its requests failed than
@@ -211,9 +212,10 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	return err
 }
 
-// rolloutVerdict spells the last line of a rollout, s: how many of its
-// requests failed over its runs and, if some did, the cause of the most
-// (diagnosis.Dominant) with its fix.
+// rolloutVerdict spells the last lines of a rollout, s: how many of its
+// requests failed over its runs and, if some did, a line for each cause
+// of them (diagnosis.Sum), the most first, with its count and its fix:
+// each fix leaves the others' requests failing.
 func rolloutVerdict(s results.Result) string {
 	t := s.Totals
 	if t.Failed() == 0 {
@@ -224,17 +226,25 @@ func rolloutVerdict(s results.Result) string {
 		return verdict
 	}
 	verdict := fmt.Sprintf("%d of %d requests failed", t.Failed(), t.Requests)
-	counts := diagnosis.Sum(s.Runs)
-	c, ok := diagnosis.Dominant(counts)
-	if !ok {
+	counts := slices.DeleteFunc(diagnosis.Sum(s.Runs), func(c results.CauseCount) bool { return c.Failed == 0 })
+	if len(counts) == 0 {
 		return verdict
 	}
-	i := slices.IndexFunc(counts, func(n results.CauseCount) bool { return n.Cause == c })
-	of := fmt.Sprintf("%d of them", counts[i].Failed)
-	if int64(counts[i].Failed) == t.Failed() {
-		of = "all of them"
+	slices.SortStableFunc(counts, func(a, b results.CauseCount) int { return cmp.Compare(b.Failed, a.Failed) })
+	unexplained := t.Failed()
+	for _, c := range counts {
+		unexplained -= int64(c.Failed)
 	}
-	return fmt.Sprintf("%s; the cause of %s: %s; fix: %s", verdict, of, diagnosis.Describe(c).Title, report.Fix(c))
+	width := len(strconv.FormatInt(max(int64(counts[0].Failed), unexplained), 10))
+	var b strings.Builder
+	b.WriteString(verdict + ", by cause:")
+	for _, c := range counts {
+		fmt.Fprintf(&b, "\n  %*d %s; fix: %s", width, c.Failed, diagnosis.Describe(c.Cause).Title, report.Fix(c.Cause))
+	}
+	if unexplained > 0 {
+		fmt.Fprintf(&b, "\n  %*d without a diagnosis", width, unexplained)
+	}
+	return b.String()
 }
 
 // flagErrors returns err, an error of scenario.FromManifests, in the terms

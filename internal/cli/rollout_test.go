@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/closingtime-dev/closingtime/internal/diagnosis"
+	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
@@ -236,9 +237,10 @@ func TestRolloutImageCommand(t *testing.T) {
 	}
 }
 
-// TestRolloutVerdict spells a rollout's last line: the failed requests
-// over its runs and the cause of the most of them, with its fix; the
-// causes of the runs are summed before the leading one is chosen.
+// TestRolloutVerdict spells a rollout's last lines: the failed requests
+// over its runs and every cause of them, the most first, each with its
+// count and its fix; the causes of the runs are summed before they are
+// ordered, and a cause that only absorbed requests is left out.
 func TestRolloutVerdict(t *testing.T) {
 	t.Parallel()
 	run := func(counts ...results.CauseCount) results.Run {
@@ -252,6 +254,9 @@ func TestRolloutVerdict(t *testing.T) {
 	}
 	refused := func(n int) results.CauseCount { return results.CauseCount{Cause: diagnosis.NoEndpoint, Failed: n} }
 	stale := results.CauseCount{Cause: diagnosis.StaleConnection, Absorbed: 40}
+	line := func(n string, c results.Cause) string {
+		return "\n  " + n + " " + diagnosis.Describe(c).Title + "; fix: " + report.Fix(c)
+	}
 	tests := []struct {
 		name   string
 		totals results.Totals
@@ -263,11 +268,16 @@ func TestRolloutVerdict(t *testing.T) {
 		{name: "absorbed", totals: results.Totals{Requests: 1102, OK: 1102, Absorbed: 40}, runs: []results.Run{run(stale)},
 			want: "none of 1102 requests failed; a retry absorbed 40"},
 		{name: "one cause", totals: results.Totals{Requests: 1102, OK: 1090, Closed: 12}, runs: []results.Run{run(cut(12), stale)},
-			want: "12 of 1102 requests failed; the cause of all of them: " + diagnosis.Describe(diagnosis.ExitWithoutDrain).Title +
+			want: "12 of 1102 requests failed, by cause:\n  12 " + diagnosis.Describe(diagnosis.ExitWithoutDrain).Title +
 				"; fix: " + diagnosis.Describe(diagnosis.ExitWithoutDrain).Fix + " — docs/diagnosis.md#exit-without-drain"},
-		{name: "summed over runs", totals: results.Totals{Requests: 2204, OK: 2172, Refused: 14, Closed: 18}, runs: []results.Run{run(refused(8), cut(6)), run(cut(12), refused(6))},
-			want: "32 of 2204 requests failed; the cause of 18 of them: " + diagnosis.Describe(diagnosis.ExitWithoutDrain).Title +
-				"; fix: " + diagnosis.Describe(diagnosis.ExitWithoutDrain).Fix + " — docs/diagnosis.md#exit-without-drain"},
+		// A stale connection that absorbed 40 sorts first in a run's
+		// causes, but failed none.
+		{name: "summed over runs, the most first", totals: results.Totals{Requests: 2204, OK: 2172, Refused: 14, Closed: 18}, runs: []results.Run{run(stale, refused(8), cut(6)), run(cut(12), refused(6))},
+			want: "32 of 2204 requests failed, by cause:" + line("18", diagnosis.ExitWithoutDrain) + line("14", diagnosis.NoEndpoint)},
+		{name: "counts aligned", totals: results.Totals{Requests: 2204, OK: 2091, Refused: 5, Closed: 108}, runs: []results.Run{run(cut(108), refused(5))},
+			want: "113 of 2204 requests failed, by cause:" + line("108", diagnosis.ExitWithoutDrain) + line("  5", diagnosis.NoEndpoint)},
+		{name: "a run without a diagnosis", totals: results.Totals{Requests: 2204, OK: 2184, Refused: 20}, runs: []results.Run{run(refused(8)), run()},
+			want: "20 of 2204 requests failed, by cause:" + line(" 8", diagnosis.NoEndpoint) + "\n  12 without a diagnosis"},
 		{name: "no diagnosis", totals: results.Totals{Requests: 1102, OK: 1090, Refused: 12}, runs: []results.Run{run()},
 			want: "12 of 1102 requests failed"},
 	}
