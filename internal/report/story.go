@@ -167,7 +167,9 @@ func causeRank(c results.Cause) int {
 // in stories whose ids start with anchor and which close to the element
 // of id closed. It returns the stories, in the order the failure chart
 // stacks them (failed before absorbed, then by cause, class and first
-// request), and the chart's plot.
+// request, the first sent or, sent at the same time, of the lower id),
+// and the chart's plot; the same run gives the same stories, whatever the
+// order of its requests.
 func newStories(closed, anchor string, run results.Run) ([]htmlStory, failPlot) {
 	fails := runFailures(run)
 	group := func(coarse bool) map[storyKey]*htmlStory {
@@ -190,13 +192,17 @@ func newStories(closed, anchor string, run results.Run) ([]htmlStory, failPlot) 
 	}
 	stories := make([]htmlStory, 0, len(by))
 	for _, s := range by {
-		slices.SortStableFunc(s.requests, func(a, b failure) int { return cmp.Compare(a.req.AtMS, b.req.AtMS) })
+		slices.SortFunc(s.requests, sentFirst)
 		stories = append(stories, *s)
 	}
+	// The map gives the stories in any order; the keys after the first
+	// request tell apart any two stories, so that the page comes out the
+	// same every time.
 	slices.SortFunc(stories, func(a, b htmlStory) int {
 		ka, kb := a.key, b.key
 		return cmp.Or(boolRank(ka.absorbed, kb.absorbed), cmp.Compare(causeRank(ka.cause), causeRank(kb.cause)),
-			cmp.Compare(failClassOf(ka.kind), failClassOf(kb.kind)), cmp.Compare(a.requests[0].req.AtMS, b.requests[0].req.AtMS))
+			cmp.Compare(failClassOf(ka.kind), failClassOf(kb.kind)), sentFirst(a.requests[0], b.requests[0]),
+			boolRank(ka.undiagnosed, kb.undiagnosed), cmp.Compare(ka.kind, kb.kind), cmp.Compare(ka.evidence, kb.evidence))
 	})
 	index := map[storyKey]int{}
 	p := failPlot{}
@@ -217,6 +223,12 @@ func newStories(closed, anchor string, run results.Run) ([]htmlStory, failPlot) 
 	}
 	p.legend = causeLegend(p.segs, stories)
 	return stories, p
+}
+
+// sentFirst orders failures by their send time, those sent at the same
+// time by their request's id.
+func sentFirst(a, b failure) int {
+	return cmp.Or(cmp.Compare(a.req.AtMS, b.req.AtMS), cmp.Compare(a.req.ID, b.req.ID))
 }
 
 // boolRank orders false before true.

@@ -407,3 +407,51 @@ func TestHTMLStoryEscapes(t *testing.T) {
 		}
 	}
 }
+
+// TestHTMLStoriesReproducible renders a run whose failed requests tie on
+// their send time, two of distinct stories (a new connection and a
+// kept-alive one refused at +0.741 s) and two of one story that failed at
+// different times, and checks that every rendering gives the same bytes,
+// with the requests in either order: ties go by the request's id.
+func TestHTMLStoriesReproducible(t *testing.T) {
+	run := func(reversed bool) results.Run {
+		run := diagnosedRun()
+		d := run.Diagnosis
+		race := func(id string, client load.Kind, connRequests int) results.Request {
+			return results.Request{ID: id, Client: client, AtMS: 741, Class: load.Refused, Error: "connect: connection refused",
+				ConnectMS: 742, FailedMS: 742, ConnRequests: connRequests, Pod: "app-1", Cause: diagnosis.RoutingRace}
+		}
+		late := d.Requests[1]
+		late.ID, late.FailedMS = "r-7", 2008
+		d.Requests = append(d.Requests, race("r-5", load.KeepAlive, 4), race("r-6", load.NewConn, 0), late)
+		d.Causes = append(d.Causes, results.CauseCount{Cause: diagnosis.RoutingRace, Failed: 2, FirstMS: 741, LastMS: 741, Seconds: []int{0}})
+		d.Causes[0].Failed++
+		run.Timeline = run.Timeline[:1]
+		for _, r := range d.Requests {
+			if !r.Absorbed {
+				run.Timeline = append(run.Timeline, results.Entry{AtMS: r.AtMS, Source: results.SourceClient, Kind: r.Class.String(),
+					Detail: map[string]string{"client": r.Client.String(), "id": r.ID, "error": r.Error}})
+			}
+		}
+		if reversed {
+			slices.Reverse(d.Requests)
+			slices.Reverse(run.Timeline[1:])
+		}
+		return run
+	}
+	want := renderHTML(t, one(run(false)))
+	for i := range 8 {
+		if got := renderHTML(t, one(run(i%2 == 1))); got != want {
+			t.Fatalf("rendering %d (requests reversed: %t) differs from the first", i+2, i%2 == 1)
+		}
+	}
+	// The story of the kept-alive request, r-5, comes first, and the
+	// closed requests' story tells r-2, not r-7, sent at the same time.
+	stories := pageStories(want)
+	if s := stories["s1r1-2"].text; !strings.Contains(s, "by the keep-alive client") {
+		t.Errorf("story s1r1-2 does not tell r-5, the keep-alive request:\n%s", s)
+	}
+	if s := stories["s1r1-4"].text; !strings.Contains(s, "3 failed requests, closed") || !strings.Contains(s, "it failed at +2.005 s") {
+		t.Errorf("story s1r1-4 does not tell r-2 first of three:\n%s", s)
+	}
+}
