@@ -65,9 +65,6 @@ func runReport(streams Streams, path string, flags reportFlags) error {
 	if err != nil {
 		return inputError("report: "+path, err)
 	}
-	if len(res.Scenarios) == 0 {
-		return usagef("report: %s: no scenarios: not the results of closingtime rollout or lab", path)
-	}
 	rediagnose(res)
 	return write(streams.Out, res)
 }

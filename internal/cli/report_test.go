@@ -25,6 +25,12 @@ func TestReport(t *testing.T) {
 	if err := os.WriteFile(empty, []byte(`{}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A field of the wrong type on line 3.
+	mistyped := filepath.Join(t.TempDir(), "mistyped.json")
+	if err := os.WriteFile(mistyped, []byte("{\"scenarios\": [{\"name\": \"s\",\n \"runs\": [\n {\"diagnosis\": 12}]}]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const not = ": not a results file of closingtime lab or rollout: "
 	tests := []struct {
 		name     string
 		args     []string
@@ -37,9 +43,14 @@ func TestReport(t *testing.T) {
 		{name: "no file", args: []string{"report"}, wantCode: ExitUsage, wantErr: "want exactly one results file"},
 		{name: "html", args: []string{"report", "-o", "html", golden}, wantOut: html},
 		{name: "bad output", args: []string{"report", "-o", "pdf", golden}, wantCode: ExitUsage, wantErr: `invalid --output "pdf": accepted values are text, json, html`},
-		{name: "broken", args: []string{"report", broken}, wantCode: ExitUsage, wantErr: "report: " + broken + ": read results"},
+		{name: "broken", args: []string{"report", broken}, wantCode: ExitUsage,
+			wantErr: "closingtime: report: " + broken + not + "line 1, column 15: unexpected end of JSON input\n"},
+		{name: "a manifest", args: []string{"report", "testdata/rollout-plain.yaml"}, wantCode: ExitUsage,
+			wantErr: "closingtime: report: testdata/rollout-plain.yaml" + not + "line 1, column 1: invalid character '#' looking for beginning of value\n"},
+		{name: "mistyped", args: []string{"report", mistyped}, wantCode: ExitUsage,
+			wantErr: "closingtime: report: " + mistyped + not + "line 3: field scenarios.runs.diagnosis is a number, not an object\n"},
 		{name: "missing", args: []string{"report", "no-such.json"}, wantCode: ExitUsage, wantErr: "closingtime: report: no-such.json: no such file or directory\n"},
-		{name: "no scenarios", args: []string{"report", empty}, wantCode: ExitUsage, wantErr: "report: " + empty + ": no scenarios"},
+		{name: "no scenarios", args: []string{"report", empty}, wantCode: ExitUsage, wantErr: "closingtime: report: " + empty + not + "no scenarios\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,11 +1,16 @@
 package results
 
 import (
+	"bytes"
+	"encoding"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -311,11 +316,20 @@ func Write(w io.Writer, r *Results) error {
 }
 
 // Read reads results written by Write, and those written before
-// timeline entries had their Endpoints.
+// timeline entries had their Endpoints. Input that is not results (not
+// JSON, a field of the wrong type, no scenario) gives an error that says
+// so, with the decoder's reason and the line it found it on.
 func Read(rd io.Reader) (*Results, error) {
-	var r Results
-	if err := json.NewDecoder(rd).Decode(&r); err != nil {
+	data, err := io.ReadAll(rd)
+	if err != nil {
 		return nil, fmt.Errorf("read results: %w", err)
+	}
+	var r Results
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, notResults(data, err)
+	}
+	if len(r.Scenarios) == 0 {
+		return nil, errors.New(notResultsText + ": no scenarios")
 	}
 	for i := range r.Scenarios {
 		for j := range r.Scenarios[i].Runs {
@@ -323,6 +337,72 @@ func Read(rd io.Reader) (*Results, error) {
 		}
 	}
 	return &r, nil
+}
+
+// notResultsText begins the error of input that is not results.
+const notResultsText = "not a results file of closingtime lab or rollout"
+
+// notResults returns the error of data, which json.Unmarshal could not
+// decode as Results with err: where it failed, line and column of a
+// syntax error, the line and field of a value of the wrong type (whose
+// offset is the end of the value), and why.
+func notResults(data []byte, err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		line, column := position(data, se.Offset-1)
+		return fmt.Errorf("%s: line %d, column %d: %w", notResultsText, line, column, err)
+	case errors.As(err, &te):
+		line, _ := position(data, te.Offset)
+		what := "the value"
+		if te.Field != "" {
+			what = "field " + te.Field
+		}
+		return fmt.Errorf("%s: line %d: %s is %s, not %s", notResultsText, line, what, article(te.Value), article(jsonKind(te.Type)))
+	}
+	return fmt.Errorf("%s: %w", notResultsText, err)
+}
+
+// position returns the line and column, from 1, of the byte at offset of
+// data; the column counts characters. An offset out of data is taken as
+// its nearest end.
+func position(data []byte, offset int64) (line, column int) {
+	offset = min(max(offset, 0), int64(len(data)))
+	before := data[:offset]
+	start := bytes.LastIndexByte(before, '\n') + 1
+	return bytes.Count(before, []byte("\n")) + 1, utf8.RuneCount(before[start:]) + 1
+}
+
+// jsonKind spells the JSON value that decodes into a Go value of type t,
+// as json.UnmarshalTypeError spells the value found: a type that decodes
+// itself from text takes a string.
+func jsonKind(t reflect.Type) string {
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
+		return "string"
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "object"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "bool"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "number"
+}
+
+// article puts "a" or "an" before v, a JSON value's kind ("a number",
+// "an object").
+func article(v string) string {
+	if strings.IndexByte("aeiou", v[0]) >= 0 {
+		return "an " + v
+	}
+	return "a " + v
 }
 
 // upgradeEndpoints gives the endpoints events of a timeline written before

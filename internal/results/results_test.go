@@ -70,3 +70,34 @@ func TestReadOldEndpoints(t *testing.T) {
 		t.Errorf("timeline (-want +got):\n%s", diff)
 	}
 }
+
+// TestReadNotResults: input that is not results says so, with the
+// decoder's reason and where it found it: the line and column of a
+// syntax error, counted in characters, the line and field of a value of
+// the wrong type.
+func TestReadNotResults(t *testing.T) {
+	t.Parallel()
+	const not = "not a results file of closingtime lab or rollout: "
+	tests := []struct {
+		name, in, want string
+	}{
+		{"not JSON", "nonsense", not + "line 1, column 2: invalid character 'o' in literal null (expecting 'u')"},
+		{"a manifest", "# web\napiVersion: apps/v1\nkind: Deployment\n", not + "line 1, column 1: invalid character '#' looking for beginning of value"},
+		{"a syntax error past a multi-byte character", "{\"scenarios\": [\n  {\"name\": \"é\" \"deployment\": \"default/app\"}]}", not + "line 2, column 16: invalid character '\"' after object key:value pair"},
+		{"truncated", "{\"scenarios\": [", not + "line 1, column 15: unexpected end of JSON input"},
+		{"empty", "", not + "line 1, column 1: unexpected end of JSON input"},
+		{"a field of the wrong type", "{\"scenarios\": [{\"name\": \"s\", \"runs\": [\n  {\"repetition\": 1},\n  {\"repetition\": 2, \"diagnosis\": 12}]}]}",
+			not + "line 3: field scenarios.runs.diagnosis is a number, not an object"},
+		{"a class of the wrong type", "{\"scenarios\": [{\"name\": \"s\", \"runs\": [{\"repetition\": 1,\n \"clients\": [{\"kind\": 3}]}]}]}",
+			not + "line 2: field scenarios.runs.clients.kind is a number, not a string"},
+		{"an array", "[]", not + "line 1: the value is an array, not an object"},
+		{"no scenarios", `{"apiVersion": "v1", "kind": "Service"}`, not + "no scenarios"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Read(strings.NewReader(tt.in)); err == nil || err.Error() != tt.want {
+				t.Errorf("error %v\nwant  %s", err, tt.want)
+			}
+		})
+	}
+}
