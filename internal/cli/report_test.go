@@ -88,7 +88,7 @@ func TestReportDiagnosedAgain(t *testing.T) {
 	cut := diagnosis.Describe(diagnosis.ExitWithoutDrain)
 	text := run(file)
 	for _, want := range []string{
-		"  causes:\n    1 failed  " + cut.Title + " (-1s)\n      fix: " + cut.Fix + " — docs/diagnosis.md#exit-without-drain\n",
+		"  causes:\n    1 failed  " + cut.Title + " (sent in -1s)\n      fix: " + cut.Fix + " — docs/diagnosis.md#exit-without-drain\n",
 		"  pod app-old: exited ",
 	} {
 		if !strings.Contains(text, want) {

@@ -70,7 +70,7 @@ func writeCauses(w io.Writer, counts []results.CauseCount, fixes bool) {
 	for _, c := range counts {
 		line := diagnosis.Describe(c.Cause).Title
 		if len(c.Seconds) > 0 {
-			line += " (" + secondsSpan(c.Seconds) + ")"
+			line += " (sent in " + secondsSpan(c.Seconds) + ")"
 		}
 		fmt.Fprintf(w, "    %-*s  %s\n", width, causeCount(c), line)
 		if fixes {

@@ -108,12 +108,13 @@ func TestWriteTextCauses(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		// Mixed causes: each counted.
-		"    22 failed  no ready endpoint: the Service refused the connection (+6s +12s +18s)\n",
-		"    6 failed   cut in flight: the server exited on the stop signal without draining (+5s +11s +17s..+18s)\n",
+		// Mixed causes: each counted, with the seconds its requests were
+		// sent in.
+		"    22 failed  no ready endpoint: the Service refused the connection (sent in +6s +12s +18s)\n",
+		"    6 failed   cut in flight: the server exited on the stop signal without draining (sent in +5s +11s +17s..+18s)\n",
 		"      fix: " + diagnosis.Describe(diagnosis.NoEndpoint).Fix + " — docs/diagnosis.md#no-endpoint, closingtime lint: rolling-update-unavailable\n",
 		"    2 failed, 3 absorbed  stale connection:",
-		"    1 absorbed            unknown: no rule explains the evidence (+25s)\n",
+		"    1 absorbed            unknown: no rule explains the evidence (sent in +25s)\n",
 		// Over the runs of a scenario, summed, without seconds.
 		"C-graceful-keepalive, 2 runs: 960 requests, 17 failed\n  causes:\n    13 failed  cut by SIGKILL: busy keep-alive",
 		"  pods app-5dc5bbfc9f-2zckl, app-5dc5bbfc9f-gkbrs, app-5dc5bbfc9f-68vq4, each: at SIGTERM,",

@@ -296,6 +296,30 @@ func TestReadJSON(t *testing.T) {
 	}
 }
 
+// TestOldPodLine: an old pod's line says when the last request it
+// answered reached it, and counts the requests it answered after SIGTERM
+// in words that agree with the count.
+func TestOldPodLine(t *testing.T) {
+	f := ptr.To[float64]
+	pod := func(name string, after int) results.OldPod {
+		return results.OldPod{Name: name, SigtermMS: f(5000), LastRequestMS: f(5720), GapMS: f(-720), AfterSigterm: &after, DrainMS: 1000, ExitCode: 0}
+	}
+	r := &results.Results{Scenarios: []results.Result{{Name: "s", Runs: []results.Run{{Repetition: 1,
+		OldPods: []results.OldPod{pod("app-1", 1), pod("app-2", 2)}}}}}}
+	var b bytes.Buffer
+	if err := WriteText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"  old pod app-1: SIGTERM +5.00s, last answered request +5.72s (0.72s after SIGTERM), 1 request after SIGTERM, exit 0 1.0s after termination began\n",
+		"  old pod app-2: SIGTERM +5.00s, last answered request +5.72s (0.72s after SIGTERM), 2 requests after SIGTERM,",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
 // TestUnattributed: when no request of a run could be attributed to a pod,
 // the old pods' request figures read as unknown, "-" in text and absent in
 // JSON, with one line that says why; a count of zero that was measured
@@ -307,8 +331,8 @@ func TestUnattributed(t *testing.T) {
 	}
 	out := text.String()
 	for _, want := range []string{
-		"old pod myapp-5d8f7c9b6-k2x7q: SIGTERM +5.01s, last request -, - requests after SIGTERM,",
-		"old pod myapp-5d8f7c9b6-w9p4n: SIGTERM +11.03s, last request -, - requests after SIGTERM,",
+		"old pod myapp-5d8f7c9b6-k2x7q: SIGTERM +5.01s, last answered request -, - requests after SIGTERM,",
+		"old pod myapp-5d8f7c9b6-w9p4n: SIGTERM +11.03s, last answered request -, - requests after SIGTERM,",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)

@@ -306,8 +306,8 @@ func writeRun(w io.Writer, name string, run results.Run, fixes bool) {
 			fmt.Fprintf(w, "  old pod %s: ended with no container running\n", p.Name)
 			continue
 		}
-		fmt.Fprintf(w, "  old pod %s: SIGTERM %s, last request %s%s, %s requests after SIGTERM, exit %s %s after termination began\n",
-			p.Name, offset(p.SigtermMS), offset(p.LastRequestMS), gap(p.GapMS), count(p.AfterSigterm), exitCodes([]int{p.ExitCode}), seconds(p.DrainMS))
+		fmt.Fprintf(w, "  old pod %s: SIGTERM %s, last answered request %s%s, %s after SIGTERM, exit %s %s after termination began\n",
+			p.Name, offset(p.SigtermMS), offset(p.LastRequestMS), gap(p.GapMS), requests(p.AfterSigterm), exitCodes([]int{p.ExitCode}), seconds(p.DrainMS))
 	}
 	if unattributed(run) {
 		fmt.Fprintf(w, "  %s\n", unattributedNote)
@@ -353,6 +353,15 @@ func count(n *int) string {
 		return "-"
 	}
 	return strconv.Itoa(*n)
+}
+
+// requests spells a count of requests: "1 request", "3 requests", "-
+// requests" when it is unknown.
+func requests(n *int) string {
+	if n == nil {
+		return "- requests"
+	}
+	return count(n) + " " + nounFor(*n, "request", "requests")
 }
 
 func millis(ms float64) string { return strconv.FormatFloat(ms, 'f', 0, 64) + "ms" }
