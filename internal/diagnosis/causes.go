@@ -31,6 +31,10 @@ const (
 	// KilledSlowDrain: SIGKILL at the end of the grace period cut a
 	// request that the drain had not finished.
 	KilledSlowDrain results.Cause = "sigkill-slow-drain"
+	// KilledStillRunning: SIGKILL at the end of the grace period cut the
+	// request, and nothing in the run tells whether the server ignored
+	// SIGTERM or drained too long.
+	KilledStillRunning results.Cause = "sigkill-still-running"
 	// StaleConnection: the request went out on a reused keep-alive
 	// connection that its server had closed or was closing.
 	StaleConnection results.Cause = "stale-connection"
@@ -44,6 +48,10 @@ const (
 	// DependencyDown: the server answered 5xx while its dependency was
 	// down.
 	DependencyDown results.Cause = "dependency-down"
+	// NoFreeConnection: the load client's keep-alive pool had no free
+	// connection within the connect timeout: the client's limit, not the
+	// rollout's.
+	NoFreeConnection results.Cause = "no-free-connection"
 	// Unknown: no rule explains the evidence.
 	Unknown results.Cause = "unknown"
 )
@@ -89,6 +97,9 @@ var causes = []Info{
 	{KilledSlowDrain, "cut by SIGKILL: the drain took longer than the grace period left for it",
 		"make terminationGracePeriodSeconds cover the preStop delay, the longest request and the exit, or bound the drain below it",
 		"termination-budget", ""},
+	{KilledStillRunning, "cut by SIGKILL: the server was still running at the end of the grace period; whether it ignored SIGTERM or drained too long, nothing after the signal tells",
+		"handle SIGTERM (as PID 1 a process without a handler ignores it: or run it under tini), answer with Connection: close while draining, and make terminationGracePeriodSeconds cover the drain",
+		"", ""},
 	{StaleConnection, "stale connection: the request went out on a kept-alive connection that its server had closed or was closing",
 		"retry idempotent requests once on a new connection (package retry), give client connections a lifetime, and have a draining server answer with Connection: close before it closes kept-alive connections (package graceful; net/http's Server.Shutdown closes idle ones under requests already on their way)",
 		"", ""},
@@ -100,6 +111,9 @@ var causes = []Info{
 		"", ""},
 	{DependencyDown, "the server answered 5xx while its dependency was down",
 		"fail fast and degrade while a dependency is down; keep the liveness probe off it",
+		"", ""},
+	{NoFreeConnection, "closingtime's load client had no free keep-alive connection: its pool could not carry the rate at this latency",
+		"raise the keep-alive client's connections (--connections) or lower its rate: these failures are the measuring client's, not the rollout's",
 		"", ""},
 	{Unknown, "unknown: no rule explains the evidence",
 		"read the request's evidence in results.json (diagnosis.requests) and the run's timeline in the HTML report",

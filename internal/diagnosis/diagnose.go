@@ -193,8 +193,16 @@ func (ph *podHistory) ignored() bool {
 	}
 }
 
+// reacted reports whether pod ph showed that it got its stop signal: its
+// server logged it, or a new connection made after it was refused (the
+// listener closed).
+func (ph *podHistory) reacted() bool { return ph.sigtermLogged || ph.refusedAfterSignal }
+
 // cause gives joined request r its cause.
 func cause(h *history, r *results.Request) results.Cause {
+	if r.Class == load.ConnectTimeout && strings.HasPrefix(r.Error, load.ErrNoFreeConnection.Error()) {
+		return NoFreeConnection
+	}
 	if r.Class == load.HTTP5xx || r.Class == load.ResponseTimeout {
 		if o := h.outage; o != nil && r.AtMS >= o.StartMS && r.AtMS <= o.EndMS+exitBefore {
 			return DependencyDown
@@ -262,6 +270,8 @@ func cut(ph *podHistory, r *results.Request) results.Cause {
 		switch {
 		case x.killed && ph.ignored():
 			return KilledIgnoredSigterm
+		case x.killed && !ph.reacted():
+			return KilledStillRunning
 		case x.killed && reused && r.ConnectMS-r.ConnAgeMS < ph.signalAt:
 			return KilledKeepAliveHostage
 		case x.killed:
@@ -334,6 +344,8 @@ func add(c *results.CauseCount, r results.Request) {
 func sorted(by map[results.Cause]*results.CauseCount) []results.CauseCount {
 	out := make([]results.CauseCount, 0, len(by))
 	for _, c := range by {
+		info := Describe(c.Cause)
+		c.Title, c.Fix, c.Rule, c.Docs = info.Title, info.Fix, info.Rule, DocsLink(c.Cause)
 		out = append(out, *c)
 	}
 	rank := func(c results.Cause) int {
@@ -409,8 +421,11 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 				who = " (PID 1 without a handler)"
 			}
 			add("ignored-sigterm", fmt.Sprintf("ignored SIGTERM%s and lived out its %s grace period, exit %d", who, grace, killed.code))
-		case killed != nil:
+		case killed != nil && ph.reacted():
 			add("killed-at-grace-end", fmt.Sprintf("drain outlasted its budget: still running %s after SIGTERM, killed at the end of its %s grace period, exit %d",
+				sec(killed.at-ph.signalAt), grace, killed.code))
+		case killed != nil:
+			add("killed-at-grace-end", fmt.Sprintf("still running %s after SIGTERM, killed at the end of its %s grace period, exit %d: it ignored SIGTERM or drained too long; no new connection after the signal, nor its log, told which",
 				sec(killed.at-ph.signalAt), grace, killed.code))
 		case ended != nil && ph.wrapper != "":
 			add("wrapper-exit", fmt.Sprintf("its wrapper %s exited %s after SIGTERM with code %d, taking the server with it", ph.wrapper, sec(ended.at-ph.signalAt), ended.code))

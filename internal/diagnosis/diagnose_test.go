@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -187,6 +188,24 @@ func TestDiagnoseCauses(t *testing.T) {
 		},
 		request: request("r", load.Reset, 500, 500, 10001, oldIP+":8080", 0, 0),
 		want:    KilledSlowDrain,
+	}, {
+		name: "SIGKILL of a server that logs nothing, and no new connection after its signal",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 3000, 0, 0, true)
+		},
+		request: request("r", load.Closed, 9800, 9800, 10002, oldIP+":8080", 40, 12000),
+		want:    KilledStillRunning,
+	}, {
+		name: "the load client's pool had no free connection",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).endpoints(-5000, 0, ready(oldIP))
+		},
+		request: func() results.Request {
+			r := request("r", load.ConnectTimeout, 1000, 3000, 3000, "", 0, 0)
+			r.Error = fmt.Errorf("%w: %w", load.ErrNoFreeConnection, os.ErrDeadlineExceeded).Error()
+			return r
+		}(),
+		want: NoFreeConnection,
 	}, {
 		name: "stale connection: sent after the pod exited",
 		run: func() *timeline {

@@ -14,6 +14,11 @@ import (
 	"time"
 )
 
+// ErrNoFreeConnection is wrapped by the error of a request that a client
+// with a pool of connections could not send, every connection busy, within
+// the connect timeout: a connect-timeout of the client's own making.
+var ErrNoFreeConnection = errors.New("wait for a free connection")
+
 // A Dialer makes a TCP connection to address ("host:port"), as
 // [net.Dialer.DialContext] does. It must give up when ctx is done and
 // report failures as the net package does (a *net.OpError wrapping the
@@ -200,7 +205,7 @@ func (c *client) acquire(deadline time.Time) (*conn, error) {
 		case cn = <-c.pool:
 			timer.Stop()
 		case <-timer.C:
-			return nil, fmt.Errorf("wait for a free connection: %w", os.ErrDeadlineExceeded)
+			return nil, fmt.Errorf("%w: %w", ErrNoFreeConnection, os.ErrDeadlineExceeded)
 		}
 	}
 	if cn != nil {

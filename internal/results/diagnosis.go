@@ -108,6 +108,14 @@ type Cause string
 // explains.
 type CauseCount struct {
 	Cause Cause `json:"cause"`
+	// Title, Fix and Rule describe the cause, as docs/diagnosis.md does
+	// at Docs, for readers of results.json: the cause in plain words,
+	// what to change, and the closingtime lint rule that catches it
+	// (empty if none does).
+	Title string `json:"title,omitempty"`
+	Fix   string `json:"fix,omitempty"`
+	Rule  string `json:"rule,omitempty"`
+	Docs  string `json:"docs,omitempty"`
 	// Failed and Absorbed count its failed requests and those a retry
 	// saved.
 	Failed   int `json:"failed"`
