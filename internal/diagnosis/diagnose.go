@@ -380,21 +380,6 @@ func Sum(runs []results.Run) []results.CauseCount {
 	return sorted(by)
 }
 
-// Dominant returns the cause that explains the most failed requests of
-// counts, and whether one does.
-func Dominant(counts []results.CauseCount) (results.Cause, bool) {
-	best := -1
-	for i, c := range counts {
-		if c.Failed > 0 && (best < 0 || c.Failed > counts[best].Failed) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return "", false
-	}
-	return counts[best].Cause, true
-}
-
 // findings tells how each old pod stopped.
 func findings(h *history, old []results.OldPod, requests []results.Request) []results.Finding {
 	var out []results.Finding

@@ -420,6 +420,9 @@ func connectionLine(r results.Request) string {
 		}
 		return line + fmt.Sprintf(", that had carried %d %s before.", r.ConnRequests, nounFor(r.ConnRequests, "request", "requests"))
 	}
+	if r.Cause == diagnosis.NoFreeConnection {
+		return "It waited for a free connection of the client's keep-alive pool and got none: no connection was tried."
+	}
 	if connectFailed(r) {
 		if r.Addr == "" {
 			return "It tried a new connection; the address it tried is not recorded."
@@ -487,7 +490,11 @@ func routingLine(r results.Request, run results.Run) string {
 	})
 	switch {
 	case len(r.RoutedBy) > 0:
-		parts = append(parts, "the routing view of "+andList(r.RoutedBy)+" sent new connections to it")
+		views := "the routing view of "
+		if len(r.RoutedBy) > 1 {
+			views = "the routing views of "
+		}
+		parts = append(parts, views+andList(r.RoutedBy)+" sent new connections to it")
 	case r.Pod == "":
 	case first < 0:
 		parts = append(parts, "the cluster shows no node's routing view")

@@ -246,7 +246,7 @@ func TestHTMLStory(t *testing.T) {
 			"It reached pod app-1.",
 			"When the connection was made (+1.951 s), the pod was ready since -4.000 s, listening.",
 			"When the request failed (+2.005 s), it was signalled (SIGTERM sent) since +1.990 s, still Ready, listening.",
-			"When the connection was made (+1.951 s), the EndpointSlices listed the pod as a ready endpoint; the routing view of node-1 and node-2 sent new connections to it; 2 endpoints could take a new connection.",
+			"When the connection was made (+1.951 s), the EndpointSlices listed the pod as a ready endpoint; the routing views of node-1 and node-2 sent new connections to it; 2 endpoints could take a new connection.",
 			"Cause: " + diagnosis.Describe(diagnosis.ExitWithoutDrain).Title,
 		}},
 		{"s1r1-3", []string{
@@ -453,5 +453,15 @@ func TestHTMLStoriesReproducible(t *testing.T) {
 	}
 	if s := stories["s1r1-4"].text; !strings.Contains(s, "3 failed requests, closed") || !strings.Contains(s, "it failed at +2.005 s") {
 		t.Errorf("story s1r1-4 does not tell r-2 first of three:\n%s", s)
+	}
+}
+
+// TestConnectionLineNoFreeConnection tells a request that waited for the
+// load client's pool from one whose connect was tried.
+func TestConnectionLineNoFreeConnection(t *testing.T) {
+	r := results.Request{Class: load.ConnectTimeout, Cause: diagnosis.NoFreeConnection, AtMS: 1000, ConnectMS: 3000, FailedMS: 3000,
+		Error: "wait for a free connection: i/o timeout"}
+	if got := connectionLine(r); !strings.Contains(got, "no connection was tried") {
+		t.Errorf("connection line %q: want it to say no connection was tried", got)
 	}
 }
