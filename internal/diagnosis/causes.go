@@ -1,6 +1,10 @@
 package diagnosis
 
-import "github.com/closingtime-dev/closingtime/internal/results"
+import (
+	"slices"
+
+	"github.com/closingtime-dev/closingtime/internal/results"
+)
 
 // The causes, in the order docs/diagnosis.md gives them. Each is the
 // anchor of its section there.
@@ -58,6 +62,7 @@ const (
 
 // Info tells what a cause means and what to change.
 type Info struct {
+	// Cause is the cause it describes.
 	Cause results.Cause
 	// Title is the cause in plain words.
 	Title string
@@ -122,7 +127,7 @@ var causes = []Info{
 
 // Causes returns the description of every cause, in the order of
 // docs/diagnosis.md.
-func Causes() []Info { return causes }
+func Causes() []Info { return slices.Clone(causes) }
 
 // Describe returns the description of cause c; that of Unknown for a
 // cause it does not know (from a newer results file).

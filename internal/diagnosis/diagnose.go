@@ -6,9 +6,9 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"sort"
 	"strings"
 
-	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
@@ -26,9 +26,15 @@ const (
 	// on a new connection must come for the routing to be found not yet
 	// converged where no routing view shows it (a real cluster).
 	convergedWithin = 1000
-	// recentLiveness is how long after a liveness kill the pods it took
-	// down explain a Service without endpoints.
-	recentLiveness = 60_000
+	// closedBeforeExit is how long before its server's exit a request on
+	// a kept-alive connection must fail for the server to have closed
+	// the connection itself, draining, rather than its exit to have cut
+	// it: an exit closes the sockets at once.
+	closedBeforeExit = 50
+	// outageAfter is how long after a dependency outage's end a 5xx or a
+	// response timeout is still its: requests sent just before the end
+	// are answered after it.
+	outageAfter = 1000
 )
 
 // Diagnose joins requests, the failed and absorbed requests of run with
@@ -83,7 +89,7 @@ func joined(h *history, r results.Request) results.Request {
 		r.Pod = ""
 	}
 	r.AtConnect, r.AtFailure, r.Published, r.RoutedBy, r.PodInferred = results.PodState{}, results.PodState{}, nil, nil, false
-	made := r.ConnectMS - r.ConnAgeMS
+	made := r.MadeMS()
 	addr, err := netip.ParseAddrPort(r.Addr)
 	if r.Pod == "" && err == nil {
 		r.Pod = h.podAt(addr.Addr(), made)
@@ -112,42 +118,60 @@ func joined(h *history, r results.Request) results.Request {
 func (h *history) ipOf(pod string) string { return h.ips[pod] }
 
 // infer returns the pod that a request through a Service's address most
-// likely reached: the one whose exit is nearest its failure within the
-// windows of a cut, or, for a refused connection, the only pod that was
-// signalled and still published then; "" if none stands out.
+// likely reached: the only pod whose container exited within the windows
+// of a cut of its failure, or, for a refused connection, the only pod
+// listed in the EndpointSlices then that could refuse it (signalled, not
+// running, or known not to listen); "" if none or several.
 func (h *history) infer(r *results.Request) string {
+	if r.Class != load.Refused {
+		return h.onlyExit(r.FailedMS-exitBefore, r.FailedMS+exitAfter)
+	}
+	// The pods' states change only at the timeline's entries: the
+	// answer holds from one entry to the next.
+	step := sort.SearchFloat64s(h.times, math.Nextafter(r.ConnectMS, never))
+	if pod, ok := h.refusers[step]; ok {
+		return pod
+	}
 	var found []string
-	for _, name := range h.order {
-		ph := h.pods[name]
-		if r.Class == load.Refused {
-			if ph.signalAt <= r.ConnectMS && h.listed(name, r.ConnectMS) {
+	if listed := latest(h.published, r.ConnectMS); listed != nil {
+		for _, name := range h.order {
+			ph := h.pods[name]
+			s := ph.at(r.ConnectMS)
+			refuses := ph.signalAt <= r.ConnectMS || !s.running || (s.Listening != nil && !*s.Listening)
+			if refuses && listed.lists(h.ipOf(name)) {
 				found = append(found, name)
 			}
-			continue
-		}
-		if _, ok := ph.exitNear(r.FailedMS-exitBefore, r.FailedMS+exitAfter); ok {
-			found = append(found, name)
 		}
 	}
+	pod := ""
 	if len(found) == 1 {
-		return found[0]
+		pod = found[0]
 	}
-	return ""
+	h.refusers[step] = pod
+	return pod
 }
 
-// listed reports whether the EndpointSlices listed pod, in any
-// condition, at t.
-func (h *history) listed(pod string, t float64) bool {
-	ip := h.ipOf(pod)
-	e, ok := latest(h.published, t)
-	return ok && ip != "" && slices.ContainsFunc(e.eps.List, func(e cluster.Endpoint) bool { return e.Address == ip })
+// onlyExit returns the only pod whose container exited in [from, to];
+// "" if none or several.
+func (h *history) onlyExit(from, to float64) string {
+	i := sort.Search(len(h.exits), func(i int) bool { return h.exits[i].at >= from })
+	pod := ""
+	for ; i < len(h.exits) && h.exits[i].at <= to; i++ {
+		if pod != "" && h.exits[i].pod != pod {
+			return ""
+		}
+		pod = h.exits[i].pod
+	}
+	return pod
 }
 
 // observe notes what request r, joined, shows of its pod's listener
 // after the stop signal.
 func (h *history) observe(r *results.Request) {
 	ph := h.pods[r.Pod]
-	if ph == nil || r.PodInferred || r.ConnRequests > 0 || r.ConnectMS < ph.signalAt {
+	if ph == nil || r.PodInferred || r.ConnRequests > 0 || ph.signalInferred || r.ConnectMS < ph.signalAt || !ph.at(r.ConnectMS).running {
+		// Only a connection to a running server, after a signal seen,
+		// tells of its listener.
 		return
 	}
 	switch r.Class {
@@ -162,7 +186,7 @@ func (h *history) observe(r *results.Request) {
 // observeServed notes that old pod answered a new connection after its
 // stop signal.
 func (h *history) observeServed(old results.OldPod) {
-	if ph := h.pods[old.Name]; ph != nil && old.LastNewConnectionMS != nil && *old.LastNewConnectionMS > ph.signalAt {
+	if ph := h.pods[old.Name]; ph != nil && !ph.signalInferred && old.LastNewConnectionMS != nil && *old.LastNewConnectionMS > ph.signalAt {
 		ph.acceptedAfterSignal = true
 	}
 }
@@ -178,19 +202,13 @@ func (h *history) terminated() bool {
 }
 
 // ignored reports whether pod ph ignored its stop signal: it was killed
-// at the end of the grace period and showed no sign of the signal — a
-// server that logs closingtime serve's events did not log it, or one that
-// logs none kept accepting new connections after it and refused none.
+// at the end of the grace period, and its server, which logs
+// closingtime serve's events and so its SIGTERM, did not log it. Of a
+// server that logs nothing the run cannot tell: one that goes on
+// accepting after SIGTERM may be draining with its listener open.
 func (ph *podHistory) ignored() bool {
 	killed := slices.ContainsFunc(ph.exits, func(x exit) bool { return x.killed })
-	switch {
-	case !killed || ph.signalAt == never:
-		return false
-	case ph.logs:
-		return !ph.sigtermLogged
-	default:
-		return ph.acceptedAfterSignal && !ph.refusedAfterSignal
-	}
+	return killed && ph.signalAt != never && ph.logs && !ph.sigtermLogged
 }
 
 // reacted reports whether pod ph showed that it got its stop signal: its
@@ -204,28 +222,31 @@ func cause(h *history, r *results.Request) results.Cause {
 		return NoFreeConnection
 	}
 	if r.Class == load.HTTP5xx || r.Class == load.ResponseTimeout {
-		if o := h.outage; o != nil && r.AtMS >= o.StartMS && r.AtMS <= o.EndMS+exitBefore {
+		if o := h.outage; o != nil && r.AtMS >= o.StartMS && r.AtMS <= o.EndMS+outageAfter {
 			return DependencyDown
 		}
 	}
 	ph := h.pods[r.Pod]
 	switch {
 	case r.Class == load.Refused && ph == nil:
-		if h.livenessDown(r.ConnectMS) {
+		none := r.ReadyEndpoints != nil && *r.ReadyEndpoints == 0
+		if (r.Addr == "" || none) && h.livenessDown(r.ConnectMS) {
 			return LivenessRestart
 		}
-		if n := r.ReadyEndpoints; r.Addr == "" || (n != nil && *n == 0) {
+		if r.Addr == "" || none {
 			return NoEndpoint
 		}
 		return Unknown
 	case r.Class == load.Refused:
-		return h.refused(ph, ph.at(r.ConnectMS), r.ConnectMS)
+		return h.refused(ph, ph.at(r.ConnectMS), r)
 	case r.Class == load.ConnectTimeout && ph == nil && r.Addr == "":
 		if n := r.ReadyEndpoints; n != nil && *n == 0 {
 			return NoEndpoint
 		}
 		return Unknown
-	case ph == nil || r.Class == load.ConnectTimeout:
+	case ph == nil || r.Class == load.ConnectTimeout || r.Class == load.ResponseTimeout || r.Class == load.HTTP5xx:
+		// A 5xx is an answer, and a response that never came tells
+		// nothing of a cut.
 		return Unknown
 	}
 	return cut(ph, r)
@@ -233,8 +254,14 @@ func cause(h *history, r *results.Request) results.Cause {
 
 // refused gives the cause of a connection to pod ph refused at t, when
 // the pod's state was s.
-func (h *history) refused(ph *podHistory, s snapshot, t float64) results.Cause {
+func (h *history) refused(ph *podHistory, s snapshot, r *results.Request) results.Cause {
+	t := r.ConnectMS
 	if s.terminating {
+		if r.RoutedBy != nil && len(r.RoutedBy) == 0 && len(h.routedBy(h.ipOf(ph.name), r.AtMS)) == 0 {
+			// No view routed to it, when the request was sent nor when it
+			// connected: not the routing's doing.
+			return Unknown
+		}
 		// Where the cluster does not report the stop signal, a
 		// terminating pod that refuses is taken to have had it.
 		if s.signalled || !s.running || (s.Listening != nil && !*s.Listening) || !h.signals {
@@ -243,15 +270,19 @@ func (h *history) refused(ph *podHistory, s snapshot, t float64) results.Cause {
 		// In its preStop hook, not signalled: it should listen.
 		return Unknown
 	}
-	if x, ok := ph.lastExitBefore(t); (ok && x.liveness && (!s.running || !s.Ready)) || ph.beingKilled(t) {
+	x, exited := ph.lastExitBefore(t)
+	if (exited && x.liveness && (!s.running || !s.Ready)) || ph.beingKilled(t) {
 		// Being killed after a failed liveness probe, or down since,
 		// not ready again.
 		return LivenessRestart
 	}
-	if !s.running {
+	switch {
+	case !s.running && exited:
 		return ContainerExited
+	case s.running && (s.Ready || (r.Published != nil && *r.Published)):
+		return NotListening
 	}
-	return NotListening
+	return Unknown
 }
 
 // cut gives the cause of request r, which failed after its connection to
@@ -272,7 +303,8 @@ func cut(ph *podHistory, r *results.Request) results.Cause {
 			return KilledIgnoredSigterm
 		case x.killed && !ph.reacted():
 			return KilledStillRunning
-		case x.killed && reused && r.ConnectMS-r.ConnAgeMS < ph.signalAt:
+		case x.killed && reused && r.MadeMS() < ph.signalAt && r.AtMS >= ph.signalAt:
+			// A connection from before the signal, kept busy after it.
 			return KilledKeepAliveHostage
 		case x.killed:
 			return KilledSlowDrain
@@ -280,6 +312,11 @@ func cut(ph *podHistory, r *results.Request) results.Cause {
 			return LivenessRestart
 		case x.terminating && ph.wrapper != "":
 			return WrapperExit
+		case x.terminating && reused && r.AtMS >= ph.signalAt && x.at-r.FailedMS > closedBeforeExit:
+			// Sent on a kept-alive connection after the signal, and
+			// closed well before the exit: the draining server closed
+			// it as idle while the request was on its way.
+			return StaleConnection
 		case x.terminating:
 			return ExitWithoutDrain
 		default:
@@ -294,12 +331,12 @@ func cut(ph *podHistory, r *results.Request) results.Cause {
 }
 
 // livenessDown reports whether, at t, a pod was down after a liveness
-// kill of the last recentLiveness: the Service lacks endpoints because
-// the kubelet restarts them.
+// kill, not ready again since: the Service lacks endpoints because the
+// kubelet restarts its pods.
 func (h *history) livenessDown(t float64) bool {
-	for _, ph := range h.pods {
-		x, ok := ph.lastExitBefore(t)
-		if ok && x.liveness && x.at >= t-recentLiveness && !ph.at(t).Ready {
+	for _, name := range h.order {
+		ph := h.pods[name]
+		if x, ok := ph.lastExitBefore(t); (ok && x.liveness && !ph.at(t).Ready) || ph.beingKilled(t) {
 			return true
 		}
 	}
@@ -352,7 +389,7 @@ func sorted(by map[results.Cause]*results.CauseCount) []results.CauseCount {
 		return slices.IndexFunc(causes, func(i Info) bool { return i.Cause == c })
 	}
 	slices.SortFunc(out, func(a, b results.CauseCount) int {
-		return cmp.Or(cmp.Compare(b.Failed+b.Absorbed, a.Failed+a.Absorbed), cmp.Compare(rank(a.Cause), rank(b.Cause)))
+		return cmp.Or(cmp.Compare(b.Failed+b.Absorbed, a.Failed+a.Absorbed), cmp.Compare(rank(a.Cause), rank(b.Cause)), cmp.Compare(a.Cause, b.Cause))
 	})
 	return out
 }
@@ -383,6 +420,12 @@ func Sum(runs []results.Run) []results.CauseCount {
 // findings tells how each old pod stopped.
 func findings(h *history, old []results.OldPod, requests []results.Request) []results.Finding {
 	var out []results.Finding
+	cuts := map[string]int{} // by pod, its requests cut by an exit without drain
+	for _, r := range requests {
+		if r.Cause == ExitWithoutDrain {
+			cuts[r.Pod]++
+		}
+	}
 	for _, o := range old {
 		ph := h.pods[o.Name]
 		if ph == nil || ph.signalAt == never {
@@ -415,13 +458,7 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 		case ended != nil && ph.wrapper != "":
 			add("wrapper-exit", fmt.Sprintf("its wrapper %s exited %s after SIGTERM with code %d, taking the server with it", ph.wrapper, sec(ended.at-ph.signalAt), ended.code))
 		case ended != nil:
-			cutN := 0
-			for _, r := range requests {
-				if r.Pod == o.Name && r.Cause == ExitWithoutDrain {
-					cutN++
-				}
-			}
-			if cutN > 0 {
+			if cutN := cuts[o.Name]; cutN > 0 {
 				add("exited-without-drain", fmt.Sprintf("exited %s after SIGTERM with code %d%s, cutting %d %s in flight",
 					sec(ended.at-ph.signalAt), ended.code, exitMeaning(ended.code, ph.pid1), cutN, plural(cutN, "request", "requests")))
 			}
@@ -439,7 +476,7 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 				views = "the routing views of " + strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
 			}
 			add("routing-not-converged", fmt.Sprintf("at SIGTERM, %s still sent new connections to it: a preStop delay would have covered the propagation", views))
-		} else if len(h.nodes) == 0 && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
+		} else if len(h.nodes) == 0 && !ph.signalInferred && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
 			gap := ph.signalAt - *o.LastNewConnectionMS
 			when := sec(gap) + " before SIGTERM"
 			if gap < 0 {

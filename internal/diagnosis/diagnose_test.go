@@ -1,12 +1,15 @@
 package diagnosis
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -32,16 +35,14 @@ func (tl *timeline) endpoints(at, lag float64, eps ...cluster.Endpoint) *timelin
 	list := cluster.Endpoints{List: eps}
 	tl.run.Timeline = append(tl.run.Timeline, results.Entry{AtMS: at, Source: results.SourceCluster, Kind: string(cluster.EndpointsPublished), Endpoints: list})
 	tl.run.Timeline = append(tl.run.Timeline, results.Entry{AtMS: at + lag, Source: results.SourceCluster, Kind: string(cluster.EndpointsApplied), Node: "node-1", Endpoints: list})
-	slices.SortStableFunc(tl.run.Timeline, func(a, b results.Entry) int {
-		switch {
-		case a.AtMS < b.AtMS:
-			return -1
-		case a.AtMS > b.AtMS:
-			return 1
-		}
-		return 0
-	})
+	sortTimeline(tl.run.Timeline)
 	return tl
+}
+
+// sortTimeline puts a timeline's entries in the order of their times, as
+// a run's is, those of one time in the order added.
+func sortTimeline(entries []results.Entry) {
+	slices.SortStableFunc(entries, func(a, b results.Entry) int { return cmp.Compare(a.AtMS, b.AtMS) })
 }
 
 func ready(ip string) cluster.Endpoint {
@@ -378,5 +379,100 @@ func TestDiagnoseLivenessKilledTwice(t *testing.T) {
 	)
 	if !slices.Equal(got, []results.Cause{LivenessRestart, LivenessRestart, LivenessRestart, NotListening}) {
 		t.Errorf("causes %v, want liveness-restart while killed, down and restarted not ready, then not-listening", got)
+	}
+}
+
+// TestDiagnoseNoGuess gives the rules evidence that looks like a cause
+// but does not show it, and checks they do not claim it.
+func TestDiagnoseNoGuess(t *testing.T) {
+	const pod, ip = "app-a", "10.0.0.1"
+	tests := []struct {
+		name    string
+		run     func() *timeline
+		request results.Request
+		want    results.Cause
+	}{{
+		name: "a server that logs nothing, seen accepting after its termination began, killed: not known to have ignored SIGTERM",
+		run: func() *timeline {
+			tl := new(timeline).running(pod, ip)
+			tl.event(0, cluster.PodTerminating, pod, map[string]string{"grace": "30s"}).
+				event(30000, cluster.ContainerExited, pod, map[string]string{"code": "137"})
+			tl.run.OldPods = []results.OldPod{{Name: pod, LastNewConnectionMS: ptr.To(500.0)}}
+			return tl
+		},
+		request: request("r", load.Closed, 29800, 29800, 30001, ip+":8080", 30, 40000),
+		want:    KilledStillRunning,
+	}, {
+		name: "a 503 just before a clean exit is an answer, not a cut",
+		run: func() *timeline {
+			return new(timeline).running(pod, ip).stopped(pod, 0, 0, 2000, 0, false)
+		},
+		request: request("r", load.HTTP5xx, 1800, 1800, 1900, ip+":8080", 0, 0),
+		want:    Unknown,
+	}, {
+		name: "a refused connection to a restarted pod, not ready nor published, that did not crash",
+		run: func() *timeline {
+			tl := new(timeline).running(pod, ip).endpoints(-5000, 0, ready(ip))
+			tl.event(1000, cluster.PodUnready, pod, nil).endpoints(1001, 0, cluster.Endpoint{Address: ip})
+			return tl
+		},
+		request: request("r", load.Refused, 2200, 2200, 2200, ip+":8080", 0, 0),
+		want:    Unknown,
+	}, {
+		name: "a request on a kept-alive connection in flight since before SIGTERM, killed: a slow drain, not a hostage",
+		run: func() *timeline {
+			return new(timeline).running(pod, ip).log(-5000, "started", pod, nil).log(1, "sigterm", pod, nil).stopped(pod, 0, 0, 0, 0, true)
+		},
+		request: request("r", load.Reset, -50, -50, 10001, ip+":8080", 10, 8000),
+		want:    KilledSlowDrain,
+	}, {
+		name: "a kept-alive connection closed by a draining server well before its exit: stale, not an exit without drain",
+		run: func() *timeline {
+			return new(timeline).running(pod, ip).stopped(pod, 0, 5000, 300, 0, false)
+		},
+		request: request("r", load.Closed, 5001, 5001, 5002, ip+":8080", 7, 20000),
+		want:    StaleConnection,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, got := tt.run().diagnosed(t, tt.request)
+			if got[0] != tt.want {
+				t.Errorf("cause %s, want %s; evidence %+v", got[0], tt.want, d.Requests[0])
+			}
+		})
+	}
+}
+
+// TestDiagnoseOOMKillIsNotTheGraceEnd takes an exit 137 early in a
+// termination, on a cluster that reports SIGKILL, for what it is: not the
+// kubelet's SIGKILL at the end of the grace period.
+func TestDiagnoseOOMKillIsNotTheGraceEnd(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").
+		stopped("app-b", 0, 0, 0, 0, true)
+	tl.event(0, cluster.PodTerminating, "app-a", map[string]string{"grace": "30s"}).
+		event(0, cluster.SignalSent, "app-a", map[string]string{"signal": "SIGTERM"}).
+		event(2000, cluster.ContainerExited, "app-a", map[string]string{"code": "137"})
+	d, got := tl.diagnosed(t, request("r", load.Reset, 1900, 1900, 2001, "10.0.0.1:8080", 0, 0))
+	if got[0] != ExitWithoutDrain {
+		t.Errorf("cause %s, want exit-without-drain; evidence %+v", got[0], d.Requests[0])
+	}
+	for _, f := range d.Findings {
+		if f.Pod == "app-a" && strings.Contains(f.Text, "grace period") {
+			t.Errorf("finding %+v: it was not killed at the end of its grace period", f)
+		}
+	}
+}
+
+// TestDiagnoseLivenessExitLogged refuses a connection between the server's
+// own last line and the cluster's report of the exit a liveness kill
+// caused: the pod was being killed.
+func TestDiagnoseLivenessExitLogged(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").log(-5000, "started", "app-a", nil).endpoints(-5000, 0, ready("10.0.0.1"))
+	tl.event(5000, cluster.LivenessKill, "app-a", map[string]string{"probe": "liveness"}).
+		log(5148, "exiting", "app-a", nil).
+		event(5152, cluster.ContainerExited, "app-a", map[string]string{"code": "143"})
+	_, got := tl.diagnosed(t, request("r", load.Refused, 5150, 5150, 5150, "10.0.0.1:8080", 0, 0))
+	if got[0] != LivenessRestart {
+		t.Errorf("cause %s, want liveness-restart", got[0])
 	}
 }

@@ -1,6 +1,7 @@
 package diagnosis
 
 import (
+	"cmp"
 	"math"
 	"net/netip"
 	"slices"
@@ -29,10 +30,15 @@ type snapshot struct {
 
 // exit is one end of a pod's container instance.
 type exit struct {
-	at   float64
-	code int
+	// at is when the server ended, as near as the timeline tells (its
+	// own last log line, if it logged one, else stamp); stamp is when the
+	// cluster reported it, when the pod's state changed.
+	at, stamp float64
+	code      int
 	// killed: SIGKILL at the end of the grace period ended it.
 	killed bool
+	// killEvent: a killed event came before it.
+	killEvent bool
 	// liveness: the kubelet killed it on a failed liveness probe.
 	liveness bool
 	// terminating: the pod's termination had begun.
@@ -51,6 +57,10 @@ type podHistory struct {
 	// went, the termination began and the preStop hook ended; never if
 	// they did not happen.
 	signalAt, terminatingAt, preStopEnd float64
+	// signalInferred: the cluster reports no signal and the pod logged
+	// none, so signalAt is its termination's start, an upper bound on
+	// nothing: what came after it does not show a listener's state.
+	signalInferred bool
 	// grace is the grace period, in milliseconds, from pod_terminating;
 	// 0 if unknown.
 	grace float64
@@ -95,11 +105,11 @@ func (h *podHistory) exitNear(from, to float64) (exit, bool) {
 	return exit{}, false
 }
 
-// lastExitBefore returns the last exit of h at or before t; false if
-// none.
+// lastExitBefore returns the last exit of h that the cluster reported at
+// or before t; false if none.
 func (h *podHistory) lastExitBefore(t float64) (exit, bool) {
 	for i := len(h.exits) - 1; i >= 0; i-- {
-		if h.exits[i].at <= t {
+		if h.exits[i].stamp <= t {
 			return h.exits[i], true
 		}
 	}
@@ -109,25 +119,60 @@ func (h *podHistory) lastExitBefore(t float64) (exit, bool) {
 // beingKilled reports whether, at t, the kubelet was killing h's
 // container after a failed liveness probe, and it had not exited yet.
 func (h *podHistory) beingKilled(t float64) bool {
-	return slices.ContainsFunc(h.exits, func(x exit) bool { return x.liveness && x.killedAt <= t && t < x.at })
+	return slices.ContainsFunc(h.exits, func(x exit) bool { return x.liveness && x.killedAt <= t && t < x.stamp })
 }
 
-// endpointsAt is a Service's endpoints from one moment on, with the
-// addresses a new connection is routed to (by a node's view, for an
-// applied one; by any node's, for the EndpointSlices'), found once.
+// endpointsAt is a Service's endpoints from one moment on, as node's
+// view routes them (any node's, for the EndpointSlices'). The addresses
+// it lists and those a new connection is routed to are indexed when first
+// asked for: most of a run's changes are never looked at.
 type endpointsAt struct {
-	at     float64
-	eps    cluster.Endpoints
-	routed []string
+	at   float64
+	eps  cluster.Endpoints
+	node string
+	// all holds the addresses listed, each true if ready; routed, those
+	// a new connection goes to. Nil until indexed.
+	all, routed map[string]bool
 }
 
-func newEndpointsAt(at float64, eps cluster.Endpoints, node string) endpointsAt {
-	to, _ := eps.Route(node)
-	routed := make([]string, len(to))
-	for i, j := range to {
-		routed[i] = eps.List[j].Address
+// index indexes e's addresses, once.
+func (e *endpointsAt) index() {
+	if e.all != nil {
+		return
 	}
-	return endpointsAt{at, eps, routed}
+	e.all, e.routed = make(map[string]bool, len(e.eps.List)), map[string]bool{}
+	for _, ep := range e.eps.List {
+		e.all[ep.Address] = e.all[ep.Address] || ep.Ready
+	}
+	to, _ := e.eps.Route(e.node)
+	for _, j := range to {
+		e.routed[e.eps.List[j].Address] = true
+	}
+}
+
+// lists reports whether e lists ip, in any condition.
+func (e *endpointsAt) lists(ip string) bool {
+	e.index()
+	_, ok := e.all[ip]
+	return ok
+}
+
+// ready reports whether e lists ip as ready.
+func (e *endpointsAt) ready(ip string) bool {
+	e.index()
+	return e.all[ip]
+}
+
+// routes reports whether e routes a new connection to ip.
+func (e *endpointsAt) routes(ip string) bool {
+	e.index()
+	return e.routed[ip]
+}
+
+// routable counts the endpoints e routes a new connection to.
+func (e *endpointsAt) routable() int {
+	e.index()
+	return len(e.routed)
 }
 
 // history indexes a run's timeline for the joins.
@@ -146,10 +191,29 @@ type history struct {
 	outage    *results.Outage
 	// serveLogs: some pod writes closingtime serve's log events.
 	serveLogs bool
+	// times are the times of the timeline's entries, in order; exits,
+	// every pod's exits in the order of their times.
+	times []float64
+	exits []podExit
+	// refusers caches infer's answers for refused connections, by the
+	// index in times of the first entry after the connect.
+	refusers map[int]string
 	// signals: the cluster reports the stop signal (signal_sent); a real
 	// cluster's API does not, and a pod's own log tells it then, if the
-	// pod logs it.
-	signals bool
+	// pod logs it. kills: the cluster reports SIGKILL (killed).
+	signals, kills bool
+}
+
+// graceSlack is how early before the end of its grace period an exit 137
+// of a terminating pod may come, on a cluster that reports no SIGKILL,
+// to be taken for the kubelet's SIGKILL at that end: the API stamps the
+// pod's status when it sees it.
+const graceSlack = 1000
+
+// podExit is an exit of a pod's container.
+type podExit struct {
+	at  float64
+	pod string
 }
 
 type addrOwner struct {
@@ -159,7 +223,7 @@ type addrOwner struct {
 
 // newHistory indexes run's timeline.
 func newHistory(run *results.Run) *history {
-	h := &history{pods: map[string]*podHistory{}, addrs: map[netip.Addr][]addrOwner{}, ips: map[string]string{}, applied: map[string][]endpointsAt{}, outage: run.Outage}
+	h := &history{pods: map[string]*podHistory{}, addrs: map[netip.Addr][]addrOwner{}, ips: map[string]string{}, refusers: map[int]string{}, applied: map[string][]endpointsAt{}, outage: run.Outage}
 	for _, p := range run.Running {
 		ph := h.pod(p.Name)
 		state := "running"
@@ -170,19 +234,31 @@ func newHistory(run *results.Run) *history {
 		ph.pid1 = ownPIDNamespace(p.PIDNamespace)
 		h.addAddr(p.IP, math.Inf(-1), p.Name)
 	}
+	h.times = make([]float64, len(run.Timeline))
 	for i := range run.Timeline {
+		h.times[i] = run.Timeline[i].AtMS
 		h.add(&run.Timeline[i])
 	}
-	if !h.signals {
-		// The cluster does not report the stop signal, and some pods do
-		// not log it: it comes with the termination's start, as far as
-		// the timeline can tell.
-		for _, ph := range h.pods {
-			if ph.signalAt == never {
-				ph.signalAt = ph.terminatingAt
+	for _, ph := range h.pods {
+		if !h.signals && ph.signalAt == never && ph.terminatingAt != never {
+			// The cluster does not report the stop signal, and the pod
+			// did not log it: it came with the termination's start, as
+			// far as the timeline can tell.
+			ph.signalAt, ph.signalInferred = ph.terminatingAt, true
+		}
+		for i := range ph.exits {
+			x := &ph.exits[i]
+			if x.terminating && !h.kills {
+				// A cluster that reports no SIGKILL shows it by the exit
+				// code, 128+9, at the end of the grace period.
+				x.killed = x.code == 137 && ph.grace > 0 && x.stamp >= ph.terminatingAt+ph.grace-graceSlack
+			}
+			if x.at != never {
+				h.exits = append(h.exits, podExit{x.at, ph.name})
 			}
 		}
 	}
+	slices.SortFunc(h.exits, func(a, b podExit) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.pod, b.pod)) })
 	slices.Sort(h.nodes)
 	for _, ph := range h.pods {
 		for i := range ph.steps {
@@ -230,13 +306,13 @@ func (h *history) add(e *results.Entry) {
 	case results.SourceCluster:
 		switch cluster.EventKind(e.Kind) {
 		case cluster.EndpointsPublished:
-			h.published = append(h.published, newEndpointsAt(e.AtMS, e.Endpoints, ""))
+			h.published = append(h.published, endpointsAt{at: e.AtMS, eps: e.Endpoints})
 			return
 		case cluster.EndpointsApplied:
 			if _, ok := h.applied[e.Node]; !ok {
 				h.nodes = append(h.nodes, e.Node)
 			}
-			h.applied[e.Node] = append(h.applied[e.Node], newEndpointsAt(e.AtMS, e.Endpoints, e.Node))
+			h.applied[e.Node] = append(h.applied[e.Node], endpointsAt{at: e.AtMS, eps: e.Endpoints, node: e.Node})
 			return
 		}
 	case results.SourcePod:
@@ -350,21 +426,32 @@ func (h *history) add(e *results.Entry) {
 		}
 		state("signalled")
 	case cluster.Killed:
+		h.kills = true
 		if s.terminating {
 			state("killed")
 		}
 	case cluster.LivenessKill:
-		state("restarting")
-		if n := len(ph.exits); n == 0 || ph.exits[n-1].at != never {
+		n := len(ph.exits)
+		switch {
+		case n > 0 && ph.exits[n-1].at == never:
 			// A probe that fails again during the kill's grace period
 			// kills the same instance again: one exit follows.
-			ph.exits = append(ph.exits, exit{at: never, liveness: true, killedAt: e.AtMS})
+		case n > 0 && !s.running && !ph.exits[n-1].terminating:
+			// The Event of the kill came after the exit it caused, as a
+			// real cluster's Events watch may deliver it.
+			ph.exits[n-1].liveness, ph.exits[n-1].killedAt = true, e.AtMS
+		default:
+			ph.exits = append(ph.exits, exit{at: never, stamp: never, liveness: true, killedAt: e.AtMS})
+		}
+		if s.running {
+			state("restarting")
 		}
 	case cluster.ContainerExited:
 		code, _ := strconv.Atoi(e.Detail["code"])
 		// A real cluster's API reports no SIGKILL: its exit code, 128+9,
 		// does.
-		x := exit{at: e.AtMS, code: code, killed: s.terminating && (s.State == "killed" || code == 137), terminating: s.terminating, killedAt: never}
+		killEvent := s.terminating && s.State == "killed"
+		x := exit{at: e.AtMS, stamp: e.AtMS, code: code, killed: killEvent, killEvent: killEvent, terminating: s.terminating, killedAt: never}
 		if ph.exiting != never && ph.exiting <= x.at && ph.exiting > x.at-exitBefore {
 			// The server's own last line is nearer its end than the
 			// moment the cluster learnt of it; its clock's milliseconds
@@ -386,7 +473,7 @@ func (h *history) add(e *results.Entry) {
 			s.Listening = ptr.To(false)
 		}
 		switch {
-		case x.killed:
+		case x.killed, s.terminating && code == 137:
 			state("killed")
 		case s.terminating:
 			state("exited")
@@ -414,49 +501,46 @@ func timeDetail(s string) (float64, error) {
 	return float64(d) / float64(time.Millisecond), err
 }
 
-// latest returns the last of list at or before t; false if none.
-func latest(list []endpointsAt, t float64) (endpointsAt, bool) {
+// latest returns the last of list at or before t; nil if none.
+func latest(list []endpointsAt, t float64) *endpointsAt {
 	i := sort.Search(len(list), func(i int) bool { return list[i].at > t })
 	if i == 0 {
-		return endpointsAt{}, false
+		return nil
 	}
-	return list[i-1], true
+	return &list[i-1]
 }
 
 // publishedReady reports whether the EndpointSlices listed ip as ready at
 // t; nil if no endpoints event came before t.
 func (h *history) publishedReady(ip string, t float64) *bool {
-	e, ok := latest(h.published, t)
-	if !ok {
+	e := latest(h.published, t)
+	if e == nil {
 		return nil
 	}
-	return ptr.To(slices.ContainsFunc(e.eps.List, func(e cluster.Endpoint) bool { return e.Address == ip && e.Ready }))
+	return ptr.To(e.ready(ip))
 }
 
 // readyEndpoints counts the endpoints the EndpointSlices would have a new
 // connection routed to at t, as kube-proxy picks them; nil if no
 // endpoints event came before t.
 func (h *history) readyEndpoints(t float64) *int {
-	e, ok := latest(h.published, t)
-	if !ok {
+	e := latest(h.published, t)
+	if e == nil {
 		return nil
 	}
-	return ptr.To(len(e.routed))
+	return ptr.To(e.routable())
 }
 
 // routedBy returns the nodes whose routing view at t would route a new
 // connection from a client on that node to ip, in the order of their
 // names: empty if none would, nil if no view was applied by t.
 func (h *history) routedBy(ip string, t float64) []string {
-	if len(h.nodes) == 0 {
-		return nil
-	}
 	var out []string
 	seen := false // a view was applied by t
 	for _, node := range h.nodes {
-		e, ok := latest(h.applied[node], t)
-		seen = seen || ok
-		if ok && slices.Contains(e.routed, ip) {
+		e := latest(h.applied[node], t)
+		seen = seen || e != nil
+		if e != nil && e.routes(ip) {
 			out = append(out, node)
 		}
 	}

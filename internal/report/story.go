@@ -376,7 +376,7 @@ func evidenceLines(r results.Request, client string, k storyKey, run results.Run
 	}
 	if r.Pod != "" {
 		lines = append(lines, fmt.Sprintf("%s, the pod was %s.", connected(r), stateWords(r.AtConnect)))
-		if r.FailedMS != r.ConnectMS-r.ConnAgeMS {
+		if r.FailedMS != r.MadeMS() {
 			lines = append(lines, fmt.Sprintf("When the request failed (%s), it was %s.", at(r.FailedMS), stateWords(r.AtFailure)))
 		}
 	}
@@ -416,7 +416,7 @@ func connectionLine(r results.Request) string {
 	if r.ConnRequests > 0 {
 		line := "It went out on a reused keep-alive connection" + to
 		if r.ConnAgeMS > 0 {
-			line += fmt.Sprintf(", made at %s (%.3f s old)", at(r.ConnectMS-r.ConnAgeMS), r.ConnAgeMS/1000)
+			line += fmt.Sprintf(", made at %s (%.3f s old)", at(r.MadeMS()), r.ConnAgeMS/1000)
 		}
 		return line + fmt.Sprintf(", that had carried %d %s before.", r.ConnRequests, nounFor(r.ConnRequests, "request", "requests"))
 	}
@@ -498,7 +498,7 @@ func routingLine(r results.Request, run results.Run) string {
 	case r.Pod == "":
 	case first < 0:
 		parts = append(parts, "the cluster shows no node's routing view")
-	case run.Timeline[first].AtMS > r.ConnectMS-r.ConnAgeMS:
+	case run.Timeline[first].AtMS > r.MadeMS():
 		parts = append(parts, "no node's routing view had been recorded yet")
 	default:
 		parts = append(parts, "no node's routing view sent new connections to it")
@@ -534,7 +534,7 @@ func connected(r results.Request) string {
 	case connectFailed(r):
 		return "When the connection was tried (" + at(r.ConnectMS) + ")"
 	}
-	return "When the connection was made (" + at(r.ConnectMS-r.ConnAgeMS) + ")"
+	return "When the connection was made (" + at(r.MadeMS()) + ")"
 }
 
 // connectFailed reports whether r failed in its connect.

@@ -10,7 +10,8 @@ import "github.com/closingtime-dev/closingtime/internal/load"
 // action's start, in milliseconds, as in Entry.
 type Request struct {
 	// ID is the request's X-Request-Id.
-	ID     string    `json:"id"`
+	ID string `json:"id"`
+	// Client is the kind of client that sent it.
 	Client load.Kind `json:"client"`
 	// AtMS is when it was scheduled to be sent.
 	AtMS float64 `json:"atMs"`
@@ -70,13 +71,21 @@ type Request struct {
 	Cause Cause `json:"cause"`
 }
 
+// MadeMS returns when the request's connection was made: its connect
+// less its age.
+func (r *Request) MadeMS() float64 { return r.ConnectMS - r.ConnAgeMS }
+
 // Reprobe is a probe sent on a new connection right after a request
 // failed on a reused one. The probe is recorded, not counted as traffic.
 type Reprobe struct {
-	Class  load.Class `json:"class"`
-	Addr   string     `json:"addr,omitempty"`
-	Pod    string     `json:"pod,omitempty"`
-	Status int        `json:"status,omitempty"`
+	// Class is its outcome.
+	Class load.Class `json:"class"`
+	// Addr is the address its connection reached or tried; Pod, the
+	// response's X-Pod-Name; Status, the response's status code. Each is
+	// empty when it did not get that far.
+	Addr   string `json:"addr,omitempty"`
+	Pod    string `json:"pod,omitempty"`
+	Status int    `json:"status,omitempty"`
 	// AtMS is when it was sent.
 	AtMS float64 `json:"atMs"`
 }
@@ -133,6 +142,7 @@ type CauseCount struct {
 // Finding is what the diagnosis tells of one pod the action ended, failed
 // requests or not: how it stopped and what that cost or risked.
 type Finding struct {
+	// Pod is the pod it tells of.
 	Pod string `json:"pod"`
 	// Kind names the finding (docs/diagnosis.md § Pod findings).
 	Kind string `json:"kind"`
@@ -144,9 +154,14 @@ type Finding struct {
 // its cause, the causes counted, and the findings of the pods the action
 // ended.
 type Diagnosis struct {
-	Requests []Request    `json:"requests"`
-	Causes   []CauseCount `json:"causes"`
-	Findings []Finding    `json:"findings,omitempty"`
+	// Requests are the run's failed and absorbed requests, in the order
+	// of their results, each with its cause.
+	Requests []Request `json:"requests"`
+	// Causes count the requests by cause, the most requests first.
+	Causes []CauseCount `json:"causes"`
+	// Findings tell how each pod the action ended stopped, in the order
+	// of the run's old pods.
+	Findings []Finding `json:"findings,omitempty"`
 	// Limits say what the cluster could not show, and which causes could
 	// not be told apart for that.
 	Limits []string `json:"limits,omitempty"`
