@@ -117,11 +117,17 @@ func TestRolloutGate(t *testing.T) {
 			if tt.wantCode == ExitFailed && !strings.Contains(errOut.String(), "rollout: rollout (Deployment default/app), run 1: ") {
 				t.Errorf("stderr:\n%s\nwant the run over the allowance named", errOut.String())
 			}
-			// Last, the verdict: the cause of most failures, and its fix.
-			lines := strings.Split(strings.TrimSuffix(errOut.String(), "\n"), "\n")
-			if last := lines[len(lines)-1]; !strings.HasPrefix(last, "rollout: ") || !strings.Contains(last, " requests failed; the cause of ") ||
-				!strings.Contains(last, "; fix: ") || !strings.Contains(last, " — docs/diagnosis.md#") {
-				t.Errorf("stderr:\n%s\nwant it to end with the failed requests, their main cause and its fix", errOut.String())
+			// Last, the verdict: the failed requests, then each cause
+			// with its count and fix.
+			verdict := errOut.String()[max(0, strings.LastIndex(errOut.String(), "\nrollout: ")+1):]
+			lines := strings.Split(strings.TrimSuffix(verdict, "\n"), "\n")
+			if !strings.HasSuffix(lines[0], " requests failed, by cause:") || len(lines) < 2 {
+				t.Fatalf("stderr:\n%s\nwant it to end with the failed requests, by cause", errOut.String())
+			}
+			for _, l := range lines[1:] {
+				if !strings.Contains(l, "; fix: ") || !strings.Contains(l, " — docs/diagnosis.md#") {
+					t.Errorf("verdict line %q: want a cause with its fix and docs", l)
+				}
 			}
 			xml := out.String()
 			for i := 0; i < len(tt.files); i += 2 {

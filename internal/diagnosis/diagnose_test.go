@@ -476,3 +476,19 @@ func TestDiagnoseLivenessExitLogged(t *testing.T) {
 		t.Errorf("cause %s, want liveness-restart", got[0])
 	}
 }
+
+// TestDiagnoseSigtermBeforeTheWatch refuses a connection to a pod whose
+// server logged SIGTERM before the cluster's watch showed its termination,
+// as a real cluster's may: a routing race, not a pod that never listened.
+func TestDiagnoseSigtermBeforeTheWatch(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").log(-5000, "started", "app-a", nil).log(-4000, "listening", "app-a", nil)
+	tl.run.Timeline = append(tl.run.Timeline, results.Entry{AtMS: -5000, Source: results.SourceCluster, Kind: string(cluster.EndpointsPublished),
+		Endpoints: cluster.Endpoints{List: []cluster.Endpoint{ready("10.0.0.1")}}})
+	tl.log(100, "sigterm", "app-a", nil).log(101, "exiting", "app-a", nil).
+		event(300, cluster.PodTerminating, "app-a", map[string]string{"grace": "30s"}).
+		event(310, cluster.ContainerExited, "app-a", map[string]string{"code": "143"})
+	_, got := tl.diagnosed(t, request("r", load.Refused, 150, 150, 150, "10.0.0.1:8080", 0, 0))
+	if got[0] != RoutingRace {
+		t.Errorf("cause %s, want routing-race", got[0])
+	}
+}

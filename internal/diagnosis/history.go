@@ -116,6 +116,12 @@ func (h *podHistory) lastExitBefore(t float64) (exit, bool) {
 	return exit{}, false
 }
 
+// killPending reports whether a liveness kill of h waits for its exit.
+func (h *podHistory) killPending() bool {
+	n := len(h.exits)
+	return n > 0 && h.exits[n-1].stamp == never
+}
+
 // beingKilled reports whether, at t, the kubelet was killing h's
 // container after a failed liveness probe, and it had not exited yet.
 func (h *podHistory) beingKilled(t float64) bool {
@@ -350,6 +356,12 @@ func (h *history) add(e *results.Entry) {
 			}
 		case "sigterm":
 			ph.sigtermLogged = true
+			if !s.terminating && !h.signals && !ph.beingKilled(e.AtMS) && !ph.killPending() {
+				// A real cluster's watch may show the termination after
+				// the server logged its signal: the pod's own word comes
+				// first.
+				s.terminating, ph.terminatingAt = true, e.AtMS
+			}
 			if s.terminating && !s.signalled {
 				s.signalled = true
 				ph.signalAt = e.AtMS
