@@ -279,7 +279,9 @@ func (h *history) refused(ph *podHistory, s snapshot, r *results.Request) result
 	switch {
 	case !s.running && exited:
 		return ContainerExited
-	case s.running && (s.Ready || (r.Published != nil && *r.Published)):
+	case s.Ready || (r.Published != nil && *r.Published):
+		// An endpoint that nothing listened on: one whose start the
+		// timeline shows late is still pending in it.
 		return NotListening
 	}
 	return Unknown

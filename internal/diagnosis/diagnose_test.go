@@ -492,3 +492,18 @@ func TestDiagnoseSigtermBeforeTheWatch(t *testing.T) {
 		t.Errorf("cause %s, want routing-race", got[0])
 	}
 }
+
+// TestDiagnoseAddressReused refuses a connection to an address that an
+// exited old pod had and a new one took, whose start the timeline stamps
+// a little after the routing sent the connection to it: the new pod's
+// not listening yet, not the old pod's.
+func TestDiagnoseAddressReused(t *testing.T) {
+	tl := new(timeline).running("app-old", "10.0.0.1").stopped("app-old", 0, 0, 35, 143, false)
+	tl.run.Timeline = append(tl.run.Timeline, results.Entry{AtMS: 500, Source: results.SourceCluster, Kind: string(cluster.EndpointsPublished),
+		Endpoints: cluster.Endpoints{List: []cluster.Endpoint{ready("10.0.0.1")}}})
+	tl.started("app-new", "10.0.0.1", 842, -1, 845, false)
+	d, got := tl.diagnosed(t, request("r", load.Refused, 839, 841, 841, "10.0.0.1:8080", 0, 0))
+	if r := d.Requests[0]; got[0] != NotListening || r.Pod != "app-new" {
+		t.Errorf("request %+v: want not-listening of app-new", r)
+	}
+}

@@ -295,15 +295,39 @@ func (h *history) addAddr(ip string, at float64, pod string) {
 }
 
 // podAt returns the pod that had addr's IP address at t, "" if none did.
+// An address taken by a new pod at most recordSlack after t, from one
+// whose container had exited in its termination, is the new pod's: the
+// new pod's start may be stamped after the routing sent it connections,
+// as a late recorder's events take the time of the log's latest, while
+// an exited pod's address reaches nothing of its own.
 func (h *history) podAt(addr netip.Addr, t float64) string {
+	owners := h.addrs[addr.Unmap()]
 	pod := ""
-	for _, o := range h.addrs[addr.Unmap()] {
+	for i, o := range owners {
 		if o.since > t {
+			if o.since > t+recordSlack {
+				break
+			}
+			if prev := h.pods[pod]; pod == "" || (prev != nil && prev.exitedTerminating(t)) {
+				pod = owners[i].pod
+			}
 			break
 		}
 		pod = o.pod
 	}
 	return pod
+}
+
+// recordSlack bounds how much later than what it records a backend may
+// stamp an event, on a loaded machine: a component that is slow to reach
+// the event log gets the latest event's time ([cluster.EventLog]).
+const recordSlack = 250
+
+// exitedTerminating reports whether h's container had exited in its
+// termination by t.
+func (h *podHistory) exitedTerminating(t float64) bool {
+	x, ok := h.lastExitBefore(t)
+	return ok && x.terminating
 }
 
 // add takes the next entry of the timeline.
