@@ -50,9 +50,6 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	// What the requests show of their pods' listeners after the signal
 	// (observe) is evidence for the causes of all of them: join them all
 	// first.
-	for _, old := range run.OldPods {
-		h.observeServed(old)
-	}
 	for i, r := range requests {
 		r = joined(h, r)
 		if r.PodInferred || (r.Addr != "" && r.Pod == "") {
@@ -174,20 +171,8 @@ func (h *history) observe(r *results.Request) {
 		// tells of its listener.
 		return
 	}
-	switch r.Class {
-	case load.Refused:
+	if r.Class == load.Refused {
 		ph.refusedAfterSignal = true
-	case load.Reset, load.Closed, load.ResponseTimeout, load.HTTP5xx:
-		// The connection was made: the listener took it.
-		ph.acceptedAfterSignal = true
-	}
-}
-
-// observeServed notes that old pod answered a new connection after its
-// stop signal.
-func (h *history) observeServed(old results.OldPod) {
-	if ph := h.pods[old.Name]; ph != nil && !ph.signalInferred && old.LastNewConnectionMS != nil && *old.LastNewConnectionMS > ph.signalAt {
-		ph.acceptedAfterSignal = true
 	}
 }
 

@@ -507,3 +507,20 @@ func TestDiagnoseAddressReused(t *testing.T) {
 		t.Errorf("request %+v: want not-listening of app-new", r)
 	}
 }
+
+// TestDiagnoseSigtermJustBeforeTheKill has a server log SIGTERM a moment
+// before the cluster reports the liveness kill that sent it, by the
+// milliseconds of its own clock: on a cluster that reports signals, the
+// log does not start a termination.
+func TestDiagnoseSigtermJustBeforeTheKill(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").log(-5000, "started", "app-a", nil).endpoints(-5000, 0, ready("10.0.0.1"))
+	tl.log(999.5, "sigterm", "app-a", nil).
+		event(1000, cluster.LivenessKill, "app-a", map[string]string{"probe": "liveness"}).
+		event(1000.2, cluster.SignalSent, "app-a", map[string]string{"signal": "SIGTERM"}).
+		event(1100, cluster.ContainerExited, "app-a", map[string]string{"code": "143"}).
+		event(1101, cluster.PodUnready, "app-a", nil)
+	_, got := tl.diagnosed(t, request("r", load.Refused, 1800, 1800, 1800, "10.0.0.1:8080", 0, 0))
+	if got[0] != LivenessRestart {
+		t.Errorf("cause %s, want liveness-restart", got[0])
+	}
+}

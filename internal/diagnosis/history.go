@@ -37,8 +37,6 @@ type exit struct {
 	code      int
 	// killed: SIGKILL at the end of the grace period ended it.
 	killed bool
-	// killEvent: a killed event came before it.
-	killEvent bool
 	// liveness: the kubelet killed it on a failed liveness probe.
 	liveness bool
 	// terminating: the pod's termination had begun.
@@ -53,10 +51,9 @@ type podHistory struct {
 	name  string
 	steps []snapshot
 	exits []exit
-	// signalAt, terminatingAt and preStopEnd are when the stop signal
-	// went, the termination began and the preStop hook ended; never if
-	// they did not happen.
-	signalAt, terminatingAt, preStopEnd float64
+	// signalAt and terminatingAt are when the stop signal went and the
+	// termination began; never if they did not happen.
+	signalAt, terminatingAt float64
 	// signalInferred: the cluster reports no signal and the pod logged
 	// none, so signalAt is its termination's start, an upper bound on
 	// nothing: what came after it does not show a listener's state.
@@ -72,10 +69,9 @@ type podHistory struct {
 	// wrapper names the wrapper the server's log says it ran under
 	// (npm, sh); empty if none.
 	wrapper string
-	// acceptedAfterSignal and refusedAfterSignal: a new connection
-	// reached the pod after the signal and its server accepted it, or
-	// refused it: the listener stayed open, or closed.
-	acceptedAfterSignal, refusedAfterSignal bool
+	// refusedAfterSignal: a new connection made after the signal, while
+	// its container ran, was refused: its listener had closed.
+	refusedAfterSignal bool
 	// pid1: its container's process ran in a PID namespace of its own,
 	// as the container's first process.
 	pid1 bool
@@ -195,8 +191,6 @@ type history struct {
 	applied   map[string][]endpointsAt
 	nodes     []string
 	outage    *results.Outage
-	// serveLogs: some pod writes closingtime serve's log events.
-	serveLogs bool
 	// times are the times of the timeline's entries, in order; exits,
 	// every pod's exits in the order of their times.
 	times []float64
@@ -209,6 +203,10 @@ type history struct {
 	// pod logs it. kills: the cluster reports SIGKILL (killed).
 	signals, kills bool
 }
+
+// lateKill bounds how long after the exit it caused a liveness kill's
+// Event may come, the container restarted meanwhile.
+const lateKill = 10_000
 
 // graceSlack is how early before the end of its grace period an exit 137
 // of a terminating pod may come, on a cluster that reports no SIGKILL,
@@ -239,6 +237,12 @@ func newHistory(run *results.Run) *history {
 		ph.steps = append(ph.steps, snapshot{at: math.Inf(-1), PodState: results.PodState{State: state, SinceMS: math.Inf(-1), Ready: p.Ready}, running: true})
 		ph.pid1 = ownPIDNamespace(p.PIDNamespace)
 		h.addAddr(p.IP, math.Inf(-1), p.Name)
+	}
+	for _, e := range run.Timeline {
+		// Whether the cluster reports the stop signal and SIGKILL is
+		// known before any entry is read.
+		h.signals = h.signals || (e.Source == results.SourceCluster && e.Kind == string(cluster.SignalSent))
+		h.kills = h.kills || (e.Source == results.SourceCluster && e.Kind == string(cluster.Killed))
 	}
 	h.times = make([]float64, len(run.Timeline))
 	for i := range run.Timeline {
@@ -279,7 +283,7 @@ func newHistory(run *results.Run) *history {
 func (h *history) pod(name string) *podHistory {
 	ph := h.pods[name]
 	if ph == nil {
-		ph = &podHistory{name: name, signalAt: never, terminatingAt: never, preStopEnd: never, exiting: never}
+		ph = &podHistory{name: name, signalAt: never, terminatingAt: never, exiting: never}
 		h.pods[name] = ph
 		h.order = append(h.order, name)
 	}
@@ -366,7 +370,7 @@ func (h *history) add(e *results.Entry) {
 		}
 	}
 	if e.Source == results.SourcePod {
-		ph.logs, h.serveLogs = true, true
+		ph.logs = true
 		switch e.Kind {
 		case "started":
 			s.Listening = ptr.To(false)
@@ -378,23 +382,21 @@ func (h *history) add(e *results.Entry) {
 					state("ready")
 				}
 			}
-		case "sigterm":
-			ph.sigtermLogged = true
+		case "sigterm", "wrapper_signal":
+			// The server, or its wrapper as the container's first
+			// process, got the signal.
+			if e.Kind == "sigterm" {
+				ph.sigtermLogged = true
+				state("draining")
+			} else {
+				ph.wrapper = e.Detail["wrapper"]
+			}
 			if !s.terminating && !h.signals && !ph.beingKilled(e.AtMS) && !ph.killPending() {
 				// A real cluster's watch may show the termination after
 				// the server logged its signal: the pod's own word comes
 				// first.
 				s.terminating, ph.terminatingAt = true, e.AtMS
 			}
-			if s.terminating && !s.signalled {
-				s.signalled = true
-				ph.signalAt = e.AtMS
-			}
-			state("draining")
-		case "wrapper_signal":
-			// The wrapper is the container's first process: the signal
-			// reached it.
-			ph.wrapper = e.Detail["wrapper"]
 			if s.terminating && !s.signalled {
 				s.signalled = true
 				ph.signalAt = e.AtMS
@@ -445,12 +447,10 @@ func (h *history) add(e *results.Entry) {
 	case cluster.PreStopStarted:
 		state("prestop")
 	case cluster.PreStopFinished:
-		ph.preStopEnd = e.AtMS
 		if !s.signalled {
 			state("terminating")
 		}
 	case cluster.SignalSent:
-		h.signals = true
 		if !s.terminating {
 			// The kubelet stops a container a liveness probe failed.
 			state("restarting")
@@ -462,7 +462,6 @@ func (h *history) add(e *results.Entry) {
 		}
 		state("signalled")
 	case cluster.Killed:
-		h.kills = true
 		if s.terminating {
 			state("killed")
 		}
@@ -472,10 +471,11 @@ func (h *history) add(e *results.Entry) {
 		case n > 0 && ph.exits[n-1].at == never:
 			// A probe that fails again during the kill's grace period
 			// kills the same instance again: one exit follows.
-		case n > 0 && !s.running && !ph.exits[n-1].terminating:
-			// The Event of the kill came after the exit it caused, as a
-			// real cluster's Events watch may deliver it.
-			ph.exits[n-1].liveness, ph.exits[n-1].killedAt = true, e.AtMS
+		case n > 0 && !ph.exits[n-1].terminating && !ph.exits[n-1].liveness && (!s.running || e.AtMS-ph.exits[n-1].stamp < lateKill):
+			// The Event of the kill came after the exit it caused, even
+			// after the restart, as a real cluster's Events watch may
+			// deliver it.
+			ph.exits[n-1].liveness, ph.exits[n-1].killedAt = true, min(e.AtMS, ph.exits[n-1].stamp)
 		default:
 			ph.exits = append(ph.exits, exit{at: never, stamp: never, liveness: true, killedAt: e.AtMS})
 		}
@@ -486,8 +486,7 @@ func (h *history) add(e *results.Entry) {
 		code, _ := strconv.Atoi(e.Detail["code"])
 		// A real cluster's API reports no SIGKILL: its exit code, 128+9,
 		// does.
-		killEvent := s.terminating && s.State == "killed"
-		x := exit{at: e.AtMS, stamp: e.AtMS, code: code, killed: killEvent, killEvent: killEvent, terminating: s.terminating, killedAt: never}
+		x := exit{at: e.AtMS, stamp: e.AtMS, code: code, killed: s.terminating && s.State == "killed", terminating: s.terminating, killedAt: never}
 		if ph.exiting != never && ph.exiting <= x.at && ph.exiting > x.at-exitBefore {
 			// The server's own last line is nearer its end than the
 			// moment the cluster learnt of it; its clock's milliseconds
@@ -569,18 +568,19 @@ func (h *history) readyEndpoints(t float64) *int {
 
 // routedBy returns the nodes whose routing view at t would route a new
 // connection from a client on that node to ip, in the order of their
-// names: empty if none would, nil if no view was applied by t.
+// names: empty if none would, and nil if none would and some node's view
+// is not known at t (the timeline holds a view from its first change).
 func (h *history) routedBy(ip string, t float64) []string {
 	var out []string
-	seen := false // a view was applied by t
+	all := len(h.nodes) > 0 // every node had a view applied by t
 	for _, node := range h.nodes {
 		e := latest(h.applied[node], t)
-		seen = seen || e != nil
+		all = all && e != nil
 		if e != nil && e.routes(ip) {
 			out = append(out, node)
 		}
 	}
-	if seen && out == nil {
+	if all && out == nil {
 		return []string{}
 	}
 	return out
