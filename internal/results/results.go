@@ -329,6 +329,12 @@ func Read(rd io.Reader) (*Results, error) {
 		return nil, notResults(data, err)
 	}
 	if len(r.Scenarios) == 0 {
+		var compare struct {
+			Sides []json.RawMessage `json:"sides"`
+		}
+		if json.Unmarshal(data, &compare) == nil && len(compare.Sides) > 0 {
+			return nil, errors.New(notResultsText + `: it is lab --compare's, which holds each side's results under "sides"; report reads one side's (jq .sides[0].results FILE > embedded.json)`)
+		}
 		return nil, errors.New(notResultsText + ": no scenarios")
 	}
 	for i := range r.Scenarios {

@@ -92,6 +92,7 @@ func TestReadNotResults(t *testing.T) {
 			not + "line 2: field scenarios.runs.clients.kind is a number, not a string"},
 		{"an array", "[]", not + "line 1: the value is an array, not an object"},
 		{"no scenarios", `{"apiVersion": "v1", "kind": "Service"}`, not + "no scenarios"},
+		{"a comparison", `{"sides": [{"cluster": "embedded", "results": {"scenarios": []}}]}`, not + `it is lab --compare's, which holds each side's results under "sides"; report reads one side's (jq .sides[0].results FILE > embedded.json)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
