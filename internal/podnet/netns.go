@@ -1,0 +1,99 @@
+package podnet
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// Netns is a network namespace that closingtime holds. One OS thread lives
+// in it for as long as the Netns is open and runs what must happen inside:
+// making sockets, starting processes. A process started in it also gets
+// its parent-death signal from that thread, so it dies when the Netns is
+// closed, as a pod's processes end with its sandbox. It is safe for
+// concurrent use.
+type Netns struct {
+	fd   int
+	work chan func()
+	done chan struct{}
+}
+
+// ErrUnsupported is wrapped by the error of NewNetns where the system
+// refuses network namespaces to this process (no CAP_NET_ADMIN in its user
+// namespace).
+var ErrUnsupported = errors.New("podnet: network namespaces are not available")
+
+// NewNetns makes a network namespace with nothing in it but a loopback
+// interface, which is down. Close frees it.
+func NewNetns() (*Netns, error) {
+	n := &Netns{work: make(chan func()), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go n.run(ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// run is the namespace's thread. The goroutine never unlocks its OS
+// thread: the thread is in the namespace, and the runtime ends it with
+// the goroutine instead of handing it to other goroutines.
+func (n *Netns) run(ready chan<- error) {
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSPC) {
+			err = fmt.Errorf("%w: unshare(CLONE_NEWNET): %v", ErrUnsupported, err)
+		}
+		ready <- err
+		return
+	}
+	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		ready <- fmt.Errorf("open the new network namespace: %w", err)
+		return
+	}
+	n.fd = fd
+	ready <- nil
+	for fn := range n.work {
+		fn()
+	}
+	close(n.done)
+}
+
+// FD returns a file descriptor of the namespace, for netlink and nftables
+// connections to it; it is valid until Close.
+func (n *Netns) FD() int { return n.fd }
+
+// Do runs fn on the namespace's thread and returns when it has: what fn
+// makes (a socket, a netlink connection, a process) is made inside the
+// namespace. fn must not block for long: it holds up every other call.
+func (n *Netns) Do(fn func()) {
+	finished := make(chan struct{})
+	n.work <- func() {
+		defer close(finished)
+		fn()
+	}
+	<-finished
+}
+
+// Start starts cmd inside the namespace; see exec.Cmd.Start. The process
+// gets its parent-death signal (SysProcAttr.Pdeathsig) when the Netns is
+// closed, or when closingtime ends.
+func (n *Netns) Start(cmd *exec.Cmd) error {
+	var err error
+	n.Do(func() { err = cmd.Start() })
+	return err
+}
+
+// Close ends the namespace's thread and closes its descriptor: once the
+// processes started in it are gone too, the kernel frees the namespace and
+// every interface in it. Close must be called once, after every other call
+// has returned.
+func (n *Netns) Close() error {
+	close(n.work)
+	<-n.done
+	return unix.Close(n.fd)
+}

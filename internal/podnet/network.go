@@ -1,0 +1,411 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of a Network's ranges; each exists only inside the namespaces a
+// Network makes.
+const (
+	// DefaultPodCIDR is the cluster's pod range, as kubeadm's and kind's
+	// default: node n's pods take their addresses from its n-th /24.
+	DefaultPodCIDR = "10.244.0.0/16"
+	// NodeCIDR is the range of the nodes' own addresses on the switch:
+	// node n is 10.0.0.n.
+	NodeCIDR = "10.0.0.0/24"
+)
+
+// MaxNodes is the most nodes a Network has: one /24 of the pod range, and
+// one address of NodeCIDR, each.
+const MaxNodes = 250
+
+// switchGateway is the switch's own address, the nodes' default route. The
+// switch forwards nothing, so that a packet for an address no node routes
+// (a ClusterIP without rules) is dropped, as by a network that does not
+// know it.
+var switchGateway = netip.MustParseAddr("10.0.0.254")
+
+// Interface names. A sandbox's host end is named after its address
+// (veth<last byte>), unique on its node's bridge.
+const (
+	bridgeName = "cbr0"
+	switchName = "switch0"
+	podIfName  = "eth0"
+)
+
+// Config configures a [Network].
+type Config struct {
+	// Nodes is the number of nodes, from 1 to MaxNodes.
+	Nodes int
+	// PodCIDR is the cluster's pod range, a /16 or larger;
+	// DefaultPodCIDR if zero.
+	PodCIDR netip.Prefix
+}
+
+// Network is a cluster's network: a switch namespace that joins its nodes'
+// namespaces. It is safe for concurrent use.
+type Network struct {
+	podCIDR netip.Prefix
+	fabric  *Netns
+	nodes   []*NetnsNode
+}
+
+// New makes a cluster's network, or returns an error wrapping
+// ErrUnsupported where the system allows no network namespaces. Close
+// takes it down.
+func New(cfg Config) (*Network, error) {
+	if !cfg.PodCIDR.IsValid() {
+		cfg.PodCIDR = netip.MustParsePrefix(DefaultPodCIDR)
+	}
+	if cfg.Nodes < 1 || cfg.Nodes > MaxNodes || !cfg.PodCIDR.Addr().Is4() || cfg.PodCIDR.Bits() > 16 {
+		return nil, fmt.Errorf("network of %d nodes in %s: want 1 to %d nodes in an IPv4 /16 or larger", cfg.Nodes, cfg.PodCIDR, MaxNodes)
+	}
+	nw := &Network{podCIDR: cfg.PodCIDR.Masked()}
+	if err := nw.build(cfg.Nodes); err != nil {
+		nw.Close()
+		return nil, err
+	}
+	return nw, nil
+}
+
+// build makes the switch and the nodes; what it made before an error is
+// left for Close.
+func (nw *Network) build(nodes int) error {
+	var err error
+	if nw.fabric, err = NewNetns(); err != nil {
+		return err
+	}
+	h, err := handle(nw.fabric)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	sw := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: switchName}}
+	if err := h.LinkAdd(sw); err != nil {
+		return fmt.Errorf("switch: add bridge: %w", err)
+	}
+	if err := up(h, "lo", switchName); err != nil {
+		return fmt.Errorf("switch: %w", err)
+	}
+	if err := h.AddrAdd(sw, addr(netip.PrefixFrom(switchGateway, 24))); err != nil {
+		return fmt.Errorf("switch: address: %w", err)
+	}
+	for i := 1; i <= nodes; i++ {
+		n, err := nw.addNode(h, i)
+		if n != nil {
+			nw.nodes = append(nw.nodes, n)
+		}
+		if err != nil {
+			return fmt.Errorf("node %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// addNode makes node i: its namespace and bridge, its link to the switch,
+// and the routes between it and the nodes before it. sw is a netlink
+// handle in the switch's namespace.
+func (nw *Network) addNode(sw *netlink.Handle, i int) (*NetnsNode, error) {
+	ns, err := NewNetns()
+	if err != nil {
+		return nil, err
+	}
+	base := netip.MustParsePrefix(NodeCIDR).Addr().As4()
+	n := &NetnsNode{ns: ns, ipAddr: netip.AddrFrom4([4]byte{base[0], base[1], base[2], byte(i)})}
+	n.podCIDR = NodePodCIDR(nw.podCIDR, i)
+	n.gateway = n.podCIDR.Addr().Next()
+	n.alloc = newAllocator(n.podCIDR, n.gateway)
+	if n.nl, err = handle(ns); err != nil {
+		return n, err
+	}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName}}
+	if err := n.nl.LinkAdd(br); err != nil {
+		return n, fmt.Errorf("add bridge: %w", err)
+	}
+	if err := n.nl.AddrAdd(br, addr(netip.PrefixFrom(n.gateway, n.podCIDR.Bits()))); err != nil {
+		return n, fmt.Errorf("bridge address: %w", err)
+	}
+	if n.bridge, err = n.nl.LinkByName(bridgeName); err != nil {
+		return n, err
+	}
+	port := "node-" + strconv.Itoa(i)
+	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: podIfName}, PeerName: port, PeerNamespace: netlink.NsFd(nw.fabric.FD())}
+	if err := n.nl.LinkAdd(link); err != nil {
+		return n, fmt.Errorf("link to the switch: %w", err)
+	}
+	if err := n.nl.AddrAdd(link, addr(netip.PrefixFrom(n.ipAddr, 24))); err != nil {
+		return n, fmt.Errorf("node address: %w", err)
+	}
+	if err := up(n.nl, "lo", bridgeName, podIfName); err != nil {
+		return n, err
+	}
+	peer, err := sw.LinkByName(port)
+	var swLink netlink.Link
+	if err == nil {
+		swLink, err = sw.LinkByName(switchName)
+	}
+	if err == nil {
+		err = sw.LinkSetMaster(peer, swLink)
+	}
+	if err == nil {
+		err = sw.LinkSetUp(peer)
+	}
+	if err != nil {
+		return n, fmt.Errorf("switch port %s: %w", port, err)
+	}
+	if err := n.nl.RouteAdd(&netlink.Route{Gw: net.IP(switchGateway.AsSlice())}); err != nil {
+		return n, fmt.Errorf("default route: %w", err)
+	}
+	// Pods' traffic is routed by the node, and traffic between two pods
+	// of its bridge passes its rules too (br_netfilter), as a node's
+	// kube-proxy needs; both are what kubeadm asks of a node.
+	if err := sysctls(ns, map[string]string{"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"}); err != nil {
+		return n, err
+	}
+	for _, m := range nw.nodes {
+		if err := route(n.nl, m.podCIDR, m.ipAddr); err != nil {
+			return n, err
+		}
+		if err := route(m.nl, n.podCIDR, n.ipAddr); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Nodes returns the network's nodes, node 1 first.
+func (nw *Network) Nodes() []*NetnsNode { return nw.nodes }
+
+// PodCIDR returns the cluster's pod range.
+func (nw *Network) PodCIDR() netip.Prefix { return nw.podCIDR }
+
+// Close takes the network down: the nodes, with every sandbox still open,
+// and the switch. Nothing of it is left in the kernel once the processes
+// started in its sandboxes are gone.
+func (nw *Network) Close() error {
+	var errs []error
+	for _, n := range nw.nodes {
+		errs = append(errs, n.close())
+	}
+	if nw.fabric != nil {
+		errs = append(errs, nw.fabric.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// NetnsNode is a node of a [Network]: a network namespace with the bridge
+// its pods join. It implements [Node].
+type NetnsNode struct {
+	ns      *Netns
+	nl      *netlink.Handle
+	bridge  netlink.Link
+	ipAddr  netip.Addr
+	podCIDR netip.Prefix
+	gateway netip.Addr
+	alloc   *allocator
+
+	mu        sync.Mutex
+	sandboxes map[*netnsSandbox]bool
+}
+
+var _ Node = (*NetnsNode)(nil)
+
+// Netns returns the node's namespace, where its Service rules live.
+func (n *NetnsNode) Netns() *Netns { return n.ns }
+
+// PodCIDR returns the node's pod range.
+func (n *NetnsNode) PodCIDR() netip.Prefix { return n.podCIDR }
+
+// IP returns the node's address on the switch.
+func (n *NetnsNode) IP() netip.Addr { return n.ipAddr }
+
+// Isolation returns "netns".
+func (n *NetnsNode) Isolation() string { return "netns" }
+
+// DialContext connects from the node's namespace; see [Netns.DialContext].
+func (n *NetnsNode) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return n.ns.DialContext(ctx, network, address)
+}
+
+// NewSandbox makes a pod's network namespace, with a loopback interface
+// and eth0, which holds a free address of the node's range and joins the
+// node's bridge through a veth; the node's bridge address is its default
+// route.
+func (n *NetnsNode) NewSandbox() (Sandbox, error) {
+	ip, err := n.alloc.take()
+	if err != nil {
+		return nil, err
+	}
+	s := &netnsSandbox{node: n, ip: ip, host: "veth" + strconv.Itoa(int(ip.As4()[3]))}
+	if err := s.build(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("pod network %s: %w", ip, err)
+	}
+	n.mu.Lock()
+	if n.sandboxes == nil {
+		n.sandboxes = map[*netnsSandbox]bool{}
+	}
+	n.sandboxes[s] = true
+	n.mu.Unlock()
+	return s, nil
+}
+
+// close closes the sandboxes left and the node's namespace.
+func (n *NetnsNode) close() error {
+	n.mu.Lock()
+	left := make([]*netnsSandbox, 0, len(n.sandboxes))
+	for s := range n.sandboxes {
+		left = append(left, s)
+	}
+	n.mu.Unlock()
+	var errs []error
+	for _, s := range left {
+		errs = append(errs, s.Close())
+	}
+	if n.nl != nil {
+		n.nl.Close()
+	}
+	return errors.Join(append(errs, n.ns.Close())...)
+}
+
+// netnsSandbox is a pod's network namespace.
+type netnsSandbox struct {
+	node *NetnsNode
+	ip   netip.Addr
+	host string // the veth's end on the node
+	ns   *Netns
+
+	once sync.Once
+	err  error
+}
+
+func (s *netnsSandbox) build() error {
+	var err error
+	if s.ns, err = NewNetns(); err != nil {
+		return err
+	}
+	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.host, MasterIndex: s.node.bridge.Attrs().Index},
+		PeerName: podIfName, PeerNamespace: netlink.NsFd(s.ns.FD())}
+	if err := s.node.nl.LinkAdd(link); err != nil {
+		return fmt.Errorf("add veth %s: %w", s.host, err)
+	}
+	if err := s.node.nl.LinkSetUp(link); err != nil {
+		return fmt.Errorf("veth %s up: %w", s.host, err)
+	}
+	h, err := handle(s.ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	eth, err := h.LinkByName(podIfName)
+	if err != nil {
+		return err
+	}
+	if err := h.AddrAdd(eth, addr(netip.PrefixFrom(s.ip, s.node.podCIDR.Bits()))); err != nil {
+		return fmt.Errorf("address: %w", err)
+	}
+	if err := up(h, "lo", podIfName); err != nil {
+		return err
+	}
+	if err := h.RouteAdd(&netlink.Route{Gw: net.IP(s.node.gateway.AsSlice())}); err != nil {
+		return fmt.Errorf("default route: %w", err)
+	}
+	return nil
+}
+
+func (s *netnsSandbox) IP() netip.Addr { return s.ip }
+
+// Start starts cmd in the pod's namespace; see [Netns.Start].
+func (s *netnsSandbox) Start(cmd *exec.Cmd) error { return s.ns.Start(cmd) }
+
+// Close deletes the veth, which takes eth0 with it at once, closes the
+// namespace and frees the address. Later calls return the first one's
+// result.
+func (s *netnsSandbox) Close() error {
+	s.once.Do(func() {
+		n := s.node
+		var errs []error
+		if link, err := n.nl.LinkByName(s.host); err == nil {
+			errs = append(errs, n.nl.LinkDel(link))
+		}
+		if s.ns != nil {
+			errs = append(errs, s.ns.Close())
+		}
+		n.mu.Lock()
+		delete(n.sandboxes, s)
+		n.mu.Unlock()
+		n.alloc.free(s.ip)
+		s.err = errors.Join(errs...)
+	})
+	return s.err
+}
+
+// NodePodCIDR returns the pod range of node n (from 1 to MaxNodes) of a
+// cluster whose pod range is cidr, an IPv4 /16 or larger: its n-th /24.
+func NodePodCIDR(cidr netip.Prefix, n int) netip.Prefix {
+	base := cidr.Masked().Addr().As4()
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{base[0], base[1], byte(n), 0}), 24)
+}
+
+// handle returns a netlink handle whose socket is in ns.
+func handle(ns *Netns) (*netlink.Handle, error) {
+	var h *netlink.Handle
+	var err error
+	ns.Do(func() { h, err = netlink.NewHandle(unix.NETLINK_ROUTE) })
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	return h, nil
+}
+
+// up sets the links named up.
+func up(h *netlink.Handle, names ...string) error {
+	for _, name := range names {
+		l, err := h.LinkByName(name)
+		if err == nil {
+			err = h.LinkSetUp(l)
+		}
+		if err != nil {
+			return fmt.Errorf("link %s up: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// route adds a route to dst through gw.
+func route(h *netlink.Handle, dst netip.Prefix, gw netip.Addr) error {
+	ipnet := &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), 32)}
+	if err := h.RouteAdd(&netlink.Route{Dst: ipnet, Gw: gw.AsSlice()}); err != nil {
+		return fmt.Errorf("route %s via %s: %w", dst, gw, err)
+	}
+	return nil
+}
+
+func addr(p netip.Prefix) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+}
+
+// sysctls writes the network sysctls of ns, by their path under
+// /proc/sys; /proc/sys/net is the namespace of the thread that opens it.
+func sysctls(ns *Netns, values map[string]string) error {
+	var err error
+	ns.Do(func() {
+		for key, v := range values {
+			if werr := os.WriteFile("/proc/sys/"+key, []byte(v), 0); werr != nil {
+				err = errors.Join(err, fmt.Errorf("sysctl %s: %w", key, werr))
+			}
+		}
+	})
+	return err
+}

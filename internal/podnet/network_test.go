@@ -1,0 +1,284 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// newNetwork returns a network of nodes that the test closes, or skips the
+// test where the system allows no network namespaces.
+func newNetwork(t *testing.T, nodes int) *Network {
+	t.Helper()
+	nw, err := New(Config{Nodes: nodes})
+	if errors.Is(err, ErrUnsupported) {
+		t.Skipf("no network namespaces here (run as root, or in a user namespace with CAP_NET_ADMIN): %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := nw.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return nw
+}
+
+// sandbox makes a sandbox on n that the test closes, and returns its
+// namespace too.
+func sandbox(t *testing.T, n *NetnsNode) (*netnsSandbox, *Netns) {
+	t.Helper()
+	s, err := n.NewSandbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ns := s.(*netnsSandbox)
+	return ns, ns.ns
+}
+
+// serve answers each connection of ln with its own address and closes it.
+func serve(t *testing.T, ln net.Listener, name string) {
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		// One connection per round; the loop ends when ln is closed.
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, name)
+			c.Close()
+		}
+	}()
+}
+
+// get dials address from dial and returns what the server wrote.
+func get(dial func(context.Context, string, string) (net.Conn, error), address string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := dial(ctx, "tcp", address)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+func TestPodsBindTheSamePortAndReachEachOther(t *testing.T) {
+	nw := newNetwork(t, 2)
+	n1, n2 := nw.Nodes()[0], nw.Nodes()[1]
+	var pods []*netnsSandbox
+	for i, n := range []*NetnsNode{n1, n1, n2} {
+		s, ns := sandbox(t, n)
+		ln, err := ns.Listen("tcp", "0.0.0.0:8080")
+		if err != nil {
+			t.Fatalf("pod %d: listen on 0.0.0.0:8080: %v", i, err)
+		}
+		serve(t, ln, s.IP().String())
+		pods = append(pods, s)
+	}
+	if !n1.PodCIDR().Contains(pods[0].IP()) || !n2.PodCIDR().Contains(pods[2].IP()) || pods[0].IP() == pods[1].IP() {
+		t.Fatalf("addresses %s %s %s: want two of %s and one of %s", pods[0].IP(), pods[1].IP(), pods[2].IP(), n1.PodCIDR(), n2.PodCIDR())
+	}
+	for _, from := range []struct {
+		name string
+		dial func(context.Context, string, string) (net.Conn, error)
+	}{{"node-1", n1.DialContext}, {"node-2", n2.DialContext}, {"pod on node-2", pods[2].ns.DialContext}} {
+		for _, to := range pods {
+			addr := netip.AddrPortFrom(to.IP(), 8080).String()
+			got, err := get(from.dial, addr)
+			if err != nil || got != to.IP().String() {
+				t.Errorf("from %s to %s: %q, %v; want %q", from.name, addr, got, err, to.IP())
+			}
+		}
+	}
+	// A pod's localhost is its own.
+	ln, err := pods[0].ns.Listen("tcp", "127.0.0.1:9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, ln, "sidecar")
+	if got, err := get(pods[0].ns.DialContext, "127.0.0.1:9000"); err != nil || got != "sidecar" {
+		t.Errorf("pod to its own localhost: %q, %v", got, err)
+	}
+	if _, err := get(pods[1].ns.DialContext, "127.0.0.1:9000"); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("another pod's localhost: %v, want refused", err)
+	}
+}
+
+func TestClosedSandboxStopsAnswering(t *testing.T) {
+	nw := newNetwork(t, 2)
+	for _, from := range nw.Nodes() {
+		t.Run("from "+from.IP().String(), func(t *testing.T) {
+			s, _ := sandbox(t, nw.Nodes()[0])
+			addr := netip.AddrPortFrom(s.IP(), 8080).String()
+			// The sandbox is there, with nothing listening: refused.
+			if _, err := get(from.DialContext, addr); !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("dial %s before the sandbox goes: %v, want refused", addr, err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Gone: nothing answers, and the connect times out.
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			c, err := from.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				c.Close()
+			}
+			var ne net.Error
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatalf("dial %s after the sandbox went: %v, want a connect timeout", addr, err)
+			}
+		})
+	}
+}
+
+func TestStartRunsInTheSandbox(t *testing.T) {
+	nw := newNetwork(t, 1)
+	s, ns := sandbox(t, nw.Nodes()[0])
+	var st unix.Stat_t
+	if err := unix.Fstat(ns.FD(), &st); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("readlink", "/proc/self/ns/net")
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := s.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("net:[%d]", st.Ino); strings.TrimSpace(out.String()) != want {
+		t.Errorf("the process's network namespace is %s, want the sandbox's %s", out.String(), want)
+	}
+}
+
+func TestNodeSysctlsStayInTheNode(t *testing.T) {
+	before, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	if err != nil {
+		t.Skip(err)
+	}
+	nw := newNetwork(t, 1)
+	var inNode []byte
+	nw.Nodes()[0].Netns().Do(func() { inNode, err = os.ReadFile("/proc/sys/net/ipv4/ip_forward") })
+	if err != nil || strings.TrimSpace(string(inNode)) != "1" {
+		t.Errorf("node's ip_forward: %q, %v; want 1", inNode, err)
+	}
+	after, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	if string(after) != string(before) {
+		t.Errorf("the machine's ip_forward went from %q to %q", before, after)
+	}
+}
+
+// machineNetwork is what the machine's own namespace holds: links,
+// addresses and routes.
+func machineNetwork(t *testing.T) []string {
+	t.Helper()
+	var state []string
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		state = append(state, "link "+l.Attrs().Name)
+	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		state = append(state, "addr "+a.IPNet.String())
+	}
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range routes {
+		state = append(state, "route "+r.String())
+	}
+	slices.Sort(state)
+	return state
+}
+
+func TestNothingLeftBehind(t *testing.T) {
+	before := machineNetwork(t)
+	nw, err := New(Config{Nodes: 2})
+	if errors.Is(err, ErrUnsupported) {
+		t.Skipf("no network namespaces here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inodes []uint64
+	for _, n := range nw.Nodes() {
+		s, err := n.NewSandbox()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		unix.Fstat(s.(*netnsSandbox).ns.FD(), &st)
+		inodes = append(inodes, st.Ino)
+	}
+	if during := machineNetwork(t); !slices.Equal(during, before) {
+		t.Errorf("the machine's network changed while the cluster's ran:\nbefore %q\nduring %q", before, during)
+	}
+	if err := nw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := machineNetwork(t); !slices.Equal(after, before) {
+		t.Errorf("the machine's network changed:\nbefore %q\nafter  %q", before, after)
+	}
+	// No thread of this process is in a namespace of the network.
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		link, err := os.Readlink("/proc/self/task/" + task.Name() + "/ns/net")
+		if err != nil {
+			continue
+		}
+		for _, ino := range inodes {
+			if link == fmt.Sprintf("net:[%d]", ino) {
+				t.Errorf("thread %s is still in a sandbox's namespace %s", task.Name(), link)
+			}
+		}
+	}
+}
+
+func TestAllocatorGoesRound(t *testing.T) {
+	a := newAllocator(netip.MustParsePrefix("10.244.1.0/29"), netip.MustParseAddr("10.244.1.1"))
+	var got []string
+	for range 5 {
+		ip, err := a.take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ip.String())
+	}
+	if want := []string{"10.244.1.2", "10.244.1.3", "10.244.1.4", "10.244.1.5", "10.244.1.6"}; !slices.Equal(got, want) {
+		t.Errorf("took %v, want %v", got, want)
+	}
+	if ip, err := a.take(); err == nil {
+		t.Errorf("took %s from a full range", ip)
+	}
+	a.free(netip.MustParseAddr("10.244.1.3"))
+	if ip, err := a.take(); err != nil || ip.String() != "10.244.1.3" {
+		t.Errorf("after a free: %s, %v; want 10.244.1.3", ip, err)
+	}
+}
