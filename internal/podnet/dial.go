@@ -42,7 +42,9 @@ func (n *Netns) DialContext(ctx context.Context, network, address string) (net.C
 		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
 	}
 	var fd int
-	n.Do(func() { fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP) })
+	n.Do(func() {
+		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	})
 	if err != nil {
 		return nil, opErr(raddr, os.NewSyscallError("socket", err))
 	}
