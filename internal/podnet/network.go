@@ -329,6 +329,11 @@ func (s *netnsSandbox) IP() netip.Addr { return s.ip }
 // Start starts cmd in the pod's namespace; see [Netns.Start].
 func (s *netnsSandbox) Start(cmd *exec.Cmd) error { return s.ns.Start(cmd) }
 
+// DialContext connects from the pod's namespace; see [Netns.DialContext].
+func (s *netnsSandbox) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return s.ns.DialContext(ctx, network, address)
+}
+
 // Close deletes the veth, which takes eth0 with it at once, closes the
 // namespace and frees the address. Later calls return the first one's
 // result.
