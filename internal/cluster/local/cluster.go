@@ -113,6 +113,7 @@ type Cluster struct {
 	podCIDR       netip.Prefix
 	claim         io.Closer       // holds podCIDR (claimRange) on the loopback range
 	network       *podnet.Network // nil on the loopback range
+	clusterIPs    *clusterIPs     // with a network
 	fallback      string          // why the pods are on the loopback range where namespaces were wanted
 
 	mu          sync.Mutex
@@ -173,6 +174,9 @@ func New(cfg Config) (*Cluster, error) {
 		pods: map[string]*corev1.Pod{}, services: map[string]*corev1.Service{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		pdbObserve: map[string]time.Time{}, podCIDR: cfg.PodCIDR, claim: claim, network: network, fallback: reason,
 	}
+	if network != nil {
+		c.clusterIPs = newClusterIPs(netip.MustParsePrefix(cluster.DefaultServiceCIDR))
+	}
 	if err := c.start(cfg); err != nil {
 		stop()
 		c.closeComponents(context.Background())
@@ -192,7 +196,7 @@ func (c *Cluster) start(cfg Config) error {
 		kc.NodeName, kc.Clock, kc.Recorder, kc.StatusUpdated = name, cfg.Clock, &c.log, c.statusUpdated
 		kc.Network = podnet.NewLoopbackNode(podnet.NodePodCIDR(cfg.PodCIDR, i), c.fallback)
 		if c.network != nil {
-			kc.Network = c.network.Nodes()[i-1]
+			kc.Network, kc.Services = c.network.Nodes()[i-1], c.servicesOf
 		}
 		// The node's client, where its dialer's connections come from:
 		// a pod of the node, not the node itself.
@@ -226,6 +230,22 @@ func (c *Cluster) PodCIDR() netip.Prefix { return c.podCIDR }
 // Network says how the cluster's pods are networked: "netns", or
 // "loopback" and, where namespaces were wanted, why none could be made.
 func (c *Cluster) Network() string { return c.nodes[0].kubelet.cfg.Network.Isolation() }
+
+// Namespaced reports whether the cluster's pods have network namespaces of
+// their own (Network "netns"), rather than the machine's network.
+func (c *Cluster) Namespaced() bool { return c.network != nil }
+
+// ListenOutside listens on port (0 for a free one) of a host of the
+// cluster's network that is none of its nodes or pods, for a service
+// outside the cluster that pods depend on; see
+// podnet.Network.ListenOutside. Without network namespaces there is no
+// such host: the pods reach the machine's loopback interface.
+func (c *Cluster) ListenOutside(port int) (net.Listener, error) {
+	if c.network == nil {
+		return nil, errors.New("listen outside the cluster: the pods share the machine's network, and reach its loopback interface")
+	}
+	return c.network.ListenOutside(port)
+}
 
 // podNetwork makes the network that cfg asks for: a podnet.Network, or on
 // the loopback range the claim of cfg.PodCIDR, which it sets if zero, and
@@ -401,6 +421,19 @@ func (c *Cluster) podsLocked(namespace string) []*corev1.Pod {
 	return out
 }
 
+// servicesOf returns the Services of namespace, for a kubelet's new pod.
+func (c *Cluster) servicesOf(namespace string) []*corev1.Service {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*corev1.Service
+	for _, s := range sortedValues(c.services) {
+		if s.Namespace == namespace {
+			out = append(out, s.DeepCopy())
+		}
+	}
+	return out
+}
+
 // record stamps e with the cluster's clock and records it.
 func (c *Cluster) record(e cluster.Event) {
 	e.Time = c.clock.Now()
@@ -441,6 +474,11 @@ func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 			s := o.DeepCopy()
 			if s.Namespace == "" {
 				s.Namespace = "default"
+			}
+			if c.clusterIPs != nil {
+				if err := c.clusterIPs.assign(s, c.services[key(s.Namespace, s.Name)]); err != nil {
+					return fmt.Errorf("apply Service %s: %w", s.Name, err)
+				}
 			}
 			c.services[key(s.Namespace, s.Name)] = s
 		case *policyv1.PodDisruptionBudget:

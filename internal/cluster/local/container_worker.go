@@ -45,7 +45,7 @@ type instance struct {
 }
 
 func newContainerWorker(p *podWorker, spec *corev1.Container) (*containerWorker, error) {
-	vars, env, err := containerEnv(p.pod, spec, p.ip, p.k.cfg.Env)
+	vars, env, err := containerEnv(p.pod, spec, p.ip, p.env)
 	if err != nil {
 		return nil, fmt.Errorf("container %s: %w", spec.Name, err)
 	}

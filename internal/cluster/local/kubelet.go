@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -49,6 +50,12 @@ type KubeletConfig struct {
 	// may refer to them with $(NAME). Each is a plain Value, taken as it
 	// is written; an entry with a ValueFrom is an error of NewKubelet.
 	Env []corev1.EnvVar
+	// Services returns the Services of a namespace whose variables
+	// (cluster.ServiceEnv) a new pod's containers get, after Env, as a
+	// kubelet gives a container the Services that exist when it starts;
+	// none if nil. It is called with the kubelet's lock held, and must not
+	// call the Kubelet.
+	Services func(namespace string) []*corev1.Service
 	// CrashLoopBackOff is the restart back-off of each container; its zero
 	// fields are Kubernetes' defaults.
 	CrashLoopBackOff cluster.CrashLoopBackOff
@@ -353,9 +360,13 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 	if err != nil {
 		return nil, err
 	}
+	env := k.cfg.Env
+	if k.cfg.Services != nil {
+		env = append(slices.Clip(env), cluster.ServiceEnv(k.cfg.Services(pod.Namespace))...)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &podWorker{
-		k: k, pod: pod, sandbox: sandbox, ip: sandbox.IP().String(), ctx: ctx, cancel: cancel,
+		k: k, pod: pod, sandbox: sandbox, ip: sandbox.IP().String(), env: env, ctx: ctx, cancel: cancel,
 		terminatingCh: make(chan struct{}), done: make(chan struct{}), statusCh: make(chan struct{}, 1),
 	}
 	for i := range pod.Spec.Containers {

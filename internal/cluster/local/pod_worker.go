@@ -18,6 +18,7 @@ type podWorker struct {
 	pod     *corev1.Pod // the admitted version; its spec does not change
 	sandbox podnet.Sandbox
 	ip      string
+	env     []corev1.EnvVar // the kubelet's variables: KubeletConfig.Env, then the Services'
 	ctx     context.Context // ends at the kubelet's Close, or after the pod terminated
 	cancel  context.CancelFunc
 
