@@ -1,0 +1,314 @@
+package proxyrules
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Names of the table's base objects, kube-proxy's.
+const (
+	servicesChain          = "services"
+	masqueradingChain      = "masquerading"
+	markMasqChain          = "mark-for-masquerade"
+	serviceEndpointsCheck  = "service-endpoints-check"
+	nodePortEndpointsCheck = "nodeport-endpoints-check"
+	clusterIPsCheck        = "cluster-ips-check"
+	rejectChain            = "reject-chain"
+
+	serviceIPsMap          = "service-ips"
+	serviceNodePortsMap    = "service-nodeports"
+	noEndpointServicesMap  = "no-endpoint-services"
+	noEndpointNodePortsMap = "no-endpoint-nodeports"
+	clusterIPsSet          = "cluster-ips"
+)
+
+// Prefixes of the names of the per-Service chains and sets.
+const (
+	servicePrefix  = "service-"
+	externalPrefix = "external-"
+	endpointPrefix = "endpoint-"
+	affinityPrefix = "affinity-"
+)
+
+// state is what the table holds for the Services beyond its base: what
+// Sync plans and diffs.
+type state struct {
+	chains   map[string][]rule        // the per-Service chains, by name
+	sets     map[string]time.Duration // the affinity sets, by name, with their timeout
+	elements map[element]verdict      // the elements of the base maps and sets
+}
+
+// ruleKind is what a rule of a per-Service chain does.
+type ruleKind uint8
+
+const (
+	// markOutside marks for masquerading a packet whose source is
+	// outside prefix: ip saddr != prefix jump mark-for-masquerade.
+	markOutside ruleKind = iota
+	// markAll marks every packet: jump mark-for-masquerade.
+	markAll
+	// markFrom marks a packet from prefix's single address, an
+	// endpoint's connection to itself: ip saddr addr jump
+	// mark-for-masquerade.
+	markFrom
+	// stick sends a client remembered in set to chains[0]: ip saddr
+	// @set goto chains[0].
+	stick
+	// goTo sends every packet to chains[0]: goto chains[0].
+	goTo
+	// spread sends a packet to one of chains at random: numgen random
+	// mod len(chains) vmap { 0 : goto chains[0], … }.
+	spread
+	// remember adds the client to set, or renews its timeout: update
+	// @set { ip saddr }.
+	remember
+	// dnat sends the packet to to: meta l4proto tcp dnat to to.
+	dnat
+)
+
+// rule is one rule of a per-Service chain, as a value that the rule a
+// Sync wants is compared with.
+type rule struct {
+	kind   ruleKind
+	prefix netip.Prefix   // markOutside, markFrom
+	set    string         // stick, remember
+	chains []string       // stick, goTo, spread
+	to     netip.AddrPort // dnat
+}
+
+func (a rule) equal(b rule) bool {
+	return a.kind == b.kind && a.prefix == b.prefix && a.set == b.set && a.to == b.to && slices.Equal(a.chains, b.chains)
+}
+
+// element is an element of one of the base maps or sets.
+type element struct {
+	set  string     // the map or set
+	ip   netip.Addr // the destination address; zero in the node-port maps
+	port uint16     // the destination TCP port; zero in cluster-ips
+}
+
+// verdict is the value of an element of a verdict map: goto chain, or
+// drop. The elements of cluster-ips, a set, have the zero verdict.
+type verdict struct {
+	chain string
+	drop  bool
+}
+
+// plan returns the state that routes services, or an error naming the
+// Service whose input the table can't hold.
+func plan(services []Service, podCIDR netip.Prefix) (state, error) {
+	p := planner{
+		state:   state{chains: map[string][]rule{}, sets: map[string]time.Duration{}, elements: map[element]verdict{}},
+		podCIDR: podCIDR,
+		owners:  map[destination]string{},
+	}
+	seen := map[string]bool{}
+	for _, svc := range services {
+		id := svc.Namespace + "/" + svc.Name
+		switch {
+		case svc.Namespace == "" || svc.Name == "":
+			return state{}, fmt.Errorf("Service %q: want a namespace and a name", id)
+		case seen[id]:
+			return state{}, fmt.Errorf("Service %s listed twice", id)
+		case svc.Affinity < 0 || svc.Affinity > 0 && svc.Affinity < time.Millisecond:
+			return state{}, fmt.Errorf("Service %s: affinity timeout %s: want 0 or at least 1ms", id, svc.Affinity)
+		case svc.ClusterIP.IsValid() && !svc.ClusterIP.Is4():
+			return state{}, fmt.Errorf("Service %s: ClusterIP %s is not IPv4", id, svc.ClusterIP)
+		}
+		seen[id] = true
+		if !svc.ClusterIP.IsValid() {
+			continue
+		}
+		// A port's name names its chains.
+		names := map[string]bool{}
+		for _, port := range svc.Ports {
+			if names[port.Name] {
+				return state{}, fmt.Errorf("Service %s: port name %q used twice", id, port.Name)
+			}
+			names[port.Name] = true
+			if err := p.port(svc, port); err != nil {
+				return state{}, fmt.Errorf("Service %s port %d: %w", id, port.Port, err)
+			}
+		}
+	}
+	return p.state, nil
+}
+
+// planner builds a state, one Service port at a time.
+type planner struct {
+	state
+	podCIDR netip.Prefix
+	owners  map[destination]string // the Service port that each destination is of, for errors
+}
+
+// destination is a ClusterIP port, or a node port with the zero ip.
+type destination struct {
+	ip   netip.Addr
+	port uint16
+}
+
+// endpointNames are the names of an endpoint's chain and affinity set.
+type endpointNames struct{ chain, set string }
+
+// port adds the rules of one port of svc.
+func (p *planner) port(svc Service, port Port) error {
+	switch {
+	case port.Port == 0:
+		return fmt.Errorf("want a port number")
+	case port.NoEndpoints != Reject && port.NoEndpoints != Drop:
+		return fmt.Errorf("no-endpoints verdict %s: want Reject or Drop", port.NoEndpoints)
+	}
+	owner := fmt.Sprintf("Service %s/%s port %d", svc.Namespace, svc.Name, port.Port)
+	base := svc.Namespace + "/" + svc.Name + "/tcp/" + port.Name
+	eps, err := distinct(port.Endpoints)
+	if err != nil {
+		return err
+	}
+	nodeEps, err := distinct(port.NodePortEndpoints)
+	if err != nil {
+		return err
+	}
+	// The endpoint chains that either dispatch chain picks from.
+	names := map[netip.AddrPort]endpointNames{}
+	for _, ep := range append(slices.Clone(eps), nodeEps...) {
+		if _, ok := names[ep]; ok {
+			continue
+		}
+		epBase := base + "__" + ep.Addr().String() + "/" + strconv.Itoa(int(ep.Port()))
+		n := endpointNames{chain: objectName(endpointPrefix, epBase)}
+		rules := []rule{{kind: markFrom, prefix: netip.PrefixFrom(ep.Addr(), 32)}}
+		if svc.Affinity > 0 {
+			n.set = objectName(affinityPrefix, epBase)
+			p.sets[n.set] = svc.Affinity
+			rules = append(rules, rule{kind: remember, set: n.set})
+		}
+		names[ep] = n
+		p.chains[n.chain] = append(rules, rule{kind: dnat, to: ep})
+	}
+
+	p.elements[element{set: clusterIPsSet, ip: svc.ClusterIP}] = verdict{}
+	clusterIPPort := element{set: serviceIPsMap, ip: svc.ClusterIP, port: port.Port}
+	if len(eps) > 0 {
+		var lead []rule
+		if p.podCIDR.IsValid() {
+			lead = []rule{{kind: markOutside, prefix: p.podCIDR}}
+		}
+		chain := objectName(servicePrefix, base)
+		p.chains[chain] = dispatch(lead, eps, names)
+		if err := p.element(clusterIPPort, verdict{chain: chain}, owner); err != nil {
+			return err
+		}
+	} else {
+		clusterIPPort.set = noEndpointServicesMap
+		v := verdict{chain: rejectChain}
+		if port.NoEndpoints == Drop {
+			v = verdict{drop: true}
+		}
+		if err := p.element(clusterIPPort, v, owner); err != nil {
+			return err
+		}
+	}
+
+	if port.NodePort == 0 {
+		return nil
+	}
+	nodePort := element{set: serviceNodePortsMap, port: port.NodePort}
+	if len(nodeEps) == 0 {
+		nodePort.set = noEndpointNodePortsMap
+		return p.element(nodePort, verdict{chain: rejectChain}, owner)
+	}
+	chain := objectName(externalPrefix, base)
+	if sameEndpoints(eps, nodeEps) {
+		// As kube-proxy's external chain for externalTrafficPolicy
+		// Cluster: the ClusterIP's chain picks among the same endpoints.
+		p.chains[chain] = []rule{{kind: markAll}, {kind: goTo, chains: []string{objectName(servicePrefix, base)}}}
+	} else {
+		p.chains[chain] = dispatch([]rule{{kind: markAll}}, nodeEps, names)
+	}
+	return p.element(nodePort, verdict{chain: chain}, owner)
+}
+
+// sameEndpoints reports whether a and b, each without repeats, hold the
+// same endpoints.
+func sameEndpoints(a, b []netip.AddrPort) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	inA := make(map[netip.AddrPort]bool, len(a))
+	for _, ep := range a {
+		inA[ep] = true
+	}
+	return !slices.ContainsFunc(b, func(ep netip.AddrPort) bool { return !inA[ep] })
+}
+
+// dispatch returns the rules of a chain that sends a connection to one of
+// eps: lead, then a rule per endpoint for a client it is remembered for
+// (with affinity), then a random pick.
+func dispatch(lead []rule, eps []netip.AddrPort, names map[netip.AddrPort]endpointNames) []rule {
+	rules := lead
+	chains := make([]string, len(eps))
+	for i, ep := range eps {
+		n := names[ep]
+		chains[i] = n.chain
+		if n.set != "" {
+			rules = append(rules, rule{kind: stick, set: n.set, chains: []string{n.chain}})
+		}
+	}
+	return append(rules, rule{kind: spread, chains: chains})
+}
+
+// element adds e, the element of owner's destination, unless another
+// Service port has that destination.
+func (p *planner) element(e element, v verdict, owner string) error {
+	d := destination{ip: e.ip, port: e.port}
+	if other, ok := p.owners[d]; ok {
+		what := fmt.Sprintf("ClusterIP %s port %d", e.ip, e.port)
+		if !e.ip.IsValid() {
+			what = fmt.Sprintf("node port %d", e.port)
+		}
+		return fmt.Errorf("%s is %s's too", what, other)
+	}
+	p.owners[d] = owner
+	p.elements[e] = v
+	return nil
+}
+
+// distinct returns eps without repeats, in their order, or an error for
+// an endpoint the table can't route to.
+func distinct(eps []netip.AddrPort) ([]netip.AddrPort, error) {
+	out := make([]netip.AddrPort, 0, len(eps))
+	seen := make(map[netip.AddrPort]bool, len(eps))
+	for _, ep := range eps {
+		if !ep.Addr().Is4() || ep.Port() == 0 {
+			return nil, fmt.Errorf("endpoint %s: want an IPv4 address and a port", ep)
+		}
+		if !seen[ep] {
+			seen[ep] = true
+			out = append(out, ep)
+		}
+	}
+	return out, nil
+}
+
+// maxNameLen is the longest name the kernel takes for a chain or a set
+// (NFT_NAME_MAXLEN, less its NUL).
+const maxNameLen = 255
+
+// objectName returns the name of a per-Service chain or set, as kube-proxy
+// makes it (servicePortChainNameBase, hashAndTruncate): prefix, eight
+// characters of base's hash, which keep the name unique if it must be cut
+// and tell apart names that differ in a digit, a dash, and base, cut to
+// the kernel's limit.
+func objectName(prefix, base string) string {
+	sum := sha256.Sum256([]byte(base))
+	name := prefix + base32.StdEncoding.EncodeToString(sum[:])[:8] + "-" + base
+	if len(name) > maxNameLen {
+		name = name[:maxNameLen-3] + "..."
+	}
+	return name
+}
