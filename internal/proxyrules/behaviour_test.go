@@ -246,6 +246,18 @@ func (c *testCluster) dial(i int, address netip.AddrPort, timeout time.Duration)
 	return &conn{Conn: nc, r: bufio.NewReader(nc)}, nil
 }
 
+// connect connects from node i to address, failing the test if it can't;
+// the connection is closed when the test ends.
+func (c *testCluster) connect(t *testing.T, i int, address netip.AddrPort) *conn {
+	t.Helper()
+	cn, err := c.dial(i, address, 5*time.Second)
+	if err != nil {
+		t.Fatalf("from node %d to %s: %v%s", i, address, err, ruleset(c.node(i).Netns()))
+	}
+	t.Cleanup(func() { cn.Close() })
+	return cn
+}
+
 // who connects from node i to address and returns the name of the pod
 // that answers and the source address it sees.
 func (c *testCluster) who(t *testing.T, i int, address netip.AddrPort) (pod, from string) {
@@ -317,11 +329,7 @@ func TestPodTrafficKeepsItsSourceAndHairpinIsMasqueraded(t *testing.T) {
 	c := newCluster(t, 2)
 	a, d := c.pod(t, 1, "a"), c.pod(t, 2, "d")
 	c.hairpin(t, 1)
-	client, err := c.dial(1, a, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := c.connect(t, 1, a)
 	for _, step := range []struct {
 		name string
 		to   netip.AddrPort
@@ -346,11 +354,7 @@ func TestPortsWithoutEndpointsRejectOrDrop(t *testing.T) {
 	a := c.pod(t, 1, "a")
 	c.sync(t, []Service{{Namespace: "default", Name: "idle", ClusterIP: clusterIP,
 		Ports: []Port{{Name: "rejected", Port: 80}, {Name: "dropped", Port: 81, NoEndpoints: Drop}}}})
-	client, err := c.dial(1, a, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := c.connect(t, 1, a)
 	for _, cse := range []struct {
 		port        uint16
 		refused     bool
@@ -426,11 +430,7 @@ func TestAnEstablishedConnectionKeepsItsPod(t *testing.T) {
 	c := newCluster(t, 1)
 	pods := map[string]netip.AddrPort{"a": c.pod(t, 1, "a"), "b": c.pod(t, 1, "b")}
 	c.sync(t, []Service{web(pods["a"], pods["b"])})
-	cn, err := c.dial(1, webPort, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cn.Close()
+	cn := c.connect(t, 1, webPort)
 	answer, err := cn.ask("who")
 	if err != nil {
 		t.Fatal(err)

@@ -28,31 +28,47 @@ func services(n, eps int, affinity bool) []Service {
 }
 
 // BenchmarkSync measures a Sync: of one changed endpoint of a Service of
-// 100 (its service and external chains rewritten, one endpoint chain
-// gone and one new), and the first of 100 Services of 10 endpoints each.
+// 100 (its service chain rewritten, one endpoint chain gone and one new),
+// alone and among 99 other Services of 10 endpoints; and the first Sync of
+// 100 Services of 10 endpoints each.
 func BenchmarkSync(b *testing.B) {
 	ns := newNetns(b)
-	for _, affinity := range []bool{false, true} {
-		b.Run(fmt.Sprintf("one-endpoint-of-100/affinity=%v", affinity), func(b *testing.B) {
-			r := newRules(b, ns, podCIDR)
-			views := [2][]Service{services(1, 100, affinity), services(1, 100, affinity)}
-			views[1][0].Ports[0].Endpoints[0] = netip.MustParseAddrPort("10.244.200.1:8080")
-			if err := r.Sync(views[1]); err != nil {
-				b.Fatal(err)
-			}
-			i := 0
-			for b.Loop() {
-				if err := r.Sync(views[i%2]); err != nil {
-					b.Fatal(err)
-				}
-				i++
-			}
-		})
+	for _, others := range []int{0, 99} {
+		for _, affinity := range []bool{false, true} {
+			b.Run(fmt.Sprintf("one-endpoint-of-100/others=%d/affinity=%v", others, affinity), func(b *testing.B) {
+				oneEndpoint(b, ns, others, affinity)
+			})
+		}
 	}
 	for _, affinity := range []bool{false, true} {
 		b.Run(fmt.Sprintf("first-of-100x10/affinity=%v", affinity), func(b *testing.B) {
 			firstSync(b, ns, services(100, 10, affinity))
 		})
+	}
+}
+
+// oneEndpoint measures Syncs that change one endpoint of a Service of 100,
+// with others Services of 10 endpoints beside it.
+func oneEndpoint(b *testing.B, ns *podnet.Netns, others int, affinity bool) {
+	r := newRules(b, ns, podCIDR)
+	var views [2][]Service
+	for i := range views {
+		big := services(1, 100, affinity)
+		big[0].Name = "big"
+		big[0].ClusterIP = netip.MustParseAddr("10.96.200.1")
+		big[0].Ports[0].NodePort = 32000
+		views[i] = append(services(others, 10, affinity), big...)
+	}
+	views[1][others].Ports[0].Endpoints[0] = netip.MustParseAddrPort("10.244.250.1:8080")
+	if err := r.Sync(views[1]); err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		if err := r.Sync(views[i%2]); err != nil {
+			b.Fatal(err)
+		}
+		i++
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -99,57 +100,172 @@ type verdict struct {
 	drop  bool
 }
 
-// plan returns the state that routes services, or an error naming the
-// Service whose input the table can't hold.
-func plan(services []Service, podCIDR netip.Prefix) (state, error) {
-	p := planner{
-		state:   state{chains: map[string][]rule{}, sets: map[string]time.Duration{}, elements: map[element]verdict{}},
-		podCIDR: podCIDR,
-		owners:  map[destination]string{},
-	}
-	seen := map[string]bool{}
+// planned is the part of the table that one Service makes, with the
+// Service it was planned from.
+type planned struct {
+	svc Service // a copy, which shares no slice with the caller's
+	state
+}
+
+// plan returns the parts of the table that route services, by
+// namespace/name, or an error naming the Service whose input the table
+// can't hold. A Service equal to the one last planned keeps its part of
+// last, so that a Sync plans and compares only the Services that changed,
+// as kube-proxy's partial syncs do.
+func plan(services []Service, podCIDR netip.Prefix, last map[string]*planned) (map[string]*planned, error) {
+	parts := make(map[string]*planned, len(services))
+	owners := map[destination]owner{}
 	for _, svc := range services {
 		id := svc.Namespace + "/" + svc.Name
 		switch {
 		case svc.Namespace == "" || svc.Name == "":
-			return state{}, fmt.Errorf("Service %q: want a namespace and a name", id)
-		case seen[id]:
-			return state{}, fmt.Errorf("Service %s listed twice", id)
-		case svc.Affinity < 0 || svc.Affinity > 0 && svc.Affinity < time.Millisecond:
-			return state{}, fmt.Errorf("Service %s: affinity timeout %s: want 0 or at least 1ms", id, svc.Affinity)
+			return nil, fmt.Errorf("Service %q: want a namespace and a name", id)
+		case parts[id] != nil:
+			return nil, fmt.Errorf("Service %s listed twice", id)
 		case svc.ClusterIP.IsValid() && !svc.ClusterIP.Is4():
-			return state{}, fmt.Errorf("Service %s: ClusterIP %s is not IPv4", id, svc.ClusterIP)
+			return nil, fmt.Errorf("Service %s: ClusterIP %s is not IPv4", id, svc.ClusterIP)
 		}
-		seen[id] = true
-		if !svc.ClusterIP.IsValid() {
+		if err := claim(owners, id, svc); err != nil {
+			return nil, err
+		}
+		if p := last[id]; p != nil && p.svc.equal(svc) {
+			parts[id] = p
 			continue
 		}
-		// A port's name names its chains.
-		names := map[string]bool{}
-		for _, port := range svc.Ports {
-			if names[port.Name] {
-				return state{}, fmt.Errorf("Service %s: port name %q used twice", id, port.Name)
-			}
-			names[port.Name] = true
-			if err := p.port(svc, port); err != nil {
-				return state{}, fmt.Errorf("Service %s port %d: %w", id, port.Port, err)
-			}
+		p, err := planService(svc, podCIDR)
+		if err != nil {
+			return nil, err
 		}
+		parts[id] = p
 	}
-	return p.state, nil
+	return parts, nil
 }
 
-// planner builds a state, one Service port at a time.
-type planner struct {
-	state
-	podCIDR netip.Prefix
-	owners  map[destination]string // the Service port that each destination is of, for errors
-}
-
-// destination is a ClusterIP port, or a node port with the zero ip.
+// destination is a ClusterIP (port 0), a ClusterIP port, or a node port
+// (the zero ip).
 type destination struct {
 	ip   netip.Addr
 	port uint16
+}
+
+func (d destination) String() string {
+	switch {
+	case d.port == 0:
+		return "ClusterIP " + d.ip.String()
+	case !d.ip.IsValid():
+		return fmt.Sprintf("node port %d", d.port)
+	}
+	return fmt.Sprintf("ClusterIP %s port %d", d.ip, d.port)
+}
+
+// owner is the Service, and its port (0 for its ClusterIP), that a
+// destination is of.
+type owner struct {
+	id   string
+	port uint16
+}
+
+func (o owner) String() string {
+	if o.port == 0 {
+		return "Service " + o.id
+	}
+	return fmt.Sprintf("Service %s port %d", o.id, o.port)
+}
+
+// claim records in owners the destinations of svc, named id: its ClusterIP
+// and each port's ClusterIP port and node port, unless another Service or
+// port has one of them.
+func claim(owners map[destination]owner, id string, svc Service) error {
+	if !svc.ClusterIP.IsValid() {
+		return nil
+	}
+	take := func(d destination, o owner) error {
+		if other, ok := owners[d]; ok {
+			return fmt.Errorf("%s: %s is %s's too", o, d, other)
+		}
+		owners[d] = o
+		return nil
+	}
+	if err := take(destination{ip: svc.ClusterIP}, owner{id: id}); err != nil {
+		return err
+	}
+	for _, port := range svc.Ports {
+		if port.Port == 0 {
+			return fmt.Errorf("Service %s port 0: want a port number", id)
+		}
+		o := owner{id: id, port: port.Port}
+		if err := take(destination{ip: svc.ClusterIP, port: port.Port}, o); err != nil {
+			return err
+		}
+		if port.NodePort != 0 {
+			if err := take(destination{port: port.NodePort}, o); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// planService returns the part of the table that svc makes.
+func planService(svc Service, podCIDR netip.Prefix) (*planned, error) {
+	id := svc.Namespace + "/" + svc.Name
+	if svc.Affinity < 0 || svc.Affinity > 0 && svc.Affinity < time.Millisecond {
+		return nil, fmt.Errorf("Service %s: affinity timeout %s: want 0 or at least 1ms", id, svc.Affinity)
+	}
+	p := &planner{planned: planned{svc: svc.clone(), state: newState()}, podCIDR: podCIDR}
+	if !svc.ClusterIP.IsValid() {
+		return &p.planned, nil
+	}
+	// A port's name names its chains.
+	names := map[string]bool{}
+	for _, port := range svc.Ports {
+		if names[port.Name] {
+			return nil, fmt.Errorf("Service %s: port name %q used twice", id, port.Name)
+		}
+		names[port.Name] = true
+		if err := p.port(svc, port); err != nil {
+			return nil, fmt.Errorf("Service %s port %d: %w", id, port.Port, err)
+		}
+	}
+	return &p.planned, nil
+}
+
+func newState() state {
+	return state{chains: map[string][]rule{}, sets: map[string]time.Duration{}, elements: map[element]verdict{}}
+}
+
+// add adds the chains, sets and elements of o to s.
+func (s *state) add(o state) {
+	maps.Copy(s.chains, o.chains)
+	maps.Copy(s.sets, o.sets)
+	maps.Copy(s.elements, o.elements)
+}
+
+// equal reports whether s and o are the same input.
+func (s Service) equal(o Service) bool {
+	return s.Namespace == o.Namespace && s.Name == o.Name && s.ClusterIP == o.ClusterIP && s.Affinity == o.Affinity &&
+		slices.EqualFunc(s.Ports, o.Ports, Port.equal)
+}
+
+func (p Port) equal(o Port) bool {
+	return p.Name == o.Name && p.Port == o.Port && p.NodePort == o.NodePort && p.NoEndpoints == o.NoEndpoints &&
+		slices.Equal(p.Endpoints, o.Endpoints) && slices.Equal(p.NodePortEndpoints, o.NodePortEndpoints)
+}
+
+// clone returns a copy of s that shares no slice with it.
+func (s Service) clone() Service {
+	s.Ports = slices.Clone(s.Ports)
+	for i := range s.Ports {
+		s.Ports[i].Endpoints = slices.Clone(s.Ports[i].Endpoints)
+		s.Ports[i].NodePortEndpoints = slices.Clone(s.Ports[i].NodePortEndpoints)
+	}
+	return s
+}
+
+// planner builds the part of the table of one Service, a port at a time.
+type planner struct {
+	planned
+	podCIDR netip.Prefix
 }
 
 // endpointNames are the names of an endpoint's chain and affinity set.
@@ -157,13 +273,9 @@ type endpointNames struct{ chain, set string }
 
 // port adds the rules of one port of svc.
 func (p *planner) port(svc Service, port Port) error {
-	switch {
-	case port.Port == 0:
-		return fmt.Errorf("want a port number")
-	case port.NoEndpoints != Reject && port.NoEndpoints != Drop:
+	if port.NoEndpoints != Reject && port.NoEndpoints != Drop {
 		return fmt.Errorf("no-endpoints verdict %s: want Reject or Drop", port.NoEndpoints)
 	}
-	owner := fmt.Sprintf("Service %s/%s port %d", svc.Namespace, svc.Name, port.Port)
 	base := svc.Namespace + "/" + svc.Name + "/tcp/" + port.Name
 	eps, err := distinct(port.Endpoints)
 	if err != nil {
@@ -174,8 +286,8 @@ func (p *planner) port(svc Service, port Port) error {
 		return err
 	}
 	// The endpoint chains that either dispatch chain picks from.
-	names := map[netip.AddrPort]endpointNames{}
-	for _, ep := range append(slices.Clone(eps), nodeEps...) {
+	names := make(map[netip.AddrPort]endpointNames, len(eps))
+	for _, ep := range slices.Concat(eps, nodeEps) {
 		if _, ok := names[ep]; ok {
 			continue
 		}
@@ -200,17 +312,12 @@ func (p *planner) port(svc Service, port Port) error {
 		}
 		chain := objectName(servicePrefix, base)
 		p.chains[chain] = dispatch(lead, eps, names)
-		if err := p.element(clusterIPPort, verdict{chain: chain}, owner); err != nil {
-			return err
-		}
+		p.elements[clusterIPPort] = verdict{chain: chain}
 	} else {
 		clusterIPPort.set = noEndpointServicesMap
-		v := verdict{chain: rejectChain}
+		p.elements[clusterIPPort] = verdict{chain: rejectChain}
 		if port.NoEndpoints == Drop {
-			v = verdict{drop: true}
-		}
-		if err := p.element(clusterIPPort, v, owner); err != nil {
-			return err
+			p.elements[clusterIPPort] = verdict{drop: true}
 		}
 	}
 
@@ -220,7 +327,8 @@ func (p *planner) port(svc Service, port Port) error {
 	nodePort := element{set: serviceNodePortsMap, port: port.NodePort}
 	if len(nodeEps) == 0 {
 		nodePort.set = noEndpointNodePortsMap
-		return p.element(nodePort, verdict{chain: rejectChain}, owner)
+		p.elements[nodePort] = verdict{chain: rejectChain}
+		return nil
 	}
 	chain := objectName(externalPrefix, base)
 	if sameEndpoints(eps, nodeEps) {
@@ -230,7 +338,8 @@ func (p *planner) port(svc Service, port Port) error {
 	} else {
 		p.chains[chain] = dispatch([]rule{{kind: markAll}}, nodeEps, names)
 	}
-	return p.element(nodePort, verdict{chain: chain}, owner)
+	p.elements[nodePort] = verdict{chain: chain}
+	return nil
 }
 
 // sameEndpoints reports whether a and b, each without repeats, hold the
@@ -262,22 +371,6 @@ func dispatch(lead []rule, eps []netip.AddrPort, names map[netip.AddrPort]endpoi
 	return append(rules, rule{kind: spread, chains: chains})
 }
 
-// element adds e, the element of owner's destination, unless another
-// Service port has that destination.
-func (p *planner) element(e element, v verdict, owner string) error {
-	d := destination{ip: e.ip, port: e.port}
-	if other, ok := p.owners[d]; ok {
-		what := fmt.Sprintf("ClusterIP %s port %d", e.ip, e.port)
-		if !e.ip.IsValid() {
-			what = fmt.Sprintf("node port %d", e.port)
-		}
-		return fmt.Errorf("%s is %s's too", what, other)
-	}
-	p.owners[d] = owner
-	p.elements[e] = v
-	return nil
-}
-
 // distinct returns eps without repeats, in their order, or an error for
 // an endpoint the table can't route to.
 func distinct(eps []netip.AddrPort) ([]netip.AddrPort, error) {
@@ -306,7 +399,8 @@ const maxNameLen = 255
 // the kernel's limit.
 func objectName(prefix, base string) string {
 	sum := sha256.Sum256([]byte(base))
-	name := prefix + base32.StdEncoding.EncodeToString(sum[:])[:8] + "-" + base
+	// Base32 turns each 5 bytes into 8 characters.
+	name := prefix + base32.StdEncoding.EncodeToString(sum[:5]) + "-" + base
 	if len(name) > maxNameLen {
 		name = name[:maxNameLen-3] + "..."
 	}

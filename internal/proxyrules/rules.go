@@ -102,9 +102,9 @@ type Rules struct {
 	table *nftables.Table
 
 	mu     sync.Mutex
-	conn   *nftables.Conn // nil after a failed transaction: Sync dials anew
-	kernel state          // what the table holds beyond its base, as last written
-	setID  uint32         // the last ID given to a set in a transaction
+	conn   *nftables.Conn      // nil after a failed transaction: Sync dials anew
+	kernel map[string]*planned // what the table holds beyond its base, by Service, as last written
+	setID  uint32              // the last ID given to a set in a transaction
 	closed bool
 }
 
@@ -125,7 +125,7 @@ func New(cfg Config) (*Rules, error) {
 		cfg.PodCIDR = cfg.PodCIDR.Masked()
 	}
 	r := &Rules{cfg: cfg, table: &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}}
-	if err := r.write(state{}); err != nil {
+	if err := r.write(nil); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -144,22 +144,23 @@ func New(cfg Config) (*Rules, error) {
 // table as it was. When the kernel refuses the transaction, the table is
 // as it was too, and the next Sync writes it whole.
 func (r *Rules) Sync(services []Service) error {
-	want, err := plan(services, r.cfg.PodCIDR)
-	if err != nil {
-		return fmt.Errorf("proxyrules: sync: %w", err)
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return ErrClosed
 	}
+	want, err := plan(services, r.cfg.PodCIDR, r.kernel)
+	if err != nil {
+		return fmt.Errorf("proxyrules: sync: %w", err)
+	}
 	return r.write(want)
 }
 
-// write writes want in one transaction: the difference from r.kernel, or,
-// with no connection yet, the whole table. r.mu is held or r is new.
-func (r *Rules) write(want state) error {
-	old := &r.kernel
+// write writes want in one transaction: the Services that differ from
+// r.kernel, or, with no connection yet, the whole table. r.mu is held or
+// r is new.
+func (r *Rules) write(want map[string]*planned) error {
+	old, next := newState(), newState()
 	if r.conn == nil {
 		conn, err := nftables.New(nftables.WithNetNSFd(r.cfg.NetNS), nftables.AsLasting(), nftables.WithSockOptions(largeBuffers))
 		if err != nil {
@@ -167,9 +168,21 @@ func (r *Rules) write(want state) error {
 		}
 		r.conn = conn
 		r.writeBase()
-		old = &state{}
+		r.kernel = nil
 	}
-	r.writeDiff(old, &want)
+	// A Service planned anew is a new part; an unchanged one keeps its
+	// part, and nothing of it is written.
+	for id, p := range r.kernel {
+		if want[id] != p {
+			old.add(p.state)
+		}
+	}
+	for id, p := range want {
+		if r.kernel[id] != p {
+			next.add(p.state)
+		}
+	}
+	r.writeDiff(&old, &next)
 	if err := r.conn.Flush(); err != nil {
 		// The kernel applied none of the transaction, but acks of it may
 		// be left unread: the next write starts on a new connection.
@@ -209,8 +222,8 @@ func (r *Rules) Close() error {
 // socketBuffer is the size of the netlink socket's buffers. A transaction
 // is one message, and the kernel refuses a message larger than the send
 // buffer; it answers every part of it, and drops what overflows the
-// receive buffer. 64 MiB holds the first transaction of some ten thousand
-// endpoints.
+// receive buffer. 64 MiB holds the first transaction of 100 Services of
+// 100 endpoints each (1.7 MB sent for 100 of 10 with affinity).
 const socketBuffer = 64 << 20
 
 // largeBuffers sets the socket's buffers to socketBuffer, past the

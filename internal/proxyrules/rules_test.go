@@ -248,6 +248,37 @@ func addClient(t *testing.T, ns *podnet.Netns, set, client string) {
 	}
 }
 
+func TestSyncSeesAViewChangedInPlace(t *testing.T) {
+	ns := newNetns(t)
+	r := newRules(t, ns, podCIDR)
+	v := view()
+	v[0].Ports[0].Endpoints = endpoints("10.244.1.2:8080", "10.244.1.5:8080")
+	mustSync(t, r, ns, v)
+	// The caller reuses its slices for the next view.
+	v[0].Ports[0].Endpoints[1] = netip.MustParseAddrPort("10.244.1.3:8080")
+	mustSync(t, r, ns, v)
+	if d := diffTables(readTable(t, ns), viewTable()); d != "" {
+		t.Errorf("table (-want +got):\n%s", d)
+	}
+}
+
+func TestAServiceThatChangesLeavesTheOthersAlone(t *testing.T) {
+	ns := newNetns(t)
+	r := newRules(t, ns, podCIDR)
+	v := append(view(), web(endpoints("10.244.3.2:80")...))
+	v[3].Name, v[3].ClusterIP = "other", netip.MustParseAddr("10.96.0.12")
+	mustSync(t, r, ns, v)
+	before := readTable(t, ns)
+	v[3].Ports[0].Endpoints = endpoints("10.244.3.3:80")
+	mustSync(t, r, ns, v)
+	after := readTable(t, ns)
+	for name, handles := range before.handles {
+		if strings.Contains(name, "default/web/") && !slices.Equal(handles, after.handles[name]) {
+			t.Errorf("chain %s of default/web rewritten: handles %v, then %v", name, handles, after.handles[name])
+		}
+	}
+}
+
 func TestRemovingAnEndpointDeletesItsChainAndKeepsTheOthers(t *testing.T) {
 	ns := newNetns(t)
 	r := newRules(t, ns, podCIDR)
@@ -382,9 +413,9 @@ func TestSyncRefusesWhatTheTableCantHold(t *testing.T) {
 		{"no name", func(v []Service) []Service { v[0].Name = ""; return v }, `Service "default/": want a namespace and a name`},
 		{"a Service twice", func(v []Service) []Service { return append(v, v[1]) }, "Service default/idle listed twice"},
 		{"IPv6 ClusterIP", func(v []Service) []Service { v[1].ClusterIP = netip.MustParseAddr("fd00::10"); return v }, "ClusterIP fd00::10 is not IPv4"},
-		{"a ClusterIP port of two Services", func(v []Service) []Service {
-			return append(v, Service{Namespace: "other", Name: "web", ClusterIP: v[0].ClusterIP, Ports: []Port{{Port: 80}}})
-		}, "Service other/web port 80: ClusterIP 10.96.0.10 port 80 is Service default/web port 80's too"},
+		{"a ClusterIP of two Services", func(v []Service) []Service {
+			return append(v, Service{Namespace: "other", Name: "web", ClusterIP: v[0].ClusterIP, Ports: []Port{{Port: 8080}}})
+		}, "Service other/web: ClusterIP 10.96.0.10 is Service default/web's too"},
 		{"a node port of two Services", func(v []Service) []Service {
 			return append(v, Service{Namespace: "other", Name: "np", ClusterIP: ip, Ports: []Port{{Port: 80, NodePort: 30080}}})
 		}, "node port 30080 is Service default/web port 80's too"},
@@ -393,7 +424,7 @@ func TestSyncRefusesWhatTheTableCantHold(t *testing.T) {
 			return v
 		}, "ClusterIP 10.96.0.11 port 80 is Service default/idle port 80's too"},
 		{"a port name twice", func(v []Service) []Service { v[1].Ports[1].Name = ""; return v }, `Service default/idle: port name "" used twice`},
-		{"port 0", func(v []Service) []Service { v[1].Ports[0].Port = 0; return v }, "port 0: want a port number"},
+		{"port 0", func(v []Service) []Service { v[1].Ports[0].Port = 0; return v }, "Service default/idle port 0: want a port number"},
 		{"an endpoint without a port", func(v []Service) []Service {
 			v[0].Ports[0].Endpoints = endpoints("10.244.1.2:0")
 			return v
