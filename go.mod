@@ -5,6 +5,8 @@ go 1.26.8
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/google/go-cmp v0.7.0
+	github.com/google/nftables v0.3.0
+	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
 	github.com/vishvananda/netlink v1.3.1
@@ -19,7 +21,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/vishvananda/netns v0.0.5 // indirect
+require (
+	github.com/mdlayher/socket v0.5.0 // indirect
+	github.com/vishvananda/netns v0.0.5 // indirect
+)
 
 require (
 	github.com/VividCortex/ewma v1.2.0 // indirect
