@@ -381,11 +381,7 @@ func localClusters(exe string, images map[string][]string) func(scenario.Cluster
 		if err != nil {
 			return nil, err
 		}
-		sc := &scenario.Cluster{Backend: c, Close: c.Close}
-		if c.Namespaced() {
-			sc.ListenOutside = c.ListenOutside
-		}
-		return sc, nil
+		return &scenario.Cluster{Backend: c, Close: c.Close, ListenOutside: c.ListenOutside}, nil
 	}
 }
 

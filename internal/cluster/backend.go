@@ -84,6 +84,14 @@ type Backend interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
 
+// LoopbackOutsideHost is the address on this machine's loopback interface
+// where a service outside a cluster, one its pods depend on, listens when
+// the pods share the machine's network: in 127.0.0.0/16, which no pod
+// range uses, and not 127.0.0.1, the source address of loopback
+// connections, whose ephemeral ports could take the service's port while
+// it is down.
+const LoopbackOutsideHost = "127.0.9.1"
+
 // RolloutStatus is the outcome of a Deployment's rollout.
 type RolloutStatus struct {
 	// Complete reports whether the rollout completed: updatedReplicas,

@@ -7,14 +7,13 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
-// listenLoopback listens on port of 127.0.9.1: in 127.0.0.0/16, which no
-// pod range uses, and not 127.0.0.1, the source address of loopback
-// connections, whose ephemeral ports could take a dependency's port while
-// it is down.
+// listenLoopback listens on port of cluster.LoopbackOutsideHost.
 func listenLoopback(port int) (net.Listener, error) {
-	return net.Listen("tcp", net.JoinHostPort("127.0.9.1", strconv.Itoa(port)))
+	return net.Listen("tcp", net.JoinHostPort(cluster.LoopbackOutsideHost, strconv.Itoa(port)))
 }
 
 // dependency is a scenario's Dependency: an HTTP server that answers every

@@ -31,10 +31,16 @@ const probeNoticeAfter = 5 * time.Second
 const addressInUse = "address already in use"
 
 // addressInUseHint is the notice given, once a run, when a container's log
-// says addressInUse: on the local cluster, the likely cause is an app that
-// binds a fixed address that every pod binds too.
+// says addressInUse: the likely cause is another container of the pod that
+// binds the same port, since a pod's containers share its network.
 const addressInUseHint = `hint: "` + addressInUse + `": another process holds the address; ` +
-	`the local cluster's pods share the machine's network, each with a loopback address of its own: ` +
+	`a pod's containers share its network, so no two of them can listen on one port`
+
+// loopbackAddressInUseHint is addressInUseHint for a pod of the local
+// cluster without network namespaces: the likely cause is an app that binds
+// a fixed address that every pod binds too.
+const loopbackAddressInUseHint = `hint: "` + addressInUse + `": another process holds the address; ` +
+	`the local cluster's pods share the machine's network here, each with a loopback address of its own: ` +
 	`listen on $(POD_IP), not 0.0.0.0 or a fixed address (docs/local-cluster.md)`
 
 // maxQuoted bounds the length of a log line that a notice quotes.
@@ -58,7 +64,8 @@ const maxQuoted = 200
 //     nothing: the kubelet probes a container as soon as it starts, and
 //     the first runs usually find the port not yet open;
 //   - once a run, a hint when an exited container's log says "address
-//     already in use", in any case.
+//     already in use", in any case; what it says depends on whether the
+//     pod had a network of its own.
 //
 // Exits and probe failures of a pod that terminates are expected, and not
 // reported. A podNotices is not safe for concurrent use.
@@ -79,8 +86,11 @@ type podNotices struct {
 	// failing holds, by pod/probe, the time of the first failed run of the
 	// probe's current run of failures.
 	failing map[string]time.Time
-	// hinted reports whether the addressInUse hint was given.
-	hinted bool
+	// loopback holds the pods whose pod_started event says they share
+	// the machine's network.
+	loopback map[string]bool
+	// hint is the addressInUse hint once given.
+	hint string
 	// cause is the latest notice of a failed start or an exit, and
 	// probeCause the latest of a failed probe.
 	cause, probeCause string
@@ -89,7 +99,7 @@ type podNotices struct {
 // newPodNotices returns a podNotices that reads containers' logs with logs.
 func newPodNotices(logs func(namespace, pod, container string, restart int32) []cluster.LogLine) *podNotices {
 	return &podNotices{logs: logs, restarts: map[string]int32{}, ending: map[string]bool{}, killed: map[string]string{},
-		probed: map[string]time.Time{}, failing: map[string]time.Time{}}
+		probed: map[string]time.Time{}, failing: map[string]time.Time{}, loopback: map[string]bool{}}
 }
 
 // explanation returns the latest notice of a failed start or an exit,
@@ -103,8 +113,8 @@ func (d *podNotices) explanation() string {
 	if cause == "" {
 		cause = d.probeCause
 	}
-	if d.hinted {
-		return cause + "; " + addressInUseHint
+	if d.hint != "" {
+		return cause + "; " + d.hint
 	}
 	return cause
 }
@@ -117,6 +127,10 @@ func (d *podNotices) notices(e cluster.Event) []string {
 		who += ": container " + e.Container
 	}
 	switch e.Kind {
+	case cluster.PodStarted:
+		if strings.HasPrefix(e.Fields["network"], "loopback") {
+			d.loopback[e.Pod] = true
+		}
 	case cluster.ContainerStarted:
 		if n, err := strconv.ParseInt(e.Fields["restart"], 10, 32); err == nil {
 			d.restarts[e.Pod+"/"+e.Container] = int32(n)
@@ -146,9 +160,12 @@ func (d *podNotices) notices(e cluster.Event) []string {
 		}
 		d.cause = msg
 		out := []string{msg}
-		if !d.hinted && slices.ContainsFunc(lines, func(l cluster.LogLine) bool { return strings.Contains(strings.ToLower(l.Text), addressInUse) }) {
-			d.hinted = true
-			out = append(out, addressInUseHint)
+		if d.hint == "" && slices.ContainsFunc(lines, func(l cluster.LogLine) bool { return strings.Contains(strings.ToLower(l.Text), addressInUse) }) {
+			d.hint = addressInUseHint
+			if d.loopback[e.Pod] {
+				d.hint = loopbackAddressInUseHint
+			}
+			out = append(out, d.hint)
 		}
 		return out
 	case cluster.BackOff:

@@ -3,8 +3,6 @@ package scenario
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -96,6 +94,18 @@ func TestPodNotices(t *testing.T) {
 				"pod web-b: container web exited with code 1: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use",
 			},
 			why: "pod web-b: container web exited with code 1: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use; " + addressInUseHint,
+		},
+		{
+			name: "address in use on the loopback range",
+			events: []cluster.Event{
+				ev(0, cluster.PodStarted, "web-a", "", map[string]string{"network": "loopback"}), started(0, "web-a", "0"),
+				exited(0.1, "web-a", "1", "Error"),
+			},
+			want: []string{
+				"pod web-a: container web exited with code 1: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use",
+				loopbackAddressInUseHint,
+			},
+			why: "pod web-a: container web exited with code 1: closingtime: serve: listen tcp 0.0.0.0:8080: bind: address already in use; " + loopbackAddressInUseHint,
 		},
 		{
 			name: "address in use, capitalised as Python and Java write it",
@@ -252,17 +262,12 @@ func TestRunnerNotices(t *testing.T) {
 		t.Skip("runs pods that never become ready, for up to 12 s")
 	}
 	t.Parallel()
-	// A port that nothing listens on now, which the pods of the second
-	// case all bind, as a fixed 0.0.0.0:8080 would on the machine.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	tests := []struct {
 		name string
 		args []string
+		// sidecar, if not nil, are the args of a second container of
+		// the pod, which starts from the same image.
+		sidecar []string
 		// noPodIP leaves POD_IP out of the container's env.
 		noPodIP bool
 		traffic Traffic
@@ -282,8 +287,11 @@ func TestRunnerNotices(t *testing.T) {
 			// The error quotes the exit with its log.
 			why:   "container app exited with code 2: closingtime: serve: unknown flag: --no-such-flag",
 			exits: true},
-		{name: "address in use", args: []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, limit: noticeInterval + 2*time.Second,
-			want:  []string{"container app exited with code 4"},
+		// Two containers of a pod, which share its network, bind one
+		// port; the sidecar comes second.
+		{name: "address in use", args: []string{"serve", "--listen", "0.0.0.0:8080"},
+			sidecar: []string{"serve", "--listen", "0.0.0.0:8080", "--startup-delay", "500ms"}, limit: noticeInterval + 2*time.Second,
+			want:  []string{"container sidecar exited with code 4"},
 			why:   "bind: address already in use; " + addressInUseHint + ")",
 			exits: true},
 		// The server listens on a port of its own, not the probe's.
@@ -309,12 +317,17 @@ func TestRunnerNotices(t *testing.T) {
 			t.Parallel()
 			s := noticeScenario(t, tt.args, tt.limit)
 			s.Traffic = tt.traffic
+			d, err := s.Deployment()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if tt.noPodIP {
-				d, err := s.Deployment()
-				if err != nil {
-					t.Fatal(err)
-				}
 				d.Spec.Template.Spec.Containers[0].Env = nil
+			}
+			if tt.sidecar != nil {
+				sidecar := *d.Spec.Template.Spec.Containers[0].DeepCopy()
+				sidecar.Name, sidecar.Args, sidecar.ReadinessProbe = "sidecar", tt.sidecar, nil
+				d.Spec.Template.Spec.Containers = append(d.Spec.Template.Spec.Containers, sidecar)
 			}
 			var mu sync.Mutex
 			var notices []string
@@ -336,7 +349,7 @@ func TestRunnerNotices(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			start := time.Now()
-			_, err := r.Run(ctx, s)
+			_, err = r.Run(ctx, s)
 			mu.Lock()
 			failed = true
 			defer mu.Unlock()

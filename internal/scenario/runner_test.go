@@ -40,7 +40,7 @@ func newRunner(t *testing.T) *Runner {
 			if err != nil {
 				return nil, err
 			}
-			return &Cluster{Backend: c, Close: c.Close}, nil
+			return &Cluster{Backend: c, Close: c.Close, ListenOutside: c.ListenOutside}, nil
 		},
 		Progress: func(p Progress) { t.Logf("%s %d/%d %s", p.Scenario, p.Repetition, p.Repetitions, p.Phase) },
 	})

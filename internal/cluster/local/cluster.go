@@ -24,6 +24,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/podnet"
+	"github.com/closingtime-dev/closingtime/internal/proxyrules"
 )
 
 // DefaultNodes is how many nodes a Cluster runs when Config.Nodes is zero:
@@ -136,7 +137,8 @@ type node struct {
 	kubelet       *Kubelet
 	watch         *delayQueue // pods on their way to the kubelet
 	proxy         *Proxy
-	unschedulable bool // guarded by Cluster.mu
+	rules         *proxyrules.Rules // the proxy's, with a network
+	unschedulable bool              // guarded by Cluster.mu
 }
 
 // New starts a cluster configured by cfg. Close stops it.
@@ -204,17 +206,27 @@ func (c *Cluster) start(cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("%s: client: %w", name, err)
 		}
+		// With a network, the node's routing view is written into its
+		// kernel, as its kube-proxy would write it.
+		var rules *proxyrules.Rules
+		if c.network != nil {
+			if rules, err = proxyrules.New(proxyrules.Config{NetNS: c.network.Nodes()[i-1].Netns().FD(), PodCIDR: cfg.PodCIDR}); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
 		k, err := NewKubelet(kc)
 		if err != nil {
+			closeRules(rules)
 			return err
 		}
 		p, err := NewProxy(ProxyConfig{NodeName: name, MinPropagationDelay: cfg.MinPropagationDelay, MaxPropagationDelay: cfg.MaxPropagationDelay,
-			Clock: cfg.Clock, Recorder: &c.log, Dial: client.DialContext})
+			Clock: cfg.Clock, Recorder: &c.log, Dial: client.DialContext, Rules: rules})
 		if err != nil {
 			k.Close(context.Background())
+			closeRules(rules)
 			return err
 		}
-		c.nodes = append(c.nodes, &node{name: name, kubelet: k, watch: newDelayQueue(cfg.Clock), proxy: p})
+		c.nodes = append(c.nodes, &node{name: name, kubelet: k, watch: newDelayQueue(cfg.Clock), proxy: p, rules: rules})
 		proxies = append(proxies, p)
 	}
 	var err error
@@ -235,16 +247,25 @@ func (c *Cluster) Network() string { return c.nodes[0].kubelet.cfg.Network.Isola
 // their own (Network "netns"), rather than the machine's network.
 func (c *Cluster) Namespaced() bool { return c.network != nil }
 
-// ListenOutside listens on port (0 for a free one) of a host of the
-// cluster's network that is none of its nodes or pods, for a service
-// outside the cluster that pods depend on; see
-// podnet.Network.ListenOutside. Without network namespaces there is no
-// such host: the pods reach the machine's loopback interface.
+// ListenOutside listens on port (0 for a free one) of a host that every
+// pod reaches but that is none of the cluster's nodes or pods, for a
+// service outside the cluster that pods depend on: a host of the
+// cluster's network with network namespaces
+// (podnet.Network.ListenOutside); without, cluster.LoopbackOutsideHost on
+// the machine's loopback interface, which the pods share.
 func (c *Cluster) ListenOutside(port int) (net.Listener, error) {
-	if c.network == nil {
-		return nil, errors.New("listen outside the cluster: the pods share the machine's network, and reach its loopback interface")
+	if c.network != nil {
+		return c.network.ListenOutside(port)
 	}
-	return c.network.ListenOutside(port)
+	return net.Listen("tcp", net.JoinHostPort(cluster.LoopbackOutsideHost, strconv.Itoa(port)))
+}
+
+// closeRules closes rules, if not nil. The table goes with its namespace
+// anyway; closing it frees its netlink connection now.
+func closeRules(rules *proxyrules.Rules) {
+	if rules != nil {
+		rules.Close()
+	}
 }
 
 // podNetwork makes the network that cfg asks for: a podnet.Network, or on
@@ -316,6 +337,7 @@ func (c *Cluster) closeComponents(ctx context.Context) error {
 	}
 	for _, n := range c.nodes {
 		n.proxy.Close()
+		closeRules(n.rules)
 	}
 	c.serving.Wait()
 	// After every pod is gone: its range is free again.

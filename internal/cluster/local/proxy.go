@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/proxyrules"
 )
 
 // ProxyConfig configures a [Proxy]. The zero value is a proxy of node
@@ -40,9 +41,14 @@ type ProxyConfig struct {
 	// Recorder receives an EndpointsApplied event for each change; events
 	// are dropped if nil.
 	Recorder cluster.Recorder
-	// Dial makes the connection to the endpoint chosen, from the node's
-	// client: a net.Dialer's if nil.
+	// Dial makes the connections of DialContext, from the node's client:
+	// a net.Dialer's if nil.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Rules, if not nil, are the node's Service rules in the kernel, as
+	// kube-proxy's nftables mode writes them: each change of the view is
+	// written there, and DialContext dials a Service's cluster IP, whose
+	// rules pick the endpoint (see DialContext).
+	Rules *proxyrules.Rules
 }
 
 // Proxy is one node's routing view of Services, like that node's
@@ -134,10 +140,15 @@ func (p *Proxy) Load(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) {
 	key := svc.Namespace + "/" + svc.Name
 	p.mu.Lock()
 	p.view[key] = &routes{svc: svc, slices: slices}
+	err := p.writeRulesLocked()
 	p.mu.Unlock()
 	if p.cfg.Recorder != nil {
-		p.cfg.Recorder.Record(cluster.Event{Time: p.clock.Now(), Kind: cluster.EndpointsApplied, Node: p.cfg.NodeName,
-			Object: "Service/" + key, Endpoints: cluster.Endpoints{List: cluster.EndpointsOf(slices...), NodeLocal: nodeLocal(svc)}})
+		e := cluster.Event{Time: p.clock.Now(), Kind: cluster.EndpointsApplied, Node: p.cfg.NodeName,
+			Object: "Service/" + key, Endpoints: cluster.Endpoints{List: cluster.EndpointsOf(slices...), NodeLocal: nodeLocal(svc)}}
+		if err != nil {
+			e.Fields = map[string]string{"error": err.Error()}
+		}
+		p.cfg.Recorder.Record(e)
 	}
 }
 
@@ -159,6 +170,7 @@ func (p *Proxy) Remove(namespace, name string) {
 				delete(p.affinity, a)
 			}
 		}
+		p.writeRulesLocked()
 		p.mu.Unlock()
 	})
 }
@@ -200,7 +212,17 @@ func (p *Proxy) delayLocked() time.Duration {
 // The connection is then a plain TCP connection to the pod: later changes
 // of the view never move it, as conntrack keeps a flow on its backend. An
 // unknown Service fails as a DNS lookup would.
+//
+// With Rules, the routing is the kernel's: DialContext connects to the
+// Service's cluster IP through Dial, and the node's rules pick the
+// endpoint as described, and keep the connection on it (conntrack); a
+// dropped connection times out by the kernel's own clock. address may then
+// also be the cluster IP and port itself, as pods given the Service's
+// variables dial it.
 func (p *Proxy) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if p.cfg.Rules != nil {
+		return p.dialClusterIP(ctx, network, address)
+	}
 	return p.dial(ctx, network, address, nodeClient, false)
 }
 
@@ -269,20 +291,48 @@ func (p *Proxy) pick(namespace, name string, port int32, client string, nodePort
 	if r == nil {
 		return "", &net.DNSError{Err: "no such Service", Name: name + "." + namespace, IsNotFound: true}
 	}
-	var portName string
-	found := false
-	for _, sp := range r.svc.Spec.Ports {
-		if sp.Port == port && (sp.Protocol == "" || sp.Protocol == corev1.ProtocolTCP) {
-			portName, found = sp.Name, true
+	var sp *corev1.ServicePort
+	for i := range r.svc.Spec.Ports {
+		if q := &r.svc.Spec.Ports[i]; q.Port == port && (q.Protocol == "" || q.Protocol == corev1.ProtocolTCP) {
+			sp = q
 			break
 		}
 	}
-	if !found {
+	if sp == nil {
 		// No rule matches the port: nothing answers there.
 		return "", errNoEndpoints
 	}
-	// The endpoints of the slices that have the port, and the port each
-	// of them gives it.
+	usable, dropped := p.routeLocked(r, sp.Name, nodePort)
+	switch {
+	case dropped:
+		return "", errDropped
+	case len(usable) == 0:
+		return "", errNoEndpoints
+	}
+	if r.svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return usable[p.randSrc.IntN(len(usable))].hostPort(), nil
+	}
+	// The recent match: the endpoint the client used last, if it is
+	// still usable and the client made a connection within the timeout;
+	// each connection restarts the timeout.
+	timeout := affinityTimeout(r.svc)
+	key := affinityKey{service: namespace + "/" + name, port: port, client: client}
+	now := p.clock.Now()
+	a, ok := p.affinity[key]
+	if !ok || now.Sub(a.at) > timeout || !slices.Contains(usable, a.endpoint) {
+		a.endpoint = usable[p.randSrc.IntN(len(usable))]
+	}
+	a.at = now
+	p.affinity[key] = a
+	return a.endpoint.hostPort(), nil
+}
+
+// routeLocked returns the endpoints that new connections to Service port
+// portName of r may go to from this node, each with the port its slice
+// gives portName, or dropped when, with internalTrafficPolicy Local, only
+// other nodes have any; nodePort routes as for a connection to the port's
+// node port (see pick).
+func (p *Proxy) routeLocked(r *routes, portName string, nodePort bool) (usable []endpointPort, dropped bool) {
 	view := cluster.Endpoints{NodeLocal: !nodePort && nodeLocal(r.svc)}
 	var targets []int32
 	for _, s := range r.slices {
@@ -301,35 +351,18 @@ func (p *Proxy) pick(namespace, name string, port int32, client string, nodePort
 		}
 	}
 	to, dropped := view.Route(p.cfg.NodeName)
-	switch {
-	case dropped:
-		return "", errDropped
-	case len(to) == 0:
-		return "", errNoEndpoints
+	for _, j := range to {
+		usable = append(usable, endpointPort{addr: view.List[j].Address, port: targets[j]})
 	}
-	usable := make([]endpointPort, len(to))
-	for i, j := range to {
-		usable[i] = endpointPort{addr: view.List[j].Address, port: targets[j]}
+	return usable, dropped
+}
+
+// affinityTimeout returns svc's sessionAffinity ClientIP timeout.
+func affinityTimeout(svc *corev1.Service) time.Duration {
+	if cfg := svc.Spec.SessionAffinityConfig; cfg != nil && cfg.ClientIP != nil && cfg.ClientIP.TimeoutSeconds != nil {
+		return time.Duration(*cfg.ClientIP.TimeoutSeconds) * time.Second
 	}
-	if r.svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
-		return usable[p.randSrc.IntN(len(usable))].hostPort(), nil
-	}
-	// The recent match: the endpoint the client used last, if it is
-	// still usable and the client made a connection within the timeout;
-	// each connection restarts the timeout.
-	timeout := cluster.DefaultSessionAffinityTimeout
-	if cfg := r.svc.Spec.SessionAffinityConfig; cfg != nil && cfg.ClientIP != nil && cfg.ClientIP.TimeoutSeconds != nil {
-		timeout = time.Duration(*cfg.ClientIP.TimeoutSeconds) * time.Second
-	}
-	key := affinityKey{service: namespace + "/" + name, port: port, client: client}
-	now := p.clock.Now()
-	a, ok := p.affinity[key]
-	if !ok || now.Sub(a.at) > timeout || !slices.Contains(usable, a.endpoint) {
-		a.endpoint = usable[p.randSrc.IntN(len(usable))]
-	}
-	a.at = now
-	p.affinity[key] = a
-	return a.endpoint.hostPort(), nil
+	return cluster.DefaultSessionAffinityTimeout
 }
 
 // nodeLocal reports whether svc's internalTrafficPolicy is Local.
@@ -417,7 +450,13 @@ func (p *Proxy) serve(ctx context.Context, ln net.Listener, address string, node
 func (p *Proxy) forward(ctx context.Context, client net.Conn, address string, nodePort bool) {
 	defer client.Close()
 	source, _, _ := net.SplitHostPort(client.RemoteAddr().String())
-	backend, err := p.dial(ctx, "tcp", address, source, nodePort)
+	var backend net.Conn
+	var err error
+	if p.cfg.Rules != nil && !nodePort {
+		backend, err = p.dialClusterIP(ctx, "tcp", address)
+	} else {
+		backend, err = p.dial(ctx, "tcp", address, source, nodePort)
+	}
 	if err != nil {
 		// Reset the accepted connection, the nearest a userspace proxy
 		// comes to a refused connect.

@@ -1,0 +1,88 @@
+package local
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/closingtime-dev/closingtime/internal/proxyrules"
+)
+
+// writeRulesLocked writes the whole view into the node's kernel rules, if
+// it has any, and returns the kernel's error. p.mu is held, so that views
+// reach the kernel in the order they were made.
+func (p *Proxy) writeRulesLocked() error {
+	if p.cfg.Rules == nil {
+		return nil
+	}
+	var services []proxyrules.Service
+	for _, r := range sortedValues(p.view) {
+		ip, err := netip.ParseAddr(r.svc.Spec.ClusterIP)
+		if err != nil {
+			continue // headless, or no cluster IP: no rules
+		}
+		svc := proxyrules.Service{Namespace: r.svc.Namespace, Name: r.svc.Name, ClusterIP: ip}
+		if r.svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+			svc.Affinity = affinityTimeout(r.svc)
+		}
+		for _, sp := range r.svc.Spec.Ports {
+			if sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP {
+				continue
+			}
+			usable, dropped := p.routeLocked(r, sp.Name, false)
+			port := proxyrules.Port{Name: sp.Name, Port: uint16(sp.Port), NodePort: uint16(sp.NodePort), Endpoints: addrPorts(usable)}
+			if dropped {
+				port.NoEndpoints = proxyrules.Drop
+			}
+			if sp.NodePort != 0 {
+				all, _ := p.routeLocked(r, sp.Name, true)
+				port.NodePortEndpoints = addrPorts(all)
+			}
+			svc.Ports = append(svc.Ports, port)
+		}
+		services = append(services, svc)
+	}
+	return p.cfg.Rules.Sync(services)
+}
+
+// addrPorts returns endpoints as addresses and ports, leaving out any
+// whose address is not an IP address.
+func addrPorts(endpoints []endpointPort) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, e := range endpoints {
+		if ip, err := netip.ParseAddr(e.addr); err == nil {
+			out = append(out, netip.AddrPortFrom(ip, uint16(e.port)))
+		}
+	}
+	return out
+}
+
+// dialClusterIP is DialContext through the kernel's rules: it resolves a
+// Service's name to its cluster IP, as a cluster's DNS would, and dials it
+// through p.cfg.Dial.
+func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		name, namespace, ok := SplitServiceHost(host)
+		if !ok {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}}
+		}
+		p.mu.Lock()
+		r := p.view[namespace+"/"+name]
+		p.mu.Unlock()
+		if r == nil || r.svc.Spec.ClusterIP == "" || r.svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no such Service", Name: name + "." + namespace, IsNotFound: true}}
+		}
+		host = r.svc.Spec.ClusterIP
+	}
+	if _, err := strconv.Atoi(port); err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	return p.cfg.Dial(ctx, network, net.JoinHostPort(host, port))
+}
