@@ -182,10 +182,14 @@ func (r *Rules) write(want map[string]*planned) error {
 			next.add(p.state)
 		}
 	}
-	r.writeDiff(&old, &next)
-	if err := r.conn.Flush(); err != nil {
+	err := r.writeDiff(&old, &next)
+	if err == nil {
+		err = r.conn.Flush()
+	}
+	if err != nil {
 		// The kernel applied none of the transaction, but acks of it may
-		// be left unread: the next write starts on a new connection.
+		// be left unread, or the transaction unsent: the next write starts
+		// on a new connection, and writes the table whole.
 		r.conn.CloseLasting()
 		r.conn = nil
 		return fmt.Errorf("proxyrules: write table ip %s: %w", TableName, err)
