@@ -381,7 +381,11 @@ func localClusters(exe string, images map[string][]string) func(scenario.Cluster
 		if err != nil {
 			return nil, err
 		}
-		return &scenario.Cluster{Backend: c, Close: c.Close}, nil
+		sc := &scenario.Cluster{Backend: c, Close: c.Close}
+		if c.Namespaced() {
+			sc.ListenOutside = c.ListenOutside
+		}
+		return sc, nil
 	}
 }
 

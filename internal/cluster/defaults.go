@@ -179,3 +179,9 @@ const (
 	DefaultKubeletAPIQPS   = 50
 	DefaultKubeletAPIBurst = 100
 )
+
+// DefaultServiceCIDR is the range of Services' cluster IPs of the embedded
+// cluster, as kubeadm's default --service-cluster-ip-range (its first
+// address is the API server's own Service, "kubernetes"). It exists only
+// inside the cluster's network namespaces.
+const DefaultServiceCIDR = "10.96.0.0/12"

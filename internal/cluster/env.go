@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
@@ -112,3 +114,51 @@ func UnresolvedRefs(c *corev1.Container) []UnresolvedRef {
 	}
 	return refs
 }
+
+// ServiceEnv returns the variables by which the kubelet tells a container
+// of the Services of its namespace, as it does for every Service that has a
+// cluster IP when the container starts (k8s.io/kubernetes
+// pkg/kubelet/envvars/envvars.go, FromServices): NAME_SERVICE_HOST,
+// NAME_SERVICE_PORT (the first port) and NAME_SERVICE_PORT_PORTNAME for
+// each named port, and the Docker link variables NAME_PORT and
+// NAME_PORT_<port>_<PROTOCOL>{,_PROTO,_PORT,_ADDR}, where NAME is the
+// Service's name in upper case with "-" as "_". A Service without a cluster
+// IP (headless, or none given yet) has none. services are in the order of
+// their names.
+func ServiceEnv(services []*corev1.Service) []corev1.EnvVar {
+	var env []corev1.EnvVar
+	add := func(name, value string) { env = append(env, corev1.EnvVar{Name: name, Value: value}) }
+	for _, svc := range services {
+		ip := svc.Spec.ClusterIP
+		if ip == "" || ip == corev1.ClusterIPNone || len(svc.Spec.Ports) == 0 {
+			continue
+		}
+		name := envName(svc.Name)
+		add(name+"_SERVICE_HOST", ip)
+		add(name+"_SERVICE_PORT", strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+		for _, p := range svc.Spec.Ports {
+			if p.Name != "" {
+				add(name+"_SERVICE_PORT_"+envName(p.Name), strconv.Itoa(int(p.Port)))
+			}
+		}
+		for i, p := range svc.Spec.Ports {
+			protocol := string(p.Protocol)
+			if protocol == "" {
+				protocol = string(corev1.ProtocolTCP)
+			}
+			url := fmt.Sprintf("%s://%s", strings.ToLower(protocol), net.JoinHostPort(ip, strconv.Itoa(int(p.Port))))
+			if i == 0 {
+				add(name+"_PORT", url)
+			}
+			prefix := fmt.Sprintf("%s_PORT_%d_%s", name, p.Port, strings.ToUpper(protocol))
+			add(prefix, url)
+			add(prefix+"_PROTO", strings.ToLower(protocol))
+			add(prefix+"_PORT", strconv.Itoa(int(p.Port)))
+			add(prefix+"_ADDR", ip)
+		}
+	}
+	return env
+}
+
+// envName is a name as a variable name: upper case, "-" as "_".
+func envName(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestExpand(t *testing.T) {
@@ -60,5 +61,37 @@ func TestUnresolvedRefs(t *testing.T) {
 	c.EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "config"}}}}
 	if got := UnresolvedRefs(c); got != nil {
 		t.Errorf("UnresolvedRefs with envFrom = %v, want none", got)
+	}
+}
+
+// TestServiceEnv: the variables of a Service with two ports, one named, as
+// a kubelet writes them; none for a headless Service.
+func TestServiceEnv(t *testing.T) {
+	services := []*corev1.Service{
+		{ObjectMeta: metav1.ObjectMeta{Name: "my-web"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10",
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}, {Port: 9090, Protocol: corev1.ProtocolTCP}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "headless"}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone,
+			Ports: []corev1.ServicePort{{Port: 80}}}},
+	}
+	got := map[string]string{}
+	for _, e := range ServiceEnv(services) {
+		got[e.Name] = e.Value
+	}
+	want := map[string]string{
+		"MY_WEB_SERVICE_HOST":        "10.96.0.10",
+		"MY_WEB_SERVICE_PORT":        "80",
+		"MY_WEB_SERVICE_PORT_HTTP":   "80",
+		"MY_WEB_PORT":                "tcp://10.96.0.10:80",
+		"MY_WEB_PORT_80_TCP":         "tcp://10.96.0.10:80",
+		"MY_WEB_PORT_80_TCP_PROTO":   "tcp",
+		"MY_WEB_PORT_80_TCP_PORT":    "80",
+		"MY_WEB_PORT_80_TCP_ADDR":    "10.96.0.10",
+		"MY_WEB_PORT_9090_TCP":       "tcp://10.96.0.10:9090",
+		"MY_WEB_PORT_9090_TCP_PROTO": "tcp",
+		"MY_WEB_PORT_9090_TCP_PORT":  "9090",
+		"MY_WEB_PORT_9090_TCP_ADDR":  "10.96.0.10",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ServiceEnv() (-want +got):\n%s", diff)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
 // waitLimit bounds each wait of the tests: generous, as the machine is
@@ -433,7 +434,7 @@ func startAgents(t *testing.T, client kubernetes.Interface, prefix string, n int
 	var agents []*Agent
 	for i := 1; i <= n; i++ {
 		kc := kc
-		kc.PodCIDR = local.NodePodCIDR(cidr, i)
+		kc.PodCIDR = podnet.NodePodCIDR(cidr, i)
 		name := fmt.Sprintf("%s-%d", prefix, i)
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		a, err := Start(ctx, Config{Client: nodeClient(t), NodeName: name, Kubelet: kc, Recorder: log})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
 // NodesConfig configures [StartNodes].
@@ -64,7 +65,7 @@ type NodesConfig struct {
 // Nodes is a scheduler and the node agents of a cluster, as the embedded
 // cluster has them: nodes node-1…node-N whose pods take their addresses
 // from a /16 of 127.0.0.0/8 claimed across the machine's processes
-// (local.ClaimFreeRange), a /24 per node (local.NodePodCIDR).
+// (local.ClaimFreeRange), a /24 per node (podnet.NodePodCIDR).
 type Nodes struct {
 	scheduler *Scheduler
 	nodePorts *NodePorts // nil unless NodesConfig.NodePorts
@@ -102,7 +103,7 @@ func StartNodes(ctx context.Context, cfg NodesConfig) (*Nodes, error) {
 	}
 	n := &Nodes{claim: claim}
 	for i := 1; i <= cfg.Nodes; i++ {
-		if err := n.start(ctx, cfg, "node-"+strconv.Itoa(i), local.NodePodCIDR(cidr, i), newClient); err != nil {
+		if err := n.start(ctx, cfg, "node-"+strconv.Itoa(i), podnet.NodePodCIDR(cidr, i), newClient); err != nil {
 			n.Close(context.Background())
 			return nil, err
 		}

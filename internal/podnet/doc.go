@@ -21,7 +21,8 @@
 // ([Netns.DialContext], [Netns.Listen]). A namespace is held by that thread
 // and a file descriptor only, never by a mount, so the kernel frees it, and
 // every interface in it, when closingtime closes it or dies, however it
-// dies.
+// dies (once the processes started in it are gone: they die with
+// closingtime too, by their parent-death signal).
 //
 // Where network namespaces can't be made (no CAP_NET_ADMIN), a
 // [LoopbackNode] stands in: each pod gets an address of its own on the

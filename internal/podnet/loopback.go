@@ -59,6 +59,9 @@ type loopbackSandbox struct {
 
 func (s *loopbackSandbox) IP() netip.Addr            { return s.ip }
 func (s *loopbackSandbox) Start(cmd *exec.Cmd) error { return cmd.Start() }
+func (s *loopbackSandbox) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return s.node.DialContext(ctx, network, address)
+}
 func (s *loopbackSandbox) Close() error {
 	s.node.alloc.free(s.ip)
 	return nil

@@ -11,10 +11,7 @@ import (
 
 // Netns is a network namespace that closingtime holds. One OS thread lives
 // in it for as long as the Netns is open and runs what must happen inside:
-// making sockets, starting processes. A process started in it also gets
-// its parent-death signal from that thread, so it dies when the Netns is
-// closed, as a pod's processes end with its sandbox. It is safe for
-// concurrent use.
+// making sockets, starting processes. It is safe for concurrent use.
 type Netns struct {
 	fd   int
 	work chan func()
@@ -38,18 +35,36 @@ func NewNetns() (*Netns, error) {
 	return n, nil
 }
 
-// run is the namespace's thread. The goroutine never unlocks its OS
-// thread: the thread is in the namespace, and the runtime ends it with
-// the goroutine instead of handing it to other goroutines.
+// run is the namespace's thread: a thread of the runtime's, locked to the
+// goroutine, moved into a new namespace, and moved back into its own once
+// the Netns is closed, before it goes back to the runtime. It must not end
+// with the goroutine instead: the processes it started have a
+// parent-death signal, which a thread's end sends (PR_SET_PDEATHSIG) —
+// and so would that of any thread that had started a process before.
 func (n *Netns) run(ready chan<- error) {
 	runtime.LockOSThread()
+	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		ready <- fmt.Errorf("open this thread's network namespace: %w", err)
+		return
+	}
+	defer unix.Close(home)
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSPC) {
 			err = fmt.Errorf("%w: unshare(CLONE_NEWNET): %v", ErrUnsupported, err)
 		}
 		ready <- err
 		return
 	}
+	defer func() {
+		// A thread that can't go home stays locked, and the runtime
+		// ends it with the goroutine.
+		if unix.Setns(home, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
 	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		ready <- fmt.Errorf("open the new network namespace: %w", err)
@@ -79,19 +94,18 @@ func (n *Netns) Do(fn func()) {
 	<-finished
 }
 
-// Start starts cmd inside the namespace; see exec.Cmd.Start. The process
-// gets its parent-death signal (SysProcAttr.Pdeathsig) when the Netns is
-// closed, or when closingtime ends.
+// Start starts cmd inside the namespace; see exec.Cmd.Start. A
+// parent-death signal (SysProcAttr.Pdeathsig) comes when closingtime ends.
 func (n *Netns) Start(cmd *exec.Cmd) error {
 	var err error
 	n.Do(func() { err = cmd.Start() })
 	return err
 }
 
-// Close ends the namespace's thread and closes its descriptor: once the
-// processes started in it are gone too, the kernel frees the namespace and
-// every interface in it. Close must be called once, after every other call
-// has returned.
+// Close moves the namespace's thread out and closes its descriptor: once
+// the processes started in it are gone too, the kernel frees the namespace
+// and every interface in it. Close must be called once, after every other
+// call has returned.
 func (n *Netns) Close() error {
 	close(n.work)
 	<-n.done

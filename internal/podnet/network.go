@@ -184,6 +184,14 @@ func (nw *Network) addNode(sw *netlink.Handle, i int) (*NetnsNode, error) {
 	return n, nil
 }
 
+// ListenOutside listens on port (0 for a free one) of the switch's own
+// address: a host of the cluster's network outside every node, as a
+// database server next to a cluster is, which every pod and node reaches
+// through its default route and nothing in the machine's namespace does.
+func (nw *Network) ListenOutside(port int) (net.Listener, error) {
+	return nw.fabric.Listen("tcp", netip.AddrPortFrom(switchGateway, uint16(port)).String())
+}
+
 // Nodes returns the network's nodes, node 1 first.
 func (nw *Network) Nodes() []*NetnsNode { return nw.nodes }
 
@@ -328,6 +336,11 @@ func (s *netnsSandbox) IP() netip.Addr { return s.ip }
 
 // Start starts cmd in the pod's namespace; see [Netns.Start].
 func (s *netnsSandbox) Start(cmd *exec.Cmd) error { return s.ns.Start(cmd) }
+
+// DialContext connects from the pod's namespace; see [Netns.DialContext].
+func (s *netnsSandbox) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return s.ns.DialContext(ctx, network, address)
+}
 
 // Close deletes the veth, which takes eth0 with it at once, closes the
 // namespace and frees the address. Later calls return the first one's

@@ -33,6 +33,9 @@ type Sandbox interface {
 	IP() netip.Addr
 	// Start starts cmd in the pod's network; see exec.Cmd.Start.
 	Start(cmd *exec.Cmd) error
+	// DialContext connects from inside the pod, as a process of the pod
+	// would; see [Netns.DialContext].
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 	// Close takes the pod's network down, once its last container has
 	// stopped, and frees its address.
 	Close() error

@@ -5,33 +5,38 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 )
 
-// dependencyHost is the loopback address that dependencies listen on: in
-// 127.0.0.0/16, which no pod range uses, and not 127.0.0.1, the source
-// address of loopback connections, whose ephemeral ports could take a
-// dependency's port while it is down.
-const dependencyHost = "127.0.9.1"
+// listenLoopback listens on port of 127.0.9.1: in 127.0.0.0/16, which no
+// pod range uses, and not 127.0.0.1, the source address of loopback
+// connections, whose ephemeral ports could take a dependency's port while
+// it is down.
+func listenLoopback(port int) (net.Listener, error) {
+	return net.Listen("tcp", net.JoinHostPort("127.0.9.1", strconv.Itoa(port)))
+}
 
 // dependency is a scenario's Dependency: an HTTP server that answers every
 // request with 200 while it is up, and that an outage takes down by
 // refusing or by black-holing connections. It is safe for concurrent use.
 type dependency struct {
-	addr string // host:port, fixed for the dependency's life
+	listen func(port int) (net.Listener, error)
+	addr   string // host:port, fixed for the dependency's life
 
 	mu        sync.Mutex
 	srv       *http.Server  // nil while refusing
 	blackhole chan struct{} // not nil while black-holing; closed when it ends
 }
 
-// startDependency starts a dependency on a free port of dependencyHost.
-func startDependency() (*dependency, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(dependencyHost, "0"))
+// startDependency starts a dependency on a free port that listen listens
+// on.
+func startDependency(listen func(port int) (net.Listener, error)) (*dependency, error) {
+	ln, err := listen(0)
 	if err != nil {
 		return nil, fmt.Errorf("start dependency: %w", err)
 	}
-	d := &dependency{addr: ln.Addr().String()}
+	d := &dependency{listen: listen, addr: ln.Addr().String()}
 	d.serve(ln)
 	return d, nil
 }
@@ -86,13 +91,20 @@ func (d *dependency) up() error {
 	defer d.mu.Unlock()
 	d.endBlackholeLocked()
 	if d.srv == nil {
-		ln, err := net.Listen("tcp", d.addr)
+		ln, err := d.listen(d.port())
 		if err != nil {
 			return fmt.Errorf("dependency back up: %w", err)
 		}
 		d.serve(ln)
 	}
 	return nil
+}
+
+// port returns the dependency's port.
+func (d *dependency) port() int {
+	_, port, _ := net.SplitHostPort(d.addr)
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 // close stops the dependency.

@@ -13,7 +13,7 @@ import (
 // request on a new or a kept-alive connection gets no answer until the
 // client's deadline; back up, it answers again on the same address.
 func TestDependency(t *testing.T) {
-	d, err := startDependency()
+	d, err := startDependency(listenLoopback)
 	if err != nil {
 		t.Fatal(err)
 	}

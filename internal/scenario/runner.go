@@ -36,6 +36,10 @@ type Cluster struct {
 	// Traffic is the source of the scenario's traffic; nil means
 	// LocalTraffic through Backend's DialContext.
 	Traffic TrafficSource
+	// ListenOutside listens on a port (0 for a free one) of a host that
+	// the cluster's pods reach, outside the cluster, for a Dependency; nil
+	// means the machine's loopback interface (listenLoopback).
+	ListenOutside func(port int) (net.Listener, error)
 	// Deployed reports that the workload runs on the cluster already, its
 	// objects the cluster's own (rollout deploy/NAME): the runner applies
 	// none of them, so that closingtime takes no ownership of their fields
@@ -201,19 +205,6 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 		explanation = msg
 		mu.Unlock()
 	}
-	var dep *dependency
-	env := map[string]string{}
-	if s.Dependency != nil {
-		if dep, err = startDependency(); err != nil {
-			return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
-		}
-		defer func() {
-			if cerr := dep.close(); cerr != nil && err == nil {
-				err = fmt.Errorf("scenario %s: close dependency: %w", s.Name, cerr)
-			}
-		}()
-		env[cmp.Or(s.Dependency.Env, DefaultDependencyEnv)] = dep.URL()
-	}
 	cl, err := r.cfg.NewCluster(s.Cluster)
 	if err != nil {
 		return nil, fmt.Errorf("scenario %s: start cluster: %w", s.Name, err)
@@ -226,6 +217,23 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 				err = fmt.Errorf("scenario %s: close cluster: %w", s.Name, cerr)
 			}
 		}()
+	}
+	var dep *dependency
+	env := map[string]string{}
+	if s.Dependency != nil {
+		listen := cl.ListenOutside
+		if listen == nil {
+			listen = listenLoopback
+		}
+		if dep, err = startDependency(listen); err != nil {
+			return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+		defer func() {
+			if cerr := dep.close(); cerr != nil && err == nil {
+				err = fmt.Errorf("scenario %s: close dependency: %w", s.Name, cerr)
+			}
+		}()
+		env[cmp.Or(s.Dependency.Env, DefaultDependencyEnv)] = dep.URL()
 	}
 	c := cl.Backend
 	objects, deployment, target, err := r.prepare(s, env, cmp.Or(cl.Namespace, metav1.NamespaceDefault))

@@ -21,6 +21,7 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 	"github.com/closingtime-dev/closingtime/internal/nodeagent"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
 // kubeletEventOf returns the Event that a kubelet on node-1 posts about
@@ -327,7 +328,7 @@ func TestRealClusterKubeletEventsFromNodeAgent(t *testing.T) {
 	var kubeletLog cluster.EventLog
 	node := ns + "-node"
 	agent, err := nodeagent.Start(ctx, nodeagent.Config{Client: client, NodeName: node, Recorder: &kubeletLog,
-		Kubelet: local.KubeletConfig{PodCIDR: local.NodePodCIDR(cidr, 1), WorkingDir: t.TempDir(),
+		Kubelet: local.KubeletConfig{PodCIDR: podnet.NodePodCIDR(cidr, 1), WorkingDir: t.TempDir(),
 			CrashLoopBackOff: cluster.CrashLoopBackOff{Initial: 100 * time.Millisecond, Max: time.Second}}})
 	if err != nil {
 		t.Fatal(err)

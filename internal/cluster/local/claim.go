@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"strconv"
 	"syscall"
+
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
 // claimPort is the port of the socket by which a cluster claims its pod
@@ -51,7 +53,7 @@ func claimRange(p netip.Prefix) (net.Listener, error) {
 // ClaimFreeRange claims the first /16 from 127.100.0.0/16 to
 // 127.254.0.0/16 that no embedded cluster or set of node agents of any
 // process on the machine holds, for the pod addresses of a cluster's nodes
-// (see NodePodCIDR). The claim lasts until the returned Closer is closed or
+// (see podnet.NodePodCIDR). The claim lasts until the returned Closer is closed or
 // the process ends.
 func ClaimFreeRange() (netip.Prefix, io.Closer, error) {
 	for _, p := range clusterRanges() {
@@ -65,12 +67,5 @@ func ClaimFreeRange() (netip.Prefix, io.Closer, error) {
 }
 
 // MaxNodes is the most nodes a cluster has: each takes a /24 of its /16
-// pod range (NodePodCIDR), whose third byte numbers the nodes from 1.
-const MaxNodes = 250
-
-// NodePodCIDR returns the pod range of node n (from 1 to MaxNodes) of a
-// cluster whose pod range is cidr, a /16 or larger: its n-th /24.
-func NodePodCIDR(cidr netip.Prefix, n int) netip.Prefix {
-	base := cidr.Masked().Addr().As4()
-	return netip.PrefixFrom(netip.AddrFrom4([4]byte{base[0], base[1], byte(n), 0}), 24)
-}
+// pod range (podnet.NodePodCIDR), whose third byte numbers the nodes from 1.
+const MaxNodes = podnet.MaxNodes

@@ -6,13 +6,14 @@ import (
 	"testing"
 )
 
-// TestClaimRange checks that a cluster holds its pod range while it runs:
+// TestClaimRange checks that a cluster on the loopback range holds its pod
+// range while it runs:
 // a second cluster asking for the same range is refused, one asking for
 // none gets another range, and the range is free again after Close. The
 // claim is a socket, so a range held by another process is refused the
 // same way.
 func TestClaimRange(t *testing.T) {
-	first, err := New(Config{Kubelet: KubeletConfig{WorkingDir: t.TempDir()}})
+	first, err := New(Config{Network: NetworkLoopback, Kubelet: KubeletConfig{WorkingDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +21,7 @@ func TestClaimRange(t *testing.T) {
 	if _, err := New(Config{PodCIDR: taken}); !errors.Is(err, errRangeClaimed) {
 		t.Errorf("second cluster on %s: %v, want %v", taken, err, errRangeClaimed)
 	}
-	second, err := New(Config{Kubelet: KubeletConfig{WorkingDir: t.TempDir()}})
+	second, err := New(Config{Network: NetworkLoopback, Kubelet: KubeletConfig{WorkingDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
 // DefaultNodes is how many nodes a Cluster runs when Config.Nodes is zero:
@@ -35,8 +36,13 @@ type Config struct {
 	// Nodes is the number of nodes, named node-1, node-2…; DefaultNodes if
 	// zero.
 	Nodes int
-	// PodCIDR is the range of pod addresses, split into a /24 per node. It
-	// must be a /16 or larger of 127.0.0.0/8 that no other cluster on the
+	// Network is how pods are networked: NetworkAuto if empty.
+	Network NetworkMode
+	// PodCIDR is the range of pod addresses, split into a /24 per node.
+	// With network namespaces, podnet.DefaultPodCIDR if zero: it exists
+	// only inside the cluster's namespaces. A range of 127.0.0.0/8 puts
+	// the pods on the loopback range whatever Network says; it must
+	// be a /16 or larger of 127.0.0.0/8 that no other cluster on the
 	// machine uses: a cluster claims its range for as long as it runs,
 	// across processes. If it is zero, New claims the first free /16 from
 	// 127.100.0.0/16 to 127.254.0.0/16.
@@ -67,6 +73,23 @@ type Config struct {
 	Clock clock.Clock
 }
 
+// NetworkMode is how a cluster's pods are networked.
+type NetworkMode string
+
+const (
+	// NetworkAuto gives each pod a network namespace of its own where the
+	// system allows (NetworkNamespaces), and falls back to
+	// NetworkLoopback where it does not, saying why in Cluster.Network
+	// and in each pod's pod_started event.
+	NetworkAuto NetworkMode = ""
+	// NetworkNamespaces gives each pod a network namespace on its node's
+	// bridge (package podnet); New fails where the system allows none.
+	NetworkNamespaces NetworkMode = "netns"
+	// NetworkLoopback has pods share the machine's network, each with an
+	// address of its own on the loopback range.
+	NetworkLoopback NetworkMode = "loopback"
+)
+
 // Cluster is the embedded local cluster: an object store standing in for
 // the API server, a deployment and ReplicaSet controller, a scheduler, an
 // EndpointSlice controller, the disruption rules of the eviction API, and
@@ -88,7 +111,10 @@ type Cluster struct {
 	wake          chan struct{}
 	serving       sync.WaitGroup // the Serve calls
 	podCIDR       netip.Prefix
-	claim         io.Closer // holds podCIDR (claimRange)
+	claim         io.Closer       // holds podCIDR (claimRange) on the loopback range
+	network       *podnet.Network // nil on the loopback range
+	clusterIPs    *clusterIPs     // with a network
+	fallback      string          // why the pods are on the loopback range where namespaces were wanted
 
 	mu          sync.Mutex
 	changed     chan struct{} // closed and replaced at every change of the store
@@ -136,13 +162,7 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	var claim io.Closer
-	var err error
-	if cfg.PodCIDR.IsValid() {
-		claim, err = claimRange(cfg.PodCIDR)
-	} else {
-		cfg.PodCIDR, claim, err = ClaimFreeRange()
-	}
+	network, claim, reason, err := podNetwork(&cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +172,10 @@ func New(cfg Config) (*Cluster, error) {
 		statuses: newDelayQueue(cfg.Clock), ctx: ctx, stop: stop, done: make(chan struct{}), wake: make(chan struct{}, 1),
 		changed: make(chan struct{}), deployments: map[string]*deployment{}, rss: map[string]*appsv1.ReplicaSet{},
 		pods: map[string]*corev1.Pod{}, services: map[string]*corev1.Service{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
-		pdbObserve: map[string]time.Time{}, podCIDR: cfg.PodCIDR, claim: claim,
+		pdbObserve: map[string]time.Time{}, podCIDR: cfg.PodCIDR, claim: claim, network: network, fallback: reason,
+	}
+	if network != nil {
+		c.clusterIPs = newClusterIPs(netip.MustParsePrefix(cluster.DefaultServiceCIDR))
 	}
 	if err := c.start(cfg); err != nil {
 		stop()
@@ -171,13 +194,22 @@ func (c *Cluster) start(cfg Config) error {
 		name := "node-" + strconv.Itoa(i)
 		kc := cfg.Kubelet
 		kc.NodeName, kc.Clock, kc.Recorder, kc.StatusUpdated = name, cfg.Clock, &c.log, c.statusUpdated
-		kc.PodCIDR = NodePodCIDR(cfg.PodCIDR, i)
+		kc.Network = podnet.NewLoopbackNode(podnet.NodePodCIDR(cfg.PodCIDR, i), c.fallback)
+		if c.network != nil {
+			kc.Network, kc.Services = c.network.Nodes()[i-1], c.servicesOf
+		}
+		// The node's client, where its dialer's connections come from:
+		// a pod of the node, not the node itself.
+		client, err := kc.Network.NewSandbox()
+		if err != nil {
+			return fmt.Errorf("%s: client: %w", name, err)
+		}
 		k, err := NewKubelet(kc)
 		if err != nil {
 			return err
 		}
 		p, err := NewProxy(ProxyConfig{NodeName: name, MinPropagationDelay: cfg.MinPropagationDelay, MaxPropagationDelay: cfg.MaxPropagationDelay,
-			Clock: cfg.Clock, Recorder: &c.log})
+			Clock: cfg.Clock, Recorder: &c.log, Dial: client.DialContext})
 		if err != nil {
 			k.Close(context.Background())
 			return err
@@ -194,6 +226,63 @@ func (c *Cluster) start(cfg Config) error {
 // PodCIDR returns the range of the cluster's pod addresses, which it holds
 // until Close.
 func (c *Cluster) PodCIDR() netip.Prefix { return c.podCIDR }
+
+// Network says how the cluster's pods are networked: "netns", or
+// "loopback" and, where namespaces were wanted, why none could be made.
+func (c *Cluster) Network() string { return c.nodes[0].kubelet.cfg.Network.Isolation() }
+
+// Namespaced reports whether the cluster's pods have network namespaces of
+// their own (Network "netns"), rather than the machine's network.
+func (c *Cluster) Namespaced() bool { return c.network != nil }
+
+// ListenOutside listens on port (0 for a free one) of a host of the
+// cluster's network that is none of its nodes or pods, for a service
+// outside the cluster that pods depend on; see
+// podnet.Network.ListenOutside. Without network namespaces there is no
+// such host: the pods reach the machine's loopback interface.
+func (c *Cluster) ListenOutside(port int) (net.Listener, error) {
+	if c.network == nil {
+		return nil, errors.New("listen outside the cluster: the pods share the machine's network, and reach its loopback interface")
+	}
+	return c.network.ListenOutside(port)
+}
+
+// podNetwork makes the network that cfg asks for: a podnet.Network, or on
+// the loopback range the claim of cfg.PodCIDR, which it sets if zero, and
+// why no namespaces were made where they were wanted.
+func podNetwork(cfg *Config) (*podnet.Network, io.Closer, string, error) {
+	var reason string
+	mode := cfg.Network
+	if mode == NetworkAuto && cfg.PodCIDR.IsValid() && loopbackRange.Contains(cfg.PodCIDR.Addr()) {
+		mode = NetworkLoopback // a range of the machine's loopback interface
+	}
+	switch mode {
+	case NetworkAuto, NetworkNamespaces:
+		nw, err := podnet.New(podnet.Config{Nodes: cfg.Nodes, PodCIDR: cfg.PodCIDR})
+		if err == nil {
+			cfg.PodCIDR = nw.PodCIDR()
+			return nw, nil, "", nil
+		}
+		if mode == NetworkNamespaces || !errors.Is(err, podnet.ErrUnsupported) {
+			return nil, nil, "", err
+		}
+		reason = err.Error()
+		cfg.PodCIDR = netip.Prefix{}
+	case NetworkLoopback:
+	default:
+		return nil, nil, "", fmt.Errorf("network %q: want %q, %q or %q", cfg.Network, NetworkAuto, NetworkNamespaces, NetworkLoopback)
+	}
+	var claim io.Closer
+	var err error
+	if cfg.PodCIDR.IsValid() {
+		claim, err = claimRange(cfg.PodCIDR)
+	} else {
+		cfg.PodCIDR, claim, err = ClaimFreeRange()
+	}
+	return nil, claim, reason, err
+}
+
+var loopbackRange = netip.MustParsePrefix("127.0.0.0/8")
 
 // Close kills every pod at once (SIGKILL, no grace, no preStop), stops
 // the cluster's components and the Serve calls, and returns when every
@@ -229,7 +318,13 @@ func (c *Cluster) closeComponents(ctx context.Context) error {
 		n.proxy.Close()
 	}
 	c.serving.Wait()
-	c.claim.Close() // after every pod is gone: its range is free again
+	// After every pod is gone: its range is free again.
+	if c.claim != nil {
+		c.claim.Close()
+	}
+	if c.network != nil {
+		errs = append(errs, c.network.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -326,6 +421,19 @@ func (c *Cluster) podsLocked(namespace string) []*corev1.Pod {
 	return out
 }
 
+// servicesOf returns the Services of namespace, for a kubelet's new pod.
+func (c *Cluster) servicesOf(namespace string) []*corev1.Service {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*corev1.Service
+	for _, s := range sortedValues(c.services) {
+		if s.Namespace == namespace {
+			out = append(out, s.DeepCopy())
+		}
+	}
+	return out
+}
+
 // record stamps e with the cluster's clock and records it.
 func (c *Cluster) record(e cluster.Event) {
 	e.Time = c.clock.Now()
@@ -366,6 +474,11 @@ func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 			s := o.DeepCopy()
 			if s.Namespace == "" {
 				s.Namespace = "default"
+			}
+			if c.clusterIPs != nil {
+				if err := c.clusterIPs.assign(s, c.services[key(s.Namespace, s.Name)]); err != nil {
+					return fmt.Errorf("apply Service %s: %w", s.Name, err)
+				}
 			}
 			c.services[key(s.Namespace, s.Name)] = s
 		case *policyv1.PodDisruptionBudget:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -179,6 +180,27 @@ func backgroundProcesses(t *testing.T, c *Cluster) ([]string, []net.Conn) {
 	return podAddrs(c), nil
 }
 
+// otherNetworkNamespaces returns the network namespaces of the test's
+// threads other than the process's own.
+func otherNetworkNamespaces(t *testing.T) []string {
+	t.Helper()
+	own, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other []string
+	for _, task := range tasks {
+		if ns, err := os.Readlink("/proc/self/task/" + task.Name() + "/ns/net"); err == nil && ns != own {
+			other = append(other, ns)
+		}
+	}
+	return other
+}
+
 // podAddrs returns the addresses pods of c listen on.
 func podAddrs(c *Cluster) []string {
 	var out []string
@@ -224,11 +246,19 @@ func checkClean(t *testing.T, fds int, pids []int, addrs []string, tmp string) {
 	if kids := childrenOf(t, os.Getpid()); len(kids) > 0 {
 		t.Errorf("processes %v are still children of the test after Close", kids)
 	}
+	// An address of a pod's own namespace went with the namespace, and
+	// must not be dialled from this one, which may route it elsewhere.
 	for _, addr := range addrs {
+		if ap, err := netip.ParseAddrPort(addr); err != nil || !ap.Addr().IsLoopback() {
+			continue
+		}
 		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			conn.Close()
 			t.Errorf("%s still accepts connections after Close", addr)
 		}
+	}
+	if ns := otherNetworkNamespaces(t); len(ns) > 0 {
+		t.Errorf("threads of the test are in network namespaces %v after Close", ns)
 	}
 	if entries, err := os.ReadDir(tmp); err != nil || len(entries) > 0 {
 		t.Errorf("temporary directory holds %v (%v) after Close", entries, err)

@@ -45,7 +45,7 @@ type instance struct {
 }
 
 func newContainerWorker(p *podWorker, spec *corev1.Container) (*containerWorker, error) {
-	vars, env, err := containerEnv(p.pod, spec, p.ip, p.k.cfg.Env)
+	vars, env, err := containerEnv(p.pod, spec, p.ip, p.env)
 	if err != nil {
 		return nil, fmt.Errorf("container %s: %w", spec.Name, err)
 	}
@@ -185,7 +185,7 @@ func (c *containerWorker) start() *instance {
 	if c.inst != nil {
 		restart++
 	}
-	proc, reason, err := startProcess(&p.k.wg, &p.k.iso, p.k.clock, c.argv, c.env, c.spec.WorkingDir, c.logs, restart)
+	proc, reason, err := startProcess(&p.k.wg, &p.k.iso, p.sandbox, p.k.clock, c.argv, c.env, c.spec.WorkingDir, c.logs, restart)
 	ev := cluster.Event{Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name}
 	if err != nil {
 		// containerd reports a failed start as exit 128, StartError.

@@ -16,9 +16,9 @@ import (
 // makeEnvironmentVariables), as a map and as NAME=value entries for the
 // process, in order.
 //
-// nodeEnv (KubeletConfig.Env) comes first, as the kubelet's Service
-// variables do: c's own entries of the same name win, and every entry may
-// refer to nodeEnv with $(NAME). Each env entry may also refer to earlier
+// nodeEnv (KubeletConfig.Env, then the Services' variables) comes first,
+// as the kubelet's Service variables do: c's own entries of the same name
+// win, and every entry may refer to nodeEnv with $(NAME). Each env entry may also refer to earlier
 // entries with $(NAME); valueFrom supports the downward API fields
 // metadata.name, metadata.namespace, metadata.uid, spec.nodeName and
 // status.podIP. Other sources (ConfigMaps, Secrets, resources) are an error

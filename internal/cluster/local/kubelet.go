@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -14,12 +15,13 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
-// DefaultPodCIDR is the range a kubelet takes pod addresses from when
-// KubeletConfig.PodCIDR is unset. It is on the loopback range, which Linux
-// routes to the loopback interface as a whole, so that every pod has an
-// address of its own without any network set-up.
+// DefaultPodCIDR is the range a kubelet without a Network takes pod
+// addresses from when KubeletConfig.PodCIDR is unset. It is on the loopback
+// range, which Linux routes to the loopback interface as a whole, so that
+// every pod has an address of its own without any network set-up.
 const DefaultPodCIDR = "127.77.0.0/16"
 
 // KubeletConfig configures a [Kubelet]. The zero value runs pods on a node
@@ -27,9 +29,14 @@ const DefaultPodCIDR = "127.77.0.0/16"
 type KubeletConfig struct {
 	// NodeName is the node the kubelet runs; "node" if empty.
 	NodeName string
-	// PodCIDR is the range of pod addresses; DefaultPodCIDR if zero. It
-	// must be on 127.0.0.0/8: pods listen on their address, and only the
-	// loopback interface takes any address in its range.
+	// Network gives each pod its network: a podnet.NetnsNode gives it a
+	// network namespace of its own. If nil, pods share the machine's
+	// network, each with an address of PodCIDR (a podnet.LoopbackNode).
+	Network podnet.Node
+	// PodCIDR is the range of pod addresses without a Network;
+	// DefaultPodCIDR if zero. It must be on 127.0.0.0/8: pods listen on
+	// their address, and only the loopback interface takes any address in
+	// its range.
 	PodCIDR netip.Prefix
 	// WorkingDir is where containers without a workingDir run; the
 	// kubelet's working directory if empty.
@@ -43,6 +50,12 @@ type KubeletConfig struct {
 	// may refer to them with $(NAME). Each is a plain Value, taken as it
 	// is written; an entry with a ValueFrom is an error of NewKubelet.
 	Env []corev1.EnvVar
+	// Services returns the Services of a namespace whose variables
+	// (cluster.ServiceEnv) a new pod's containers get, after Env, as a
+	// kubelet gives a container the Services that exist when it starts;
+	// none if nil. It is called with the kubelet's lock held, and must not
+	// call the Kubelet.
+	Services func(namespace string) []*corev1.Service
 	// CrashLoopBackOff is the restart back-off of each container; its zero
 	// fields are Kubernetes' defaults.
 	CrashLoopBackOff cluster.CrashLoopBackOff
@@ -101,9 +114,7 @@ type Kubelet struct {
 	closed bool
 	pods   map[types.UID]*podWorker
 	logs   map[string]*cluster.LogBuffer // by namespace/pod/container; kept after the pod is gone
-	used   map[netip.Addr]bool
-	nextIP netip.Addr
-	wg     sync.WaitGroup // every goroutine of every pod
+	wg     sync.WaitGroup                // every goroutine of every pod
 }
 
 // NewKubelet returns a kubelet configured by cfg, or an error if cfg is
@@ -112,12 +123,15 @@ func NewKubelet(cfg KubeletConfig) (*Kubelet, error) {
 	if cfg.NodeName == "" {
 		cfg.NodeName = "node"
 	}
-	if !cfg.PodCIDR.IsValid() {
-		cfg.PodCIDR = netip.MustParsePrefix(DefaultPodCIDR)
-	}
-	cfg.PodCIDR = cfg.PodCIDR.Masked()
-	if !netip.MustParsePrefix("127.0.0.0/8").Contains(cfg.PodCIDR.Addr()) || cfg.PodCIDR.Bits() < 8 || cfg.PodCIDR.Bits() > 30 {
-		return nil, fmt.Errorf("pod CIDR %s: not a range of 127.0.0.0/8 with room for pods", cfg.PodCIDR)
+	if cfg.Network == nil {
+		if !cfg.PodCIDR.IsValid() {
+			cfg.PodCIDR = netip.MustParsePrefix(DefaultPodCIDR)
+		}
+		cfg.PodCIDR = cfg.PodCIDR.Masked()
+		if !netip.MustParsePrefix("127.0.0.0/8").Contains(cfg.PodCIDR.Addr()) || cfg.PodCIDR.Bits() < 8 || cfg.PodCIDR.Bits() > 30 {
+			return nil, fmt.Errorf("pod CIDR %s: not a range of 127.0.0.0/8 with room for pods", cfg.PodCIDR)
+		}
+		cfg.Network = podnet.NewLoopbackNode(cfg.PodCIDR, "")
 	}
 	for _, e := range cfg.Env {
 		if e.ValueFrom != nil {
@@ -138,19 +152,17 @@ func NewKubelet(cfg KubeletConfig) (*Kubelet, error) {
 		return nil, fmt.Errorf("PID namespace mode %q: want %q, %q or %q", cfg.PIDNamespace, PIDNamespaceAuto, PIDNamespaceUser, PIDNamespaceNone)
 	}
 	return &Kubelet{
-		iso:    isolator{level: level},
-		cfg:    cfg,
-		clock:  cfg.Clock,
-		pods:   map[types.UID]*podWorker{},
-		logs:   map[string]*cluster.LogBuffer{},
-		used:   map[netip.Addr]bool{},
-		nextIP: cfg.PodCIDR.Addr().Next(),
+		iso:   isolator{level: level},
+		cfg:   cfg,
+		clock: cfg.Clock,
+		pods:  map[types.UID]*podWorker{},
+		logs:  map[string]*cluster.LogBuffer{},
 	}, nil
 }
 
-// PodCIDR returns the range the kubelet takes pod addresses from:
-// KubeletConfig.PodCIDR, masked, or DefaultPodCIDR.
-func (k *Kubelet) PodCIDR() netip.Prefix { return k.cfg.PodCIDR }
+// PodCIDR returns the range the kubelet's pods take their addresses from:
+// its Network's, or KubeletConfig.PodCIDR, masked, or DefaultPodCIDR.
+func (k *Kubelet) PodCIDR() netip.Prefix { return k.cfg.Network.PodCIDR() }
 
 // ErrClosed is returned by a Kubelet's methods after Close.
 var ErrClosed = errors.New("kubelet closed")
@@ -339,43 +351,29 @@ func (k *Kubelet) record(e cluster.Event) {
 	k.cfg.Recorder.Record(e)
 }
 
-// allocateIPLocked returns a free address of the pod range.
-func (k *Kubelet) allocateIPLocked() (netip.Addr, error) {
-	size := 1 << (32 - k.cfg.PodCIDR.Bits())
-	// At most one round of the range.
-	for range size {
-		ip := k.nextIP
-		k.nextIP = ip.Next()
-		if !k.cfg.PodCIDR.Contains(k.nextIP) {
-			k.nextIP = k.cfg.PodCIDR.Addr().Next()
-		}
-		if !k.used[ip] && k.cfg.PodCIDR.Contains(ip) {
-			k.used[ip] = true
-			return ip, nil
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("no free address in %s", k.cfg.PodCIDR)
-}
-
 // admitLocked checks pod, prepares its containers and starts its workers.
 func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 	if pod.UID == "" {
 		return nil, errors.New("no UID")
 	}
-	ip, err := k.allocateIPLocked()
+	sandbox, err := k.cfg.Network.NewSandbox()
 	if err != nil {
 		return nil, err
 	}
+	env := k.cfg.Env
+	if k.cfg.Services != nil {
+		env = append(slices.Clip(env), cluster.ServiceEnv(k.cfg.Services(pod.Namespace))...)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &podWorker{
-		k: k, pod: pod, ip: ip.String(), ctx: ctx, cancel: cancel,
+		k: k, pod: pod, sandbox: sandbox, ip: sandbox.IP().String(), env: env, ctx: ctx, cancel: cancel,
 		terminatingCh: make(chan struct{}), done: make(chan struct{}), statusCh: make(chan struct{}, 1),
 	}
 	for i := range pod.Spec.Containers {
 		c, err := newContainerWorker(p, &pod.Spec.Containers[i])
 		if err != nil {
 			cancel()
-			delete(k.used, ip)
+			sandbox.Close()
 			return nil, err
 		}
 		p.containers = append(p.containers, c)
@@ -391,7 +389,7 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 	now := metav1.NewTime(k.clock.Now())
 	p.startTime = now
 	k.record(cluster.Event{Kind: cluster.PodStarted, Namespace: pod.Namespace, Pod: pod.Name,
-		Fields: map[string]string{"ip": p.ip}})
+		Fields: map[string]string{"ip": p.ip, "network": k.cfg.Network.Isolation()}})
 	k.wg.Add(2 + len(p.containers))
 	go p.deliverStatus()
 	go p.run()

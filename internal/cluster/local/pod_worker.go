@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -10,15 +9,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
 // podWorker runs one pod.
 type podWorker struct {
-	k      *Kubelet
-	pod    *corev1.Pod // the admitted version; its spec does not change
-	ip     string
-	ctx    context.Context // ends at the kubelet's Close, or after the pod terminated
-	cancel context.CancelFunc
+	k       *Kubelet
+	pod     *corev1.Pod // the admitted version; its spec does not change
+	sandbox podnet.Sandbox
+	ip      string
+	env     []corev1.EnvVar // the kubelet's variables: KubeletConfig.Env, then the Services'
+	ctx     context.Context // ends at the kubelet's Close, or after the pod terminated
+	cancel  context.CancelFunc
 
 	containers []*containerWorker
 	kills      sync.WaitGroup // the kill sequences of the pod's termination
@@ -62,6 +64,12 @@ func (p *podWorker) run() {
 	// A kill sequence outlives its container when the container exits
 	// during the preStop hook: the kubelet waits for the hook (T7).
 	p.kills.Wait()
+	// Every container has stopped: the sandbox goes, and with it the
+	// pod's address (C6).
+	fields := map[string]string{}
+	if err := p.sandbox.Close(); err != nil {
+		fields["error"] = "remove the pod's network: " + err.Error()
+	}
 	p.mu.Lock()
 	p.phase = corev1.PodSucceeded
 	for _, c := range p.containers {
@@ -72,16 +80,14 @@ func (p *podWorker) run() {
 	p.updateReadyLocked()
 	// The event precedes the terminal status, and so what the status
 	// makes the controllers do.
-	p.k.record(cluster.Event{Kind: cluster.PodTerminated, Namespace: p.pod.Namespace, Pod: p.pod.Name,
-		Fields: map[string]string{"phase": string(p.phase)}})
+	fields["phase"] = string(p.phase)
+	p.k.record(cluster.Event{Kind: cluster.PodTerminated, Namespace: p.pod.Namespace, Pod: p.pod.Name, Fields: fields})
 	p.statusChangedLocked()
 	p.mu.Unlock()
-	// The pod is terminal (T16): its address is free again and its
-	// readiness workers stop with its context.
+	// The pod is terminal (T16): its readiness workers stop with its
+	// context.
 	p.k.mu.Lock()
 	delete(p.k.pods, p.pod.UID)
-	addr, _ := netip.ParseAddr(p.ip)
-	delete(p.k.used, addr)
 	p.k.mu.Unlock()
 	close(p.done)
 	p.cancel()
@@ -214,7 +220,7 @@ func (p *podWorker) statusLocked() corev1.PodStatus {
 	}
 	st := corev1.PodStatus{
 		Phase:     phase,
-		HostIP:    "127.0.0.1",
+		HostIP:    p.k.cfg.Network.IP().String(),
 		PodIP:     p.ip,
 		PodIPs:    []corev1.PodIP{{IP: p.ip}},
 		StartTime: &p.startTime,

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -174,8 +175,7 @@ func (c *containerWorker) probe(ctx context.Context, h corev1.ProbeHandler) (boo
 		if host == "" {
 			host = c.p.ip
 		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		conn, err := c.p.k.cfg.Network.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
 			return false, err.Error()
 		}
@@ -225,6 +225,7 @@ func (c *containerWorker) httpGet(ctx context.Context, g *corev1.HTTPGetAction, 
 	}
 	client := &http.Client{
 		Transport: &http.Transport{
+			DialContext:       c.p.k.cfg.Network.DialContext, // from the node
 			DisableKeepAlives: true,
 			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, // as the kubelet's prober
 		},
@@ -250,8 +251,9 @@ func (c *containerWorker) httpGet(ctx context.Context, g *corev1.HTTPGetAction, 
 var errOffHostRedirect = errors.New("redirect to another host")
 
 // exec runs command as an exec probe or hook runs in the container: with
-// the container's environment and working directory, ended by ctx. It
-// runs as a process of the kubelet's namespaces, not the container's.
+// the container's environment and working directory, in its pod's
+// network, ended by ctx. It runs in the kubelet's PID namespace, not the
+// container's.
 func (c *containerWorker) exec(ctx context.Context, command []string) ([]byte, error) {
 	if len(command) == 0 {
 		return nil, errors.New("empty command")
@@ -259,11 +261,17 @@ func (c *containerWorker) exec(ctx context.Context, command []string) ([]byte, e
 	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
 	cmd.Env, cmd.Dir = c.env, c.spec.WorkingDir
 	cmd.WaitDelay = time.Second
-	out, err := cmd.CombinedOutput()
-	if len(out) > 10<<10 {
-		out = out[:10<<10]
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := c.p.sandbox.Start(cmd); err != nil {
+		return nil, err
 	}
-	return out, err
+	err := cmd.Wait()
+	b := out.Bytes()
+	if len(b) > 10<<10 {
+		b = b[:10<<10]
+	}
+	return b, err
 }
 
 // port resolves a probe's or hook's port, a number or the name of one of

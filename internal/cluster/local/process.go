@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
 // isolation is how a container's processes are set apart from the kubelet's.
@@ -69,12 +70,13 @@ type isolator struct {
 	reason string // why level is weaker than isolatePID; empty if it is not
 }
 
-// start starts a command that newCmd builds, with the chosen isolation.
+// start starts a command that newCmd builds, with the chosen isolation, in
+// sandbox's network.
 // Until one level has worked, it tries each from the strongest, and falls
 // back when the kernel refuses the namespaces (EPERM, EINVAL, ENOSPC,
 // EUSERS). It returns the started command, the level and, for a level below
 // isolatePID, why the stronger ones were refused.
-func (s *isolator) start(newCmd func() *exec.Cmd) (*exec.Cmd, isolation, string, error) {
+func (s *isolator) start(sandbox podnet.Sandbox, newCmd func() *exec.Cmd) (*exec.Cmd, isolation, string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	level := s.level
@@ -83,7 +85,7 @@ func (s *isolator) start(newCmd func() *exec.Cmd) (*exec.Cmd, isolation, string,
 	for {
 		cmd := newCmd()
 		cmd.SysProcAttr = level.sysProcAttr()
-		err := cmd.Start()
+		err := sandbox.Start(cmd)
 		if err != nil && !s.chosen && level < isolateNone && isNamespaceRefusal(err) {
 			refused = append(refused, fmt.Sprintf("%s namespace: %v", level, err))
 			level++
@@ -151,11 +153,12 @@ type process struct {
 	finishedAt time.Time
 }
 
-// startProcess starts argv in dir with env, isolated as iso allows, and
+// startProcess starts argv in dir with env, in sandbox's network, isolated
+// as iso allows, and
 // captures its standard output and error into logs, as lines of instance
 // restart. Its goroutines, which end when every process of the container
 // is gone, are counted in wg.
-func startProcess(wg *sync.WaitGroup, iso *isolator, clk clock.PassiveClock, argv, env []string, dir string, logs *cluster.LogBuffer, restart int32) (*process, string, error) {
+func startProcess(wg *sync.WaitGroup, iso *isolator, sandbox podnet.Sandbox, clk clock.PassiveClock, argv, env []string, dir string, logs *cluster.LogBuffer, restart int32) (*process, string, error) {
 	var pipes [4]*os.File // stdout r, w, stderr r, w
 	for i := 0; i < 4; i += 2 {
 		r, w, err := os.Pipe()
@@ -170,7 +173,7 @@ func startProcess(wg *sync.WaitGroup, iso *isolator, clk clock.PassiveClock, arg
 		closeAll(pipes[:])
 		return nil, "", err
 	}
-	cmd, level, reason, err := iso.start(func() *exec.Cmd {
+	cmd, level, reason, err := iso.start(sandbox, func() *exec.Cmd {
 		cmd := exec.Command(path, argv[1:]...)
 		cmd.Args[0] = argv[0]
 		cmd.Env, cmd.Dir = env, dir

@@ -40,6 +40,9 @@ type ProxyConfig struct {
 	// Recorder receives an EndpointsApplied event for each change; events
 	// are dropped if nil.
 	Recorder cluster.Recorder
+	// Dial makes the connection to the endpoint chosen, from the node's
+	// client: a net.Dialer's if nil.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Proxy is one node's routing view of Services, like that node's
@@ -97,6 +100,9 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = (&net.Dialer{}).DialContext
 	}
 	return &Proxy{cfg: cfg, clock: cfg.Clock, queue: newDelayQueue(cfg.Clock),
 		view: map[string]*routes{}, affinity: map[affinityKey]affinity{},
@@ -240,8 +246,7 @@ func (p *Proxy) dial(ctx context.Context, network, address, client string, nodeP
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	var d net.Dialer
-	return d.DialContext(ctx, network, target)
+	return p.cfg.Dial(ctx, network, target)
 }
 
 // errNoEndpoints is what a REJECT rule makes the client see.

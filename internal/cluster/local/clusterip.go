@@ -1,0 +1,64 @@
+package local
+
+import (
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// clusterIPs hands out the cluster IPs of Services, as the API server's
+// allocator does for a Service without one: from the Service range, in
+// order here, for repeatable runs, where the API server picks at random.
+type clusterIPs struct {
+	cidr netip.Prefix
+	used map[netip.Addr]string // by the Service's namespace/name
+	next netip.Addr
+}
+
+func newClusterIPs(cidr netip.Prefix) *clusterIPs {
+	// The range's first address is the network's, its second the API
+	// server's own Service.
+	return &clusterIPs{cidr: cidr, used: map[netip.Addr]string{}, next: cidr.Addr().Next().Next()}
+}
+
+// assign gives svc a cluster IP unless it is headless: the one of old, the
+// Service it replaces, since a Service's cluster IP never changes; else
+// the one it asks for, if the range has it and no other Service holds it;
+// else a free one. It is called with the cluster's lock held.
+func (a *clusterIPs) assign(svc, old *corev1.Service) error {
+	want := svc.Spec.ClusterIP
+	if want == corev1.ClusterIPNone {
+		return nil
+	}
+	name := svc.Namespace + "/" + svc.Name
+	if old != nil && old.Spec.ClusterIP != "" && old.Spec.ClusterIP != corev1.ClusterIPNone {
+		if want != "" && want != old.Spec.ClusterIP {
+			return fmt.Errorf("spec.clusterIP: %s: the field is immutable (it is %s)", want, old.Spec.ClusterIP)
+		}
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = old.Spec.ClusterIP, []string{old.Spec.ClusterIP}
+		return nil
+	}
+	if want != "" {
+		ip, err := netip.ParseAddr(want)
+		switch {
+		case err != nil || !a.cidr.Contains(ip):
+			return fmt.Errorf("spec.clusterIP: %s: not an address of the Service range %s", want, a.cidr)
+		case a.used[ip] != "" && a.used[ip] != name:
+			return fmt.Errorf("spec.clusterIP: %s: already held by Service %s", want, a.used[ip])
+		}
+		a.used[ip] = name
+		svc.Spec.ClusterIPs = []string{want}
+		return nil
+	}
+	// From the last one handed out to the range's end: the cluster never
+	// deletes a Service.
+	for ip := a.next; a.cidr.Contains(ip); ip = ip.Next() {
+		if a.used[ip] == "" {
+			a.used[ip], a.next = name, ip.Next()
+			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip.String(), []string{ip.String()}
+			return nil
+		}
+	}
+	return fmt.Errorf("no free cluster IP in %s", a.cidr)
+}
