@@ -135,13 +135,14 @@ func New(cfg Config) (*Rules, error) {
 // rules for a Service or an endpoint left out of it go. It writes the
 // difference from what the last Sync wrote in one netlink transaction,
 // and nothing when there is none. A client's sessionAffinity ClientIP
-// survives every Sync that keeps its endpoint for the Service port.
+// survives every Sync that keeps its endpoint for the Service port, and
+// the Service's affinity timeout.
 // Connections that conntrack already tracks keep their endpoint, as no
 // rule sees them again.
 //
-// An error in services (a Service or a port twice, a ClusterIP port or a
-// node port of two Services, an address that is not IPv4) leaves the
-// table as it was. When the kernel refuses the transaction, the table is
+// An error in services (a Service or a port twice, a ClusterIP or a node
+// port of two Services, an address that is not IPv4) leaves the table as
+// it was. When the kernel refuses the transaction, the table is
 // as it was too, and the next Sync writes it whole.
 func (r *Rules) Sync(services []Service) error {
 	r.mu.Lock()
