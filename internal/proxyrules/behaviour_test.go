@@ -40,11 +40,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// podMain is a pod's server. For each line a connection sends it answers
-// one line: to "who", its name and the connection's source address; to
-// "dial ADDRESS TIMEOUT", what the server at ADDRESS answers to "who",
-// dialed from the pod within TIMEOUT, or "error refused", "error timeout"
-// or "error" and the error.
+// podMain is a pod's server: to each line "who" that a connection sends
+// it answers a line of its name and the connection's source address.
 func podMain(name string) {
 	ln, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", podPort))
 	if err != nil {
@@ -61,46 +58,11 @@ func podMain(name string) {
 			defer c.Close()
 			in := bufio.NewScanner(c)
 			for in.Scan() {
-				cmd, arg, _ := strings.Cut(in.Text(), " ")
-				switch cmd {
-				case "who":
-					from, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-					fmt.Fprintf(c, "%s %s\n", name, from)
-				case "dial":
-					address, timeout, _ := strings.Cut(arg, " ")
-					d, err := time.ParseDuration(timeout)
-					if err != nil {
-						fmt.Fprintf(c, "error %v\n", err)
-						continue
-					}
-					fmt.Fprintln(c, podDial(address, d))
-				default:
-					fmt.Fprintf(c, "error unknown command %q\n", cmd)
-				}
+				from, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+				fmt.Fprintf(c, "%s %s\n", name, from)
 			}
 		}()
 	}
-}
-
-// podDial asks the server at address who it is, from the pod, connecting
-// within timeout.
-func podDial(address string, timeout time.Duration) string {
-	c, err := net.DialTimeout("tcp", address, timeout)
-	var ne net.Error
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "error refused"
-	case errors.As(err, &ne) && ne.Timeout():
-		return "error timeout"
-	case err != nil:
-		return "error " + err.Error()
-	}
-	defer c.Close()
-	answer, err := (&conn{Conn: c, r: bufio.NewReader(c)}).ask("who")
-	if err != nil {
-		return "error " + err.Error()
-	}
-	return answer
 }
 
 // conn is a connection to a pod's server.
@@ -151,9 +113,14 @@ func newCluster(t *testing.T, nodes int) *testCluster {
 // node returns node i, from 1.
 func (c *testCluster) node(i int) *podnet.NetnsNode { return c.nw.Nodes()[i-1] }
 
-// pod starts a pod named name on node i and returns the endpoint it
-// listens on; the pod goes when the test ends.
-func (c *testCluster) pod(t *testing.T, i int, name string) netip.AddrPort {
+// testPod is a pod of the test, with its sandbox, from which it dials.
+type testPod struct {
+	podnet.Sandbox
+	ep netip.AddrPort // where it listens
+}
+
+// pod starts a pod named name on node i; the pod goes when the test ends.
+func (c *testCluster) pod(t *testing.T, i int, name string) testPod {
 	t.Helper()
 	s, err := c.node(i).NewSandbox()
 	if err != nil {
@@ -180,7 +147,17 @@ func (c *testCluster) pod(t *testing.T, i int, name string) netip.AddrPort {
 	if line != "listening\n" {
 		t.Fatalf("pod %s: %q, %v; want it listening", name, line, err)
 	}
-	return netip.AddrPortFrom(s.IP(), podPort)
+	return testPod{Sandbox: s, ep: netip.AddrPortFrom(s.IP(), podPort)}
+}
+
+// sync writes services on every node.
+func (c *testCluster) sync(t *testing.T, services []Service) {
+	t.Helper()
+	for i, r := range c.rules {
+		if err := r.Sync(services); err != nil {
+			t.Fatalf("node %d: sync: %v%s", i+1, err, ruleset(c.node(i+1).Netns()))
+		}
+	}
 }
 
 // isTimeout reports whether err is a connect that timed out.
@@ -225,63 +202,58 @@ func (c *testCluster) hairpin(t *testing.T, i int) {
 	}
 }
 
-// sync writes services on every node.
-func (c *testCluster) sync(t *testing.T, services []Service) {
-	t.Helper()
-	for i, r := range c.rules {
-		if err := r.Sync(services); err != nil {
-			t.Fatalf("node %d: sync: %v%s", i+1, err, ruleset(c.node(i+1).Netns()))
-		}
-	}
+// dialer is a node or a pod, which connections come from.
+type dialer interface {
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
 
-// dial connects from node i to address, within timeout.
-func (c *testCluster) dial(i int, address netip.AddrPort, timeout time.Duration) (*conn, error) {
+// dial connects from d to address, within timeout.
+func dial(d dialer, address netip.AddrPort, timeout time.Duration) (*conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	nc, err := c.node(i).DialContext(ctx, "tcp", address.String())
+	nc, err := d.DialContext(ctx, "tcp", address.String())
 	if err != nil {
 		return nil, err
 	}
 	return &conn{Conn: nc, r: bufio.NewReader(nc)}, nil
 }
 
-// connect connects from node i to address, failing the test if it can't;
-// the connection is closed when the test ends.
-func (c *testCluster) connect(t *testing.T, i int, address netip.AddrPort) *conn {
+// connect connects from d to address, failing the test if it can't; the
+// connection is closed when the test ends.
+func connect(t *testing.T, d dialer, address netip.AddrPort) *conn {
 	t.Helper()
-	cn, err := c.dial(i, address, 5*time.Second)
+	cn, err := dial(d, address, 5*time.Second)
 	if err != nil {
-		t.Fatalf("from node %d to %s: %v%s", i, address, err, ruleset(c.node(i).Netns()))
+		t.Fatalf("connect to %s: %v", address, err)
 	}
 	t.Cleanup(func() { cn.Close() })
 	return cn
 }
 
-// who connects from node i to address and returns the name of the pod
-// that answers and the source address it sees.
-func (c *testCluster) who(t *testing.T, i int, address netip.AddrPort) (pod, from string) {
+// who connects from d to address and returns the name of the pod that
+// answers and the source address it sees.
+func who(t *testing.T, d dialer, address netip.AddrPort) (pod, from string) {
 	t.Helper()
-	cn, err := c.dial(i, address, 5*time.Second)
+	cn, err := dial(d, address, 5*time.Second)
 	if err != nil {
-		t.Fatalf("from node %d to %s: %v%s", i, address, err, ruleset(c.node(i).Netns()))
+		t.Fatalf("connect to %s: %v", address, err)
 	}
 	defer cn.Close()
 	answer, err := cn.ask("who")
 	if err != nil {
-		t.Fatalf("from node %d to %s: who: %v", i, address, err)
+		t.Fatalf("connection to %s: who: %v", address, err)
 	}
 	pod, from, _ = strings.Cut(answer, " ")
 	return pod, from
 }
 
-// spread returns how many of n connections from node i to address each
-// pod took.
-func (c *testCluster) spread(t *testing.T, i int, address netip.AddrPort, n int) map[string]int {
+// spreadOver returns how many of n connections from d to address each pod
+// took.
+func spreadOver(t *testing.T, d dialer, address netip.AddrPort, n int) map[string]int {
 	t.Helper()
 	got := map[string]int{}
 	for range n {
-		pod, _ := c.who(t, i, address)
+		pod, _ := who(t, d, address)
 		got[pod]++
 	}
 	return got
@@ -301,12 +273,12 @@ func web(eps ...netip.AddrPort) Service {
 func TestNewConnectionsSpreadOverTheEndpoints(t *testing.T) {
 	c := newCluster(t, 2)
 	a, b, d := c.pod(t, 1, "a"), c.pod(t, 1, "b"), c.pod(t, 2, "d")
-	c.sync(t, []Service{web(a, b, d)})
+	c.sync(t, []Service{web(a.ep, b.ep, d.ep)})
 	for node := 1; node <= 2; node++ {
 		// Each of 60 connections misses a given pod with probability
 		// 2/3: all 60 miss one of the three with probability 3·(2/3)^60,
 		// under 1e-10.
-		got := c.spread(t, node, webPort, 60)
+		got := spreadOver(t, c.node(node), webPort, 60)
 		if got["a"] == 0 || got["b"] == 0 || got["d"] == 0 || len(got) != 3 {
 			t.Errorf("from node %d, 60 connections to %s went to %v; want each of a, b and d", node, webPort, got)
 		}
@@ -316,11 +288,11 @@ func TestNewConnectionsSpreadOverTheEndpoints(t *testing.T) {
 func TestTrafficFromOutsideThePodRangeIsMasqueraded(t *testing.T) {
 	c := newCluster(t, 1)
 	a := c.pod(t, 1, "a")
-	c.sync(t, []Service{web(a)})
+	c.sync(t, []Service{web(a.ep)})
 	// The node's own connection comes from its address on the switch,
 	// outside the pod range: the pod sees the node's bridge address.
 	bridge := c.node(1).PodCIDR().Addr().Next()
-	if _, from := c.who(t, 1, webPort); from != bridge.String() {
+	if _, from := who(t, c.node(1), webPort); from != bridge.String() {
 		t.Errorf("the pod saw the node's connection to %s come from %s, want %s, the node's bridge address", webPort, from, bridge)
 	}
 }
@@ -329,22 +301,21 @@ func TestPodTrafficKeepsItsSourceAndHairpinIsMasqueraded(t *testing.T) {
 	c := newCluster(t, 2)
 	a, d := c.pod(t, 1, "a"), c.pod(t, 2, "d")
 	c.hairpin(t, 1)
-	client := c.connect(t, 1, a)
 	for _, step := range []struct {
 		name string
-		to   netip.AddrPort
-		want string
+		to   testPod
+		pod  string
+		from string
 	}{
 		// A pod's connection to a pod of another node keeps its source.
-		{"to a pod on another node", d, "d " + a.Addr().String()},
+		{"to a pod on another node", d, "d", a.IP().String()},
 		// A pod's connection to itself through the Service comes back
 		// from the node, whose reply then reaches it.
-		{"to itself", a, "a " + c.node(1).PodCIDR().Addr().Next().String()},
+		{"to itself", a, "a", c.node(1).PodCIDR().Addr().Next().String()},
 	} {
-		c.sync(t, []Service{web(step.to)})
-		got, err := client.ask("dial " + webPort.String() + " 3s")
-		if err != nil || got != step.want {
-			t.Errorf("%s: pod a's connection to %s: %q, %v; want %q", step.name, webPort, got, err, step.want)
+		c.sync(t, []Service{web(step.to.ep)})
+		if pod, from := who(t, a, webPort); pod != step.pod || from != step.from {
+			t.Errorf("%s: pod a's connection to %s reached %s from %s; want %s from %s", step.name, webPort, pod, from, step.pod, step.from)
 		}
 	}
 }
@@ -354,40 +325,40 @@ func TestPortsWithoutEndpointsRejectOrDrop(t *testing.T) {
 	a := c.pod(t, 1, "a")
 	c.sync(t, []Service{{Namespace: "default", Name: "idle", ClusterIP: clusterIP,
 		Ports: []Port{{Name: "rejected", Port: 80}, {Name: "dropped", Port: 81, NoEndpoints: Drop}}}})
-	client := c.connect(t, 1, a)
 	for _, cse := range []struct {
 		port        uint16
 		refused     bool
-		fromThePod  string
 		description string
 	}{
-		{80, true, "error refused", "a port without endpoints, Reject"},
-		{81, false, "error timeout", "a port without endpoints, Drop"},
-		{82, true, "error refused", "a port that no Service has"},
+		{80, true, "a port without endpoints, Reject"},
+		{81, false, "a port without endpoints, Drop"},
+		{82, true, "a port that no Service has"},
 	} {
 		to := netip.AddrPortFrom(clusterIP, cse.port)
-		// From the node: the filter-output chain.
-		start := time.Now()
-		cn, err := c.dial(1, to, 500*time.Millisecond)
-		if err == nil {
-			cn.Close()
-		}
-		switch {
-		case cse.refused && !errors.Is(err, syscall.ECONNREFUSED):
-			t.Errorf("%s: the node's connect to %s: %v, want refused", cse.description, to, err)
-		case !cse.refused && !isTimeout(err):
-			t.Errorf("%s: the node's connect to %s: %v after %v, want a timeout", cse.description, to, err, time.Since(start))
-		}
-		// From a pod: the filter-forward chain.
-		if got, err := client.ask("dial " + to.String() + " 500ms"); err != nil || got != cse.fromThePod {
-			t.Errorf("%s: pod a's connect to %s: %q, %v; want %q", cse.description, to, got, err, cse.fromThePod)
+		// From the node (filter-output), and from a pod
+		// (filter-forward).
+		for _, from := range []struct {
+			name string
+			dialer
+		}{{"the node", c.node(1)}, {"pod a", a}} {
+			start := time.Now()
+			cn, err := dial(from, to, 500*time.Millisecond)
+			if err == nil {
+				cn.Close()
+			}
+			switch {
+			case cse.refused && !errors.Is(err, syscall.ECONNREFUSED):
+				t.Errorf("%s: %s's connect to %s: %v, want refused", cse.description, from.name, to, err)
+			case !cse.refused && !isTimeout(err):
+				t.Errorf("%s: %s's connect to %s: %v after %v, want a timeout", cse.description, from.name, to, err, time.Since(start))
+			}
 		}
 	}
 }
 
 func TestAffinitySticksUntilItsEndpointGoes(t *testing.T) {
 	c := newCluster(t, 1)
-	pods := map[string]netip.AddrPort{"a": c.pod(t, 1, "a"), "b": c.pod(t, 1, "b"), "d": c.pod(t, 1, "d")}
+	pods := map[string]netip.AddrPort{"a": c.pod(t, 1, "a").ep, "b": c.pod(t, 1, "b").ep, "d": c.pod(t, 1, "d").ep}
 	svc := func(names ...string) []Service {
 		s := web()
 		s.Affinity = time.Hour
@@ -397,7 +368,7 @@ func TestAffinitySticksUntilItsEndpointGoes(t *testing.T) {
 		return []Service{s}
 	}
 	sticky := func(step string) string {
-		got := c.spread(t, 1, webPort, 10)
+		got := spreadOver(t, c.node(1), webPort, 10)
 		if len(got) != 1 {
 			t.Fatalf("%s: 10 connections of one client went to %v, want one pod", step, got)
 		}
@@ -428,9 +399,9 @@ func TestAffinitySticksUntilItsEndpointGoes(t *testing.T) {
 
 func TestAnEstablishedConnectionKeepsItsPod(t *testing.T) {
 	c := newCluster(t, 1)
-	pods := map[string]netip.AddrPort{"a": c.pod(t, 1, "a"), "b": c.pod(t, 1, "b")}
+	pods := map[string]netip.AddrPort{"a": c.pod(t, 1, "a").ep, "b": c.pod(t, 1, "b").ep}
 	c.sync(t, []Service{web(pods["a"], pods["b"])})
-	cn := c.connect(t, 1, webPort)
+	cn := connect(t, c.node(1), webPort)
 	answer, err := cn.ask("who")
 	if err != nil {
 		t.Fatal(err)
@@ -444,43 +415,45 @@ func TestAnEstablishedConnectionKeepsItsPod(t *testing.T) {
 	if again, err := cn.ask("who"); err != nil || !strings.HasPrefix(again, first+" ") {
 		t.Errorf("after its endpoint left the rules, the connection to %s answered %q, %v; want pod %s", first, again, err, first)
 	}
-	if got := c.spread(t, 1, webPort, 10); got[other] != 10 {
+	if got := spreadOver(t, c.node(1), webPort, 10); got[other] != 10 {
 		t.Errorf("10 new connections went to %v, want all to %s", got, other)
 	}
 }
 
 func TestNodePortsReachEveryNodesEndpoints(t *testing.T) {
 	c := newCluster(t, 2)
-	a, d := c.pod(t, 1, "a"), c.pod(t, 2, "d")
-	// internalTrafficPolicy Local on node 1 for a ClusterIP whose only
-	// endpoint is on node 2: the ClusterIP drops, the node port takes
-	// every node's endpoints.
+	a, d := c.pod(t, 1, "a").ep, c.pod(t, 2, "d").ep
+	// internalTrafficPolicy Local: each node's ClusterIP goes to its own
+	// endpoint, the node port to every node's.
 	svc := func(local ...netip.AddrPort) Service {
 		return Service{Namespace: "default", Name: "web", ClusterIP: clusterIP, Ports: []Port{{
 			Name: "http", Port: 80, NodePort: 30080, Endpoints: local, NoEndpoints: Drop, NodePortEndpoints: []netip.AddrPort{a, d}}}}
 	}
-	c.sync(t, []Service{svc(a), {Namespace: "default", Name: "idle", ClusterIP: netip.MustParseAddr("10.96.0.11"),
-		Ports: []Port{{Port: 80, NodePort: 30081}}}})
-	if err := c.rules[1].Sync([]Service{svc(d)}); err != nil {
-		t.Fatal(err)
+	idle := Service{Namespace: "default", Name: "idle", ClusterIP: netip.MustParseAddr("10.96.0.11"), Ports: []Port{{Port: 80, NodePort: 30081}}}
+	for i, local := range []netip.AddrPort{a, d} {
+		if err := c.rules[i].Sync([]Service{svc(local), idle}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	nodePort := netip.AddrPortFrom(c.node(1).IP(), 30080)
 	for from := 1; from <= 2; from++ {
 		// From node 1 itself (nat-output) and from node 2 through the
 		// switch (nat-prerouting, masqueraded so that pod d's reply
 		// goes back through node 1).
-		if got := c.spread(t, from, nodePort, 40); got["a"] == 0 || got["d"] == 0 {
+		if got := spreadOver(t, c.node(from), nodePort, 40); got["a"] == 0 || got["d"] == 0 {
 			t.Errorf("from node %d, 40 connections to %s went to %v; want both a and d", from, nodePort, got)
 		}
 	}
-	idle := netip.AddrPortFrom(c.node(1).IP(), 30081)
-	if cn, err := c.dial(2, idle, 5*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+	idlePort := netip.AddrPortFrom(c.node(1).IP(), 30081)
+	if cn, err := dial(c.node(2), idlePort, 5*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
 		if cn != nil {
 			cn.Close()
 		}
-		t.Errorf("connect to %s, a node port without endpoints: %v, want refused", idle, err)
+		t.Errorf("connect to %s, a node port without endpoints: %v, want refused", idlePort, err)
 	}
-	if got := c.spread(t, 1, webPort, 10); got["a"] != 10 {
-		t.Errorf("node 1's 10 connections to %s went to %v, want all to its own pod a", webPort, got)
+	for i, want := range []string{"a", "d"} {
+		if got := spreadOver(t, c.node(i+1), webPort, 10); got[want] != 10 {
+			t.Errorf("node %d's 10 connections to %s went to %v, want all to its own pod %s", i+1, webPort, got, want)
+		}
 	}
 }

@@ -45,10 +45,16 @@
 //     mark 0x4000 that mark-for-masquerade set and masquerades
 //     fully-random.
 //
+// Like kube-proxy's partial syncs, a Sync writes only the Services that
+// changed, and a changed chain is written anew, except a chain of affinity
+// rules, which is edited rule by rule: each rule written costs the kernel
+// a search of the table's sets by name.
+//
 // What it leaves out: IPv6, UDP and SCTP, LoadBalancer and external IPs
-// (and so LoadBalancerSourceRanges), externalTrafficPolicy Local, and the
+// (and so LoadBalancerSourceRanges), externalTrafficPolicy Local, the
+// drop of traffic to unallocated addresses of the Service range, and the
 // topology and traffic-distribution choice of endpoints, which the caller
 // makes. kube-proxy deletes a stale chain a second after the transaction
 // that unlinked it, for kernels before 6.2; here it goes in the same
-// transaction.
+// transaction, which a kernel before 6.2 may refuse as busy.
 package proxyrules

@@ -135,13 +135,14 @@ func New(cfg Config) (*Rules, error) {
 // rules for a Service or an endpoint left out of it go. It writes the
 // difference from what the last Sync wrote in one netlink transaction,
 // and nothing when there is none. A client's sessionAffinity ClientIP
-// survives every Sync that keeps its endpoint for the Service port.
+// survives every Sync that keeps its endpoint for the Service port, and
+// the Service's affinity timeout.
 // Connections that conntrack already tracks keep their endpoint, as no
 // rule sees them again.
 //
-// An error in services (a Service or a port twice, a ClusterIP port or a
-// node port of two Services, an address that is not IPv4) leaves the
-// table as it was. When the kernel refuses the transaction, the table is
+// An error in services (a Service or a port twice, a ClusterIP or a node
+// port of two Services, an address that is not IPv4) leaves the table as
+// it was. When the kernel refuses the transaction, the table is
 // as it was too, and the next Sync writes it whole.
 func (r *Rules) Sync(services []Service) error {
 	r.mu.Lock()
@@ -182,10 +183,14 @@ func (r *Rules) write(want map[string]*planned) error {
 			next.add(p.state)
 		}
 	}
-	r.writeDiff(&old, &next)
-	if err := r.conn.Flush(); err != nil {
+	err := r.writeDiff(&old, &next)
+	if err == nil {
+		err = r.conn.Flush()
+	}
+	if err != nil {
 		// The kernel applied none of the transaction, but acks of it may
-		// be left unread: the next write starts on a new connection.
+		// be left unread, or the transaction unsent: the next write starts
+		// on a new connection, and writes the table whole.
 		r.conn.CloseLasting()
 		r.conn = nil
 		return fmt.Errorf("proxyrules: write table ip %s: %w", TableName, err)

@@ -313,6 +313,45 @@ func TestRemovingAnEndpointDeletesItsChainAndKeepsTheOthers(t *testing.T) {
 	}
 }
 
+func TestAffinityRulesAreEditedInPlace(t *testing.T) {
+	ns := newNetns(t)
+	r := newRules(t, ns, podCIDR)
+	// want is web's service chain for endpoints of these addresses.
+	want := func(ips ...string) []string {
+		lines := []string{"ip saddr != 10.244.0.0/16 jump mark-for-masquerade"}
+		var picks []string
+		for i, ip := range ips {
+			chain, set := webEndpoint(ip)
+			lines = append(lines, "ip saddr @"+set+" goto "+chain)
+			picks = append(picks, strconv.Itoa(i)+" : goto "+chain)
+		}
+		return append(lines, "numgen random mod "+strconv.Itoa(len(ips))+" vmap { "+strings.Join(picks, ", ")+" }")
+	}
+	sync := func(ips ...string) table {
+		t.Helper()
+		v := view()
+		v[0].Ports[0].Endpoints = nil
+		for _, ip := range ips {
+			v[0].Ports[0].Endpoints = append(v[0].Ports[0].Endpoints, netip.AddrPortFrom(netip.MustParseAddr(ip), 8080))
+		}
+		mustSync(t, r, ns, v)
+		tb := readTable(t, ns)
+		if d := cmp.Diff(want(ips...), tb.chains[webService]); d != "" {
+			t.Errorf("endpoints %v: chain %s (-want +got):\n%s", ips, webService, d)
+		}
+		return tb
+	}
+	first := sync("10.244.1.2", "10.244.1.3", "10.244.1.4")
+	// One endpoint goes, one comes first: the rules of the two kept stay.
+	second := sync("10.244.1.5", "10.244.1.2", "10.244.1.4")
+	h1, h2 := first.handles[webService], second.handles[webService]
+	if h1[0] != h2[0] || h1[1] != h2[2] || h1[3] != h2[3] {
+		t.Errorf("handles %v, then %v: want the rules of the kept endpoints, and the first, kept", h1, h2)
+	}
+	// The kept endpoints change their order: the chain is rewritten.
+	sync("10.244.1.4", "10.244.1.2")
+}
+
 func TestRemovedServicesLeaveNothing(t *testing.T) {
 	ns := newNetns(t)
 	r := newRules(t, ns, podCIDR)

@@ -1,6 +1,7 @@
 package proxyrules
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/google/nftables"
@@ -115,8 +116,8 @@ func (r *Rules) writeBase() {
 // writeDiff adds to the transaction what turns the table's per-Service
 // part from old into want, in an order the kernel accepts: a chain or a
 // set goes only once nothing refers to it, and comes before anything that
-// does.
-func (r *Rules) writeDiff(old, want *state) {
+// does. It fails when it can't read a chain it edits.
+func (r *Rules) writeDiff(old, want *state) error {
 	c := r.conn
 	// Elements that go or change their verdict.
 	var gone []element
@@ -136,12 +137,25 @@ func (r *Rules) writeDiff(old, want *state) {
 		}
 	}
 	// Chains that go or change lose their rules, and so their references
-	// to other chains and to sets.
+	// to other chains and to sets: all of them, or those a chain edited in
+	// place no longer has.
 	rewrite := map[string]bool{}
+	var edits []chainEdit
 	for name, rules := range old.chains {
 		w, ok := want.chains[name]
-		if ok && slices.EqualFunc(rules, w, rule.equal) && !refersTo(w, retimed) {
-			continue
+		if ok && !refersTo(w, retimed) {
+			if slices.EqualFunc(rules, w, rule.equal) {
+				continue
+			}
+			e, edited, err := r.edit(name, rules, w)
+			if err != nil {
+				return fmt.Errorf("read chain %s: %w", name, err)
+			}
+			if edited {
+				r.writeDeletes(e)
+				edits = append(edits, e)
+				continue
+			}
 		}
 		c.FlushChain(&nftables.Chain{Name: name, Table: r.table})
 		if ok {
@@ -177,6 +191,9 @@ func (r *Rules) writeDiff(old, want *state) {
 			r.addRule(name, r.exprs(rl))
 		}
 	}
+	for _, e := range edits {
+		r.writeInserts(e)
+	}
 	var added []element
 	for e, v := range want.elements {
 		if w, ok := old.elements[e]; !ok || w != v {
@@ -184,6 +201,7 @@ func (r *Rules) writeDiff(old, want *state) {
 		}
 	}
 	r.setElements(added, want.elements, c.SetAddElements)
+	return nil
 }
 
 // refersTo reports whether a rule of rules refers to one of sets.
