@@ -108,6 +108,11 @@ func waitConnected(ctx context.Context, f *os.File) error {
 		return true
 	}
 	if err := rc.Write(check); err != nil {
+		// The socket's deadline is ctx's, and may pass a moment before
+		// ctx says so.
+		if _, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) {
+			<-ctx.Done()
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

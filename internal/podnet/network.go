@@ -139,30 +139,30 @@ func (nw *Network) addNode(sw *netlink.Handle, i int) (*NetnsNode, error) {
 	if n.bridge, err = n.nl.LinkByName(bridgeName); err != nil {
 		return n, err
 	}
+	// The node's link to the switch, made as a pod's to its node: the
+	// switch's end first, on the switch's bridge and up, then the node's.
 	port := "node-" + strconv.Itoa(i)
-	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: podIfName}, PeerName: port, PeerNamespace: netlink.NsFd(nw.fabric.FD())}
-	if err := n.nl.LinkAdd(link); err != nil {
+	swBridge, err := sw.LinkByName(switchName)
+	if err != nil {
+		return n, fmt.Errorf("switch: %w", err)
+	}
+	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port, MasterIndex: swBridge.Attrs().Index},
+		PeerName: podIfName, PeerNamespace: netlink.NsFd(ns.FD())}
+	if err := sw.LinkAdd(link); err != nil {
 		return n, fmt.Errorf("link to the switch: %w", err)
 	}
-	if err := n.nl.AddrAdd(link, addr(netip.PrefixFrom(n.ipAddr, 24))); err != nil {
+	if err := sw.LinkSetUp(link); err != nil {
+		return n, fmt.Errorf("switch port %s: %w", port, err)
+	}
+	eth, err := n.nl.LinkByName(podIfName)
+	if err != nil {
+		return n, err
+	}
+	if err := n.nl.AddrAdd(eth, addr(netip.PrefixFrom(n.ipAddr, 24))); err != nil {
 		return n, fmt.Errorf("node address: %w", err)
 	}
 	if err := up(n.nl, "lo", bridgeName, podIfName); err != nil {
 		return n, err
-	}
-	peer, err := sw.LinkByName(port)
-	var swLink netlink.Link
-	if err == nil {
-		swLink, err = sw.LinkByName(switchName)
-	}
-	if err == nil {
-		err = sw.LinkSetMaster(peer, swLink)
-	}
-	if err == nil {
-		err = sw.LinkSetUp(peer)
-	}
-	if err != nil {
-		return n, fmt.Errorf("switch port %s: %w", port, err)
 	}
 	if err := n.nl.RouteAdd(&netlink.Route{Gw: net.IP(switchGateway.AsSlice())}); err != nil {
 		return n, fmt.Errorf("default route: %w", err)
@@ -307,6 +307,13 @@ func (s *netnsSandbox) build() error {
 		PeerName: podIfName, PeerNamespace: netlink.NsFd(s.ns.FD())}
 	if err := s.node.nl.LinkAdd(link); err != nil {
 		return fmt.Errorf("add veth %s: %w", s.host, err)
+	}
+	// Hairpin mode, as a CNI bridge plugin's hairpinMode sets it: the
+	// bridge sends a pod its own packets that the node routes back to it,
+	// by the port they came in by (its connection to a Service it is an
+	// endpoint of).
+	if err := s.node.nl.LinkSetHairpin(link, true); err != nil {
+		return fmt.Errorf("veth %s hairpin mode: %w", s.host, err)
 	}
 	if err := s.node.nl.LinkSetUp(link); err != nil {
 		return fmt.Errorf("veth %s up: %w", s.host, err)

@@ -282,3 +282,42 @@ func TestAllocatorGoesRound(t *testing.T) {
 		t.Errorf("after a free: %s, %v; want 10.244.1.3", ip, err)
 	}
 }
+
+// TestFirstConnectionsArePrompt: a new network carries the first packets
+// between its nodes and pods at once. A link that the kernel had not
+// activated yet dropped the first ARP request of a node, and its first
+// connection to another node waited for the second, a second later (ARP's
+// retransmit time), far longer than a connect takes even on a loaded
+// machine.
+func TestFirstConnectionsArePrompt(t *testing.T) {
+	nw := newNetwork(t, 3)
+	var to []netip.AddrPort
+	for _, n := range nw.Nodes()[1:] {
+		ln, err := n.Netns().Listen("tcp", ":8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve(t, ln, "node")
+		s, ns := sandbox(t, n)
+		ln, err = ns.Listen("tcp", ":8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve(t, ln, "pod")
+		to = append(to, netip.AddrPortFrom(n.IP(), 8080), netip.AddrPortFrom(s.IP(), 8080))
+	}
+	for _, addr := range to {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		c, err := nw.Nodes()[0].DialContext(ctx, "tcp", addr.String())
+		took := time.Since(start)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if took > 700*time.Millisecond {
+			t.Errorf("the first connection from node 1 to %s took %v", addr, took)
+		}
+	}
+}

@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
-
 	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
@@ -166,42 +163,6 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// hairpin turns hairpin mode on for the ports of node i's bridge, as a CNI
-// bridge plugin's hairpinMode does, so that the bridge sends a pod the
-// packets of its own that the node routes back to it (its connection to
-// a Service it is an endpoint of) by the port they came in by.
-//
-// TODO(issue 15): podnet's sandboxes should do this; drop it once they do.
-func (c *testCluster) hairpin(t *testing.T, i int) {
-	t.Helper()
-	var err error
-	c.node(i).Netns().Do(func() {
-		var h *netlink.Handle
-		if h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
-			return
-		}
-		defer h.Close()
-		var bridge netlink.Link
-		if bridge, err = h.LinkByName("cbr0"); err != nil {
-			return
-		}
-		var links []netlink.Link
-		if links, err = h.LinkList(); err != nil {
-			return
-		}
-		for _, l := range links {
-			if l.Attrs().MasterIndex == bridge.Attrs().Index {
-				if err = h.LinkSetHairpin(l, true); err != nil {
-					return
-				}
-			}
-		}
-	})
-	if err != nil {
-		t.Fatalf("node %d: hairpin mode: %v", i, err)
-	}
-}
-
 // dialer is a node or a pod, which connections come from.
 type dialer interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
@@ -300,7 +261,6 @@ func TestTrafficFromOutsideThePodRangeIsMasqueraded(t *testing.T) {
 func TestPodTrafficKeepsItsSourceAndHairpinIsMasqueraded(t *testing.T) {
 	c := newCluster(t, 2)
 	a, d := c.pod(t, 1, "a"), c.pod(t, 2, "d")
-	c.hairpin(t, 1)
 	for _, step := range []struct {
 		name string
 		to   testPod
