@@ -173,6 +173,9 @@ func (nw *Network) addNode(sw *netlink.Handle, i int) (*NetnsNode, error) {
 	if err := sysctls(ns, map[string]string{"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"}); err != nil {
 		return n, err
 	}
+	if n.tracker, err = newTracker(ns); err != nil {
+		return n, err
+	}
 	for _, m := range nw.nodes {
 		if err := route(n.nl, m.podCIDR, m.ipAddr); err != nil {
 			return n, err
@@ -221,7 +224,8 @@ type NetnsNode struct {
 	ipAddr  netip.Addr
 	podCIDR netip.Prefix
 	gateway netip.Addr
-	alloc   *allocator
+	alloc     *allocator
+	tracker   *tracker
 
 	mu        sync.Mutex
 	sandboxes map[*netnsSandbox]bool
@@ -244,6 +248,16 @@ func (n *NetnsNode) Isolation() string { return "netns" }
 // DialContext connects from the node's namespace; see [Netns.DialContext].
 func (n *NetnsNode) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	return n.ns.DialContext(ctx, network, address)
+}
+
+// Backend returns where the node's kernel sent a TCP connection from from
+// to to: the address and port its rules translated to (a Service's
+// endpoint, for a connection to its cluster IP), as its connection
+// tracking saw the connection begin. ok is false when the node saw no
+// such connection in the last 10 s, or did not translate it: a Service
+// without endpoints rejects a connection before it is tracked.
+func (n *NetnsNode) Backend(from, to netip.AddrPort) (backend netip.AddrPort, ok bool) {
+	return n.tracker.backend(from, to)
 }
 
 // NewSandbox makes a pod's network namespace, with a loopback interface
@@ -283,6 +297,9 @@ func (n *NetnsNode) close() error {
 	}
 	if n.nl != nil {
 		n.nl.Close()
+	}
+	if n.tracker != nil {
+		errs = append(errs, n.tracker.close())
 	}
 	return errors.Join(append(errs, n.ns.Close())...)
 }
