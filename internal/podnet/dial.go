@@ -98,7 +98,6 @@ func localAddr(fd int) net.Addr {
 	return nil
 }
 
-
 // waitConnected waits until the connect of f's socket has completed, and
 // returns its error, or ctx.Err() if ctx ends first.
 func waitConnected(ctx context.Context, f *os.File) error {

@@ -224,8 +224,8 @@ type NetnsNode struct {
 	ipAddr  netip.Addr
 	podCIDR netip.Prefix
 	gateway netip.Addr
-	alloc     *allocator
-	tracker   *tracker
+	alloc   *allocator
+	tracker *tracker
 
 	mu        sync.Mutex
 	sandboxes map[*netnsSandbox]bool
