@@ -167,6 +167,11 @@ func (nw *Network) addNode(sw *netlink.Handle, i int) (*NetnsNode, error) {
 	if err := n.nl.RouteAdd(&netlink.Route{Gw: net.IP(switchGateway.AsSlice())}); err != nil {
 		return n, fmt.Errorf("default route: %w", err)
 	}
+	// The switch's own host (ListenOutside) answers pods through their
+	// node.
+	if err := route(sw, n.podCIDR, n.ipAddr); err != nil {
+		return n, fmt.Errorf("switch: %w", err)
+	}
 	// Pods' traffic is routed by the node, and traffic between two pods
 	// of its bridge passes its rules too (br_netfilter), as a node's
 	// kube-proxy needs; both are what kubeadm asks of a node.

@@ -364,3 +364,22 @@ func TestUnsupportedWithoutPrivilege(t *testing.T) {
 		t.Fatalf("as user nobody: %v\n%s", err, out)
 	}
 }
+
+// TestPodsReachOutside: a listener on the switch's host, outside every
+// node, answers the pods of every node, and the nodes.
+func TestPodsReachOutside(t *testing.T) {
+	nw := newNetwork(t, 2)
+	ln, err := nw.ListenOutside(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, ln, "outside")
+	for _, n := range nw.Nodes() {
+		s, _ := sandbox(t, n)
+		for name, dial := range map[string]func(context.Context, string, string) (net.Conn, error){"pod": s.DialContext, "node": n.DialContext} {
+			if got, err := get(dial, ln.Addr().String()); err != nil || got != "outside" {
+				t.Errorf("%s of %s to %s: %q, %v", name, n.IP(), ln.Addr(), got, err)
+			}
+		}
+	}
+}
