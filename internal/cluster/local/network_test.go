@@ -179,3 +179,60 @@ func TestClusterDialerNamesTheRefuser(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterKernelAffinityAndNotReady: through the kernel's rules, a
+// Service of sessionAffinity ClientIP sends every connection of the
+// dialer's client pod to one pod, and publishNotReadyAddresses makes
+// pods that never pass their readiness probe reachable (E4, E9).
+func TestClusterKernelAffinityAndNotReady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs rollouts")
+	}
+	t.Parallel()
+	t.Run("ClientIP affinity", func(t *testing.T) {
+		t.Parallel()
+		c := namespacedCluster(t)
+		d, svc := webDeployment(3, 2)
+		svc.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		rollout(t, c, []runtime.Object{d, svc}, 0)
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := waitServing(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		pods := map[string]int{}
+		for range 30 {
+			pod, err := podVia(c.DialContext)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods[pod]++
+		}
+		if len(pods) != 1 {
+			t.Errorf("30 connections of one client reached %v, want one pod", pods)
+		}
+	})
+	t.Run("publishNotReadyAddresses", func(t *testing.T) {
+		t.Parallel()
+		c := namespacedCluster(t)
+		d, svc := webDeployment(2, 2)
+		d.Spec.Template.Spec.Containers[0].ReadinessProbe = httpProbe("/never-ready", 1)
+		svc.Spec.PublishNotReadyAddresses = true
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := c.Apply(ctx, []runtime.Object{d, svc}); err != nil {
+			t.Fatal(err)
+		}
+		// No pod is ever ready; the Service answers all the same.
+		if err := waitServing(ctx, c); err != nil {
+			t.Fatalf("a Service that publishes not-ready addresses never answered: %v", err)
+		}
+		for _, p := range activePods(c) {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					t.Errorf("pod %s is ready, want none: its probe's path is not served", p.Name)
+				}
+			}
+		}
+	})
+}
