@@ -10,7 +10,8 @@ import (
 // anchor of its section there.
 const (
 	// NoEndpoint: the Service had no endpoint to route the connection to,
-	// and refused it.
+	// and refused it, or, past the kernel's rate of refusals to a client,
+	// let it time out.
 	NoEndpoint results.Cause = "no-endpoint"
 	// NotListening: the connection reached a pod that was an endpoint but
 	// did not listen yet: counted ready before its server was.
@@ -79,7 +80,7 @@ type Info struct {
 
 // causes describes every cause, in order.
 var causes = []Info{
-	{NoEndpoint, "no ready endpoint: the Service refused the connection",
+	{NoEndpoint, "no ready endpoint: the Service refused the connection, or let it time out",
 		"keep a ready pod behind the Service: maxUnavailable 0 with a surge, readiness that passes only when the pod can serve",
 		"rolling-update-unavailable", "probe-readiness-deep"},
 	{NotListening, "reached a pod counted ready before its server listened",

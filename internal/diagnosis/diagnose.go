@@ -226,11 +226,17 @@ func cause(h *history, r *results.Request) results.Cause {
 		return h.refused(ph, ph.at(r.ConnectMS), r)
 	case r.Class == load.ConnectTimeout && ph != nil:
 		return h.unanswered(ph, r)
-	case r.Class == load.ConnectTimeout && ph == nil && r.Addr == "":
-		if n := r.ReadyEndpoints; n != nil && *n == 0 {
-			return NoEndpoint
+	case r.Class == load.ConnectTimeout && ph == nil:
+		// The REJECT's answer is an ICMP error, which the kernel sends a
+		// client at most about once a second: past that, the connect to a
+		// Service without endpoints times out.
+		if n := r.ReadyEndpoints; n == nil || *n != 0 {
+			return Unknown
 		}
-		return Unknown
+		if h.livenessDown(r.MadeMS()) {
+			return LivenessRestart
+		}
+		return NoEndpoint
 	case ph == nil || r.Class == load.ConnectTimeout || r.Class == load.ResponseTimeout || r.Class == load.HTTP5xx:
 		// A 5xx is an answer, and a response that never came tells
 		// nothing of a cut.
