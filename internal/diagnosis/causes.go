@@ -16,8 +16,9 @@ const (
 	// did not listen yet: counted ready before its server was.
 	NotListening results.Cause = "not-listening"
 	// RoutingRace: a new connection reached a pod whose termination had
-	// begun and whose server no longer listened, while a node's routing
-	// view still sent new connections to it.
+	// begun and whose server no longer listened (refused), or whose
+	// sandbox had gone with its address (unanswered), while a node's
+	// routing view still sent new connections to it.
 	RoutingRace results.Cause = "routing-race"
 	// ExitWithoutDrain: the server exited on the stop signal and cut the
 	// requests in flight.
@@ -84,7 +85,7 @@ var causes = []Info{
 	{NotListening, "reached a pod counted ready before its server listened",
 		"add a readiness probe on the serving port, so that a pod joins the endpoints only once it answers",
 		"readiness-probe-missing", "1-plain"},
-	{RoutingRace, "routing race: a new connection reached a terminating pod that no longer listened, while the routing still sent it new connections",
+	{RoutingRace, "routing race: a new connection reached a terminating pod that no longer listened, or was gone, while the routing still sent it new connections",
 		"add a preStop delay at least as long as the measured endpoint propagation (closingtime rollout measures it), and keep listening until it ends",
 		"prestop-delay-missing", "2-readiness"},
 	{ExitWithoutDrain, "cut in flight: the server exited on the stop signal without draining",

@@ -1,9 +1,13 @@
 package local
 
 import (
+	"context"
+	"errors"
+	"net"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,5 +97,85 @@ func TestClusterSidecarOnLocalhost(t *testing.T) {
 	tl := underLoad(t, c, "node-2", []runtime.Object{d, svc}, 20*time.Millisecond, 1, 0)
 	if tl.ok == 0 {
 		t.Fatalf("no request through the proxy reached the app: %v", tl.firstOther)
+	}
+}
+
+// TestClusterDialerNamesTheEndpoint: a connection through a Service's
+// cluster IP, and a connect that fails there, say which endpoint the
+// node's rules chose, as connection tracking has it.
+func TestClusterDialerNamesTheEndpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a rollout")
+	}
+	t.Parallel()
+	c := namespacedCluster(t)
+	d, svc := webDeployment(2, 2)
+	rollout(t, c, []runtime.Object{d, svc}, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := waitServing(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	ips := map[string]bool{}
+	for _, p := range activePods(c) {
+		ips[p.Status.PodIP] = true
+	}
+	conn, err := c.DialContext(ctx, "tcp", "web.default:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := conn.RemoteAddr().(*net.TCPAddr)
+	conn.Close()
+	if !ips[remote.IP.String()] || remote.Port != 8080 {
+		t.Errorf("connection's remote address %s, want a pod's of %v, port 8080", remote, ips)
+	}
+}
+
+// TestClusterDialerNamesTheRefuser: a refused connect through a Service's
+// cluster IP names the endpoint that refused it.
+func TestClusterDialerNamesTheRefuser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a rollout")
+	}
+	t.Parallel()
+	c := namespacedCluster(t)
+	// Ready without a probe, and listening on another port than the
+	// Service's.
+	d, svc := webDeployment(2, 2)
+	d.Spec.Template.Spec.Containers[0].Command = []string{binary, "serve", "--listen=0.0.0.0:9999"}
+	rollout(t, c, []runtime.Object{d, svc}, 0)
+	ips := map[string]bool{}
+	for _, p := range activePods(c) {
+		ips[p.Status.PodIP] = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	// Until the node's view has the Service, its name is unknown; until
+	// it has the endpoints, the Service rejects.
+	for {
+		conn, err := c.DialContext(ctx, "tcp", "web.default:80")
+		if err == nil {
+			conn.Close()
+			t.Fatal("a connection to a Service whose pods do not listen on its target port")
+		}
+		var oe *net.OpError
+		var dnsErr *net.DNSError
+		switch {
+		case errors.As(err, &dnsErr):
+		case !errors.As(err, &oe) || !errors.Is(err, syscall.ECONNREFUSED):
+			t.Fatalf("dial: %v, want a refused *net.OpError", err)
+		default:
+			if a, ok := oe.Addr.(*net.TCPAddr); ok && ips[a.IP.String()] {
+				if a.Port != 8080 {
+					t.Errorf("refused by %s, want port 8080", a)
+				}
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no refused connect names a pod of %v; the last: %v", ips, err)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
