@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/closingtime-dev/closingtime/internal/podnet/podnettest"
 )
 
 // newNetwork returns a network of nodes that the test closes, or skips the
@@ -189,38 +190,8 @@ func TestNodeSysctlsStayInTheNode(t *testing.T) {
 	}
 }
 
-// machineNetwork is what the machine's own namespace holds: links,
-// addresses and routes.
-func machineNetwork(t *testing.T) []string {
-	t.Helper()
-	var state []string
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range links {
-		state = append(state, "link "+l.Attrs().Name)
-	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range addrs {
-		state = append(state, "addr "+a.IPNet.String())
-	}
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range routes {
-		state = append(state, "route "+r.String())
-	}
-	slices.Sort(state)
-	return state
-}
-
 func TestNothingLeftBehind(t *testing.T) {
-	before := machineNetwork(t)
+	before := podnettest.NetworkState(t)
 	nw, err := New(Config{Nodes: 2})
 	if errors.Is(err, ErrUnsupported) {
 		t.Skipf("no network namespaces here: %v", err)
@@ -238,13 +209,13 @@ func TestNothingLeftBehind(t *testing.T) {
 		unix.Fstat(s.(*netnsSandbox).ns.FD(), &st)
 		inodes = append(inodes, st.Ino)
 	}
-	if during := machineNetwork(t); !slices.Equal(during, before) {
+	if during := podnettest.NetworkState(t); !slices.Equal(during, before) {
 		t.Errorf("the machine's network changed while the cluster's ran:\nbefore %q\nduring %q", before, during)
 	}
 	if err := nw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if after := machineNetwork(t); !slices.Equal(after, before) {
+	if after := podnettest.NetworkState(t); !slices.Equal(after, before) {
 		t.Errorf("the machine's network changed:\nbefore %q\nafter  %q", before, after)
 	}
 	// No thread of this process is in a namespace of the network.
