@@ -23,7 +23,7 @@ import (
 
 // newNetwork returns a network of nodes that the test closes, or skips the
 // test where the system allows no network namespaces.
-func newNetwork(t *testing.T, nodes int) *Network {
+func newNetwork(t testing.TB, nodes int) *Network {
 	t.Helper()
 	nw, err := New(Config{Nodes: nodes})
 	if errors.Is(err, ErrUnsupported) {

@@ -116,10 +116,7 @@ func TestClusterDialerNamesTheEndpoint(t *testing.T) {
 	if err := waitServing(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	ips := map[string]bool{}
-	for _, p := range activePods(c) {
-		ips[p.Status.PodIP] = true
-	}
+	ips := podIPs(c)
 	conn, err := c.DialContext(ctx, "tcp", "web.default:80")
 	if err != nil {
 		t.Fatal(err)
@@ -144,10 +141,7 @@ func TestClusterDialerNamesTheRefuser(t *testing.T) {
 	d, svc := webDeployment(2, 2)
 	d.Spec.Template.Spec.Containers[0].Command = []string{binary, "serve", "--listen=0.0.0.0:9999"}
 	rollout(t, c, []runtime.Object{d, svc}, 0)
-	ips := map[string]bool{}
-	for _, p := range activePods(c) {
-		ips[p.Status.PodIP] = true
-	}
+	ips := podIPs(c)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	// Until the node's view has the Service, its name is unknown; until
@@ -235,4 +229,13 @@ func TestClusterKernelAffinityAndNotReady(t *testing.T) {
 			}
 		}
 	})
+}
+
+// podIPs returns the addresses of c's pods that are not terminating.
+func podIPs(c *Cluster) map[string]bool {
+	ips := map[string]bool{}
+	for _, p := range activePods(c) {
+		ips[p.Status.PodIP] = true
+	}
+	return ips
 }
