@@ -214,7 +214,7 @@ func cause(h *history, r *results.Request) results.Cause {
 	ph := h.pods[r.Pod]
 	switch {
 	case r.Class == load.Refused && ph == nil:
-		none := r.ReadyEndpoints != nil && *r.ReadyEndpoints == 0
+		none := (r.ReadyEndpoints != nil && *r.ReadyEndpoints == 0) || h.unroutable(r.MadeMS())
 		if (r.Addr == "" || none) && h.livenessDown(r.ConnectMS) {
 			return LivenessRestart
 		}
@@ -230,7 +230,7 @@ func cause(h *history, r *results.Request) results.Cause {
 		// The REJECT's answer is an ICMP error, which the kernel sends a
 		// client at most about once a second: past that, the connect to a
 		// Service without endpoints times out.
-		if n := r.ReadyEndpoints; n == nil || *n != 0 {
+		if n := r.ReadyEndpoints; (n == nil || *n != 0) && !h.unroutable(r.MadeMS()) {
 			return Unknown
 		}
 		if h.livenessDown(r.MadeMS()) {

@@ -103,19 +103,16 @@ func (t *tracker) follow(ch <-chan conntrack.Event) {
 	}
 }
 
-// backend returns where the connection from from to to went.
-func (t *tracker) backend(from, to netip.AddrPort) (netip.AddrPort, bool) {
-	key := flowKey{from, to}
-	t.mu.Lock()
-	f, ok := t.recent[key]
-	t.mu.Unlock()
-	if ok {
-		return f.backend, f.backend != to
-	}
+// backend returns where the connection from from to to, tried at since or
+// later, went: the kernel's table has it while it tracks it; else the
+// event of its start, if it came at since or later (an earlier one is of
+// another connection of the same ports).
+func (t *tracker) backend(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool) {
 	if flow, err := t.query.Get(conntrack.NewFlow(unix.IPPROTO_TCP, 0, from.Addr(), to.Addr(), from.Port(), to.Port(), 0, 0)); err == nil {
 		b := netip.AddrPortFrom(flow.TupleReply.IP.SourceAddress, flow.TupleReply.Proto.SourcePort)
 		return b, b != to
 	}
+	key := flowKey{from, to}
 	timeout := time.NewTimer(eventWait)
 	defer timeout.Stop()
 	// One event per round; the loop ends with the connection's event or
@@ -125,7 +122,7 @@ func (t *tracker) backend(from, to netip.AddrPort) (netip.AddrPort, bool) {
 		f, ok := t.recent[key]
 		arrived := t.arrived
 		t.mu.Unlock()
-		if ok {
+		if ok && !f.at.Before(since) {
 			return f.backend, f.backend != to
 		}
 		select {

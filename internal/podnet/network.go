@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -256,13 +257,14 @@ func (n *NetnsNode) DialContext(ctx context.Context, network, address string) (n
 }
 
 // Backend returns where the node's kernel sent a TCP connection from from
-// to to: the address and port its rules translated to (a Service's
-// endpoint, for a connection to its cluster IP), as its connection
-// tracking saw the connection begin. ok is false when the node saw no
-// such connection in the last 10 s, or did not translate it: a Service
-// without endpoints rejects a connection before it is tracked.
-func (n *NetnsNode) Backend(from, to netip.AddrPort) (backend netip.AddrPort, ok bool) {
-	return n.tracker.backend(from, to)
+// to to, tried at since or later: the address and port its rules
+// translated to (a Service's endpoint, for a connection to its cluster
+// IP), as its connection tracking has it, or saw it begin. ok is false
+// when the node saw no such connection in the last 10 s, or did not
+// translate it: a Service without endpoints rejects a connection before
+// it is tracked.
+func (n *NetnsNode) Backend(from, to netip.AddrPort, since time.Time) (backend netip.AddrPort, ok bool) {
+	return n.tracker.backend(from, to, since)
 }
 
 // NewSandbox makes a pod's network namespace, with a loopback interface

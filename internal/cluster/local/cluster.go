@@ -209,7 +209,7 @@ func (c *Cluster) start(cfg Config) error {
 		// With a network, the node's routing view is written into its
 		// kernel, as its kube-proxy would write it.
 		var rules *proxyrules.Rules
-		var backend func(from, to netip.AddrPort) (netip.AddrPort, bool)
+		var backend func(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool)
 		if c.network != nil {
 			n := c.network.Nodes()[i-1]
 			if rules, err = proxyrules.New(proxyrules.Config{NetNS: n.Netns().FD(), PodCIDR: cfg.PodCIDR}); err != nil {

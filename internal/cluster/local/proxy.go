@@ -54,7 +54,7 @@ type ProxyConfig struct {
 	// connection from an address to a cluster IP (conntrack's reply
 	// tuple), so that DialContext can say which endpoint a connection, or
 	// a failed connect, reached.
-	Backend func(from, to netip.AddrPort) (netip.AddrPort, bool)
+	Backend func(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool)
 }
 
 // Proxy is one node's routing view of Services, like that node's

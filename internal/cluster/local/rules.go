@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -88,6 +89,7 @@ func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net
 	if _, err := strconv.Atoi(port); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
+	tried := time.Now()
 	conn, err := p.cfg.Dial(ctx, network, net.JoinHostPort(host, port))
 	if p.cfg.Backend == nil {
 		return conn, err
@@ -95,7 +97,7 @@ func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net
 	if err != nil {
 		var oe *net.OpError
 		if errors.As(err, &oe) {
-			if backend, ok := p.backend(oe.Source, oe.Addr); ok {
+			if backend, ok := p.backend(oe.Source, oe.Addr, tried); ok {
 				oe.Addr = backend
 			}
 		}
@@ -105,7 +107,7 @@ func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net
 	if !ok {
 		return conn, nil
 	}
-	backend, ok := p.backend(conn.LocalAddr(), conn.RemoteAddr())
+	backend, ok := p.backend(conn.LocalAddr(), conn.RemoteAddr(), tried)
 	if !ok {
 		return conn, nil
 	}
@@ -113,14 +115,14 @@ func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net
 }
 
 // backend returns the endpoint that the node's rules sent a connection from
-// src to dst to.
-func (p *Proxy) backend(src, dst net.Addr) (*net.TCPAddr, bool) {
+// src to dst, tried at since, to.
+func (p *Proxy) backend(src, dst net.Addr, since time.Time) (*net.TCPAddr, bool) {
 	from, ok1 := src.(*net.TCPAddr)
 	to, ok2 := dst.(*net.TCPAddr)
 	if !ok1 || !ok2 || from == nil || to == nil {
 		return nil, false
 	}
-	backend, ok := p.cfg.Backend(from.AddrPort(), to.AddrPort())
+	backend, ok := p.cfg.Backend(from.AddrPort(), to.AddrPort(), since)
 	if !ok {
 		return nil, false
 	}
