@@ -26,7 +26,7 @@ const (
 func runCompare(ctx context.Context, streams Streams, scenarios []*scenario.Scenario, images map[string][]string, flags labFlags) error {
 	runnable := realClusterScenarios(streams.Err, scenarios, "runs on the embedded cluster only")
 	cfg := scenario.RunnerConfig{Quick: flags.quick, Repetitions: flags.repeat}
-	embeddedCfg, err := flags.kubeFlags.runnerConfig("lab", cfg, images)
+	embeddedCfg, err := flags.kubeFlags.runnerConfig("lab", cfg, images, streams.Err)
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func runOnCluster(ctx context.Context, streams Streams, scenarios []*scenario.Sc
 		}
 	}()
 	kf := kubeFlags{kube: true, kubeconfig: st.Kubeconfig, image: kube.DefaultImage, loadPods: kube.DefaultLoadPods}
-	if cfg, err = kf.runnerConfig("lab", cfg, nil); err != nil {
+	if cfg, err = kf.runnerConfig("lab", cfg, nil, streams.Err); err != nil {
 		return nil, err
 	}
 	started := time.Now()

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -67,15 +68,18 @@ func (k *kubeFlags) config() kube.Config {
 // runnerConfig sets cfg's clusters: with --kube, real clusters of the
 // flags, with their load pods (k.cluster); otherwise embedded clusters
 // whose image closingtime runs this binary and whose other images run the
-// commands of images ([localClusters]). command names the command in an
-// error.
-func (k *kubeFlags) runnerConfig(command string, cfg scenario.RunnerConfig, images map[string][]string) (scenario.RunnerConfig, error) {
+// commands of images ([localClusters]), which say once on warn when their
+// pods can have no network of their own. command names the command in an
+// error and a warning.
+func (k *kubeFlags) runnerConfig(command string, cfg scenario.RunnerConfig, images map[string][]string, warn io.Writer) (scenario.RunnerConfig, error) {
 	if !k.kube {
 		exe, err := os.Executable()
 		if err != nil {
 			return cfg, fmt.Errorf("%s: find the closingtime binary for the pods: %w", command, err)
 		}
-		cfg.NewCluster = localClusters(exe, images)
+		cfg.NewCluster = localClusters(exe, images, func(network string) {
+			fmt.Fprintf(warn, "%s: the embedded cluster's pods share this machine's network: %s; each pod has a loopback address of its own, and its servers must listen on $(POD_IP) (docs/local-cluster.md)\n", command, network)
+		})
 		return cfg, nil
 	}
 	kc := k.config()

@@ -178,7 +178,7 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 			flags.parallel = 1
 		}
 	}
-	if cfg, err = flags.kubeFlags.runnerConfig("lab", cfg, images); err != nil {
+	if cfg, err = flags.kubeFlags.runnerConfig("lab", cfg, images, streams.Err); err != nil {
 		return err
 	}
 	started := time.Now()
@@ -368,9 +368,13 @@ func runAll(ctx context.Context, runner *scenario.Runner, scenarios []*scenario.
 
 // localClusters returns a scenario.RunnerConfig.NewCluster that starts
 // embedded clusters whose image scenario.Image runs exe and whose other
-// images run the commands of images. Each claims a pod range of its own.
-func localClusters(exe string, images map[string][]string) func(scenario.ClusterSettings) (*scenario.Cluster, error) {
+// images run the commands of images, each with a network of its own.
+// Where the system allows no network namespaces, the first cluster to
+// fall back to the loopback range calls shared with how its pods are
+// networked, and why.
+func localClusters(exe string, images map[string][]string, shared func(network string)) func(scenario.ClusterSettings) (*scenario.Cluster, error) {
 	commands := localCommands(exe, images)
+	var once sync.Once
 	return func(s scenario.ClusterSettings) (*scenario.Cluster, error) {
 		c, err := local.New(local.Config{
 			Nodes:               s.Nodes,
@@ -380,6 +384,9 @@ func localClusters(exe string, images map[string][]string) func(scenario.Cluster
 		})
 		if err != nil {
 			return nil, err
+		}
+		if !c.Namespaced() {
+			once.Do(func() { shared(c.Network()) })
 		}
 		return &scenario.Cluster{Backend: c, Close: c.Close, ListenOutside: c.ListenOutside}, nil
 	}

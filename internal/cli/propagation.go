@@ -88,7 +88,7 @@ func runPropagation(ctx context.Context, streams Streams, flags propagationFlags
 	if err != nil {
 		return fmt.Errorf("propagation: %w", err)
 	}
-	rc, err := flags.kubeFlags.runnerConfig("propagation", scenario.RunnerConfig{}, nil)
+	rc, err := flags.kubeFlags.runnerConfig("propagation", scenario.RunnerConfig{}, nil, streams.Err)
 	if err != nil {
 		return err
 	}

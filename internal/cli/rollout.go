@@ -192,7 +192,7 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 				return err
 			}
 		}
-		if cfg, err = flags.kubeFlags.runnerConfig("rollout", cfg, images); err != nil {
+		if cfg, err = flags.kubeFlags.runnerConfig("rollout", cfg, images, streams.Err); err != nil {
 			return err
 		}
 	}

@@ -80,7 +80,10 @@ type Backend interface {
 	// would. address is "name.namespace:port" (or "name.namespace.svc:port");
 	// network must be "tcp". A Service with no usable endpoints refuses the
 	// connection (an error wrapping syscall.ECONNREFUSED), as kube-proxy's
-	// REJECT rule does. Its signature is load's Dialer.
+	// REJECT rule does; where the kernel's rules do it, a client refused
+	// more often than the kernel sends ICMP errors (about once a second)
+	// sees its other connects time out, as on a real node. Its signature
+	// is load's Dialer.
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
 

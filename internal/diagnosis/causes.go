@@ -10,14 +10,16 @@ import (
 // anchor of its section there.
 const (
 	// NoEndpoint: the Service had no endpoint to route the connection to,
-	// and refused it.
+	// and refused it, or, past the kernel's rate of refusals to a client,
+	// let it time out.
 	NoEndpoint results.Cause = "no-endpoint"
 	// NotListening: the connection reached a pod that was an endpoint but
 	// did not listen yet: counted ready before its server was.
 	NotListening results.Cause = "not-listening"
 	// RoutingRace: a new connection reached a pod whose termination had
-	// begun and whose server no longer listened, while a node's routing
-	// view still sent new connections to it.
+	// begun and whose server no longer listened (refused), or whose
+	// sandbox had gone with its address (unanswered), while a node's
+	// routing view still sent new connections to it.
 	RoutingRace results.Cause = "routing-race"
 	// ExitWithoutDrain: the server exited on the stop signal and cut the
 	// requests in flight.
@@ -78,13 +80,13 @@ type Info struct {
 
 // causes describes every cause, in order.
 var causes = []Info{
-	{NoEndpoint, "no ready endpoint: the Service refused the connection",
+	{NoEndpoint, "no ready endpoint: the Service refused the connection, or let it time out",
 		"keep a ready pod behind the Service: maxUnavailable 0 with a surge, readiness that passes only when the pod can serve",
 		"rolling-update-unavailable", "probe-readiness-deep"},
 	{NotListening, "reached a pod counted ready before its server listened",
 		"add a readiness probe on the serving port, so that a pod joins the endpoints only once it answers",
 		"readiness-probe-missing", "1-plain"},
-	{RoutingRace, "routing race: a new connection reached a terminating pod that no longer listened, while the routing still sent it new connections",
+	{RoutingRace, "routing race: a new connection reached a terminating pod that no longer listened, or was gone, while the routing still sent it new connections",
 		"add a preStop delay at least as long as the measured endpoint propagation (closingtime rollout measures it), and keep listening until it ends",
 		"prestop-delay-missing", "2-readiness"},
 	{ExitWithoutDrain, "cut in flight: the server exited on the stop signal without draining",

@@ -214,7 +214,7 @@ func cause(h *history, r *results.Request) results.Cause {
 	ph := h.pods[r.Pod]
 	switch {
 	case r.Class == load.Refused && ph == nil:
-		none := r.ReadyEndpoints != nil && *r.ReadyEndpoints == 0
+		none := (r.ReadyEndpoints != nil && *r.ReadyEndpoints == 0) || h.unroutable(r.MadeMS())
 		if (r.Addr == "" || none) && h.livenessDown(r.ConnectMS) {
 			return LivenessRestart
 		}
@@ -224,11 +224,19 @@ func cause(h *history, r *results.Request) results.Cause {
 		return Unknown
 	case r.Class == load.Refused:
 		return h.refused(ph, ph.at(r.ConnectMS), r)
-	case r.Class == load.ConnectTimeout && ph == nil && r.Addr == "":
-		if n := r.ReadyEndpoints; n != nil && *n == 0 {
-			return NoEndpoint
+	case r.Class == load.ConnectTimeout && ph != nil:
+		return h.unanswered(ph, r)
+	case r.Class == load.ConnectTimeout && ph == nil:
+		// The REJECT's answer is an ICMP error, which the kernel sends a
+		// client at most about once a second: past that, the connect to a
+		// Service without endpoints times out.
+		if n := r.ReadyEndpoints; (n == nil || *n != 0) && !h.unroutable(r.MadeMS()) {
+			return Unknown
 		}
-		return Unknown
+		if h.livenessDown(r.MadeMS()) {
+			return LivenessRestart
+		}
+		return NoEndpoint
 	case ph == nil || r.Class == load.ConnectTimeout || r.Class == load.ResponseTimeout || r.Class == load.HTTP5xx:
 		// A 5xx is an answer, and a response that never came tells
 		// nothing of a cut.
@@ -237,14 +245,36 @@ func cause(h *history, r *results.Request) results.Cause {
 	return cut(ph, r)
 }
 
+// unanswered gives the cause of a connect to pod ph that got no answer: a
+// terminating pod's, whose address, once its sandbox had gone, had no host
+// to answer, while a view still sent new connections there (C6). Where
+// the views are known when the connect was tried and none routed there,
+// it is not the routing's doing (a stale connection tracking entry of
+// the same addresses and ports, say).
+func (h *history) unanswered(ph *podHistory, r *results.Request) results.Cause {
+	made := r.MadeMS()
+	if !ph.at(made).terminating {
+		return Unknown
+	}
+	if routed := h.routedBy(h.ipOf(ph.name), made); routed != nil && len(routed) == 0 {
+		return Unknown
+	}
+	return RoutingRace
+}
+
+// unrouted reports whether, where the cluster shows the nodes' views, none
+// routed new connections to pod ph when request r connected nor when it
+// was sent: a refusal or a silence that is not the routing's doing.
+func (h *history) unrouted(ph *podHistory, r *results.Request) bool {
+	return r.RoutedBy != nil && len(r.RoutedBy) == 0 && len(h.routedBy(h.ipOf(ph.name), r.AtMS)) == 0
+}
+
 // refused gives the cause of a connection to pod ph refused at t, when
 // the pod's state was s.
 func (h *history) refused(ph *podHistory, s snapshot, r *results.Request) results.Cause {
 	t := r.ConnectMS
 	if s.terminating {
-		if r.RoutedBy != nil && len(r.RoutedBy) == 0 && len(h.routedBy(h.ipOf(ph.name), r.AtMS)) == 0 {
-			// No view routed to it, when the request was sent nor when it
-			// connected: not the routing's doing.
+		if h.unrouted(ph, r) {
 			return Unknown
 		}
 		// Where the cluster does not report the stop signal, a

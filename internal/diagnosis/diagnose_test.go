@@ -152,6 +152,31 @@ func TestDiagnoseCauses(t *testing.T) {
 		request: request("r", load.Refused, 300, 300, 300, oldIP+":8080", 0, 0),
 		want:    RoutingRace,
 	}, {
+		name: "routing race: unanswered by a pod gone while the view still routes to it",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).running("app-other", "10.0.0.3").endpoints(-5000, 0, ready(oldIP), ready("10.0.0.3")).
+				stopped(old, 0, 0, 5, 143, false).event(30, cluster.PodTerminated, old, map[string]string{"phase": "Failed"}).
+				endpoints(1, 800, terminating(oldIP), ready("10.0.0.3"))
+		},
+		request: request("r", load.ConnectTimeout, 300, 2300, 2300, oldIP+":8080", 0, 0),
+		want:    RoutingRace,
+	}, {
+		name: "a connect that a running pod never answered tells no cause",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).endpoints(-5000, 0, ready(oldIP))
+		},
+		request: request("r", load.ConnectTimeout, 300, 2300, 2300, oldIP+":8080", 0, 0),
+		want:    Unknown,
+	}, {
+		name: "no endpoint in the node's view, while the EndpointSlices have one again",
+		run: func() *timeline {
+			// The pod is ready again at 1000 in the EndpointSlices; node-1
+			// applies it at 1800.
+			return new(timeline).running(old, oldIP).endpoints(-5000, 0).endpoints(1000, 800, ready(oldIP))
+		},
+		request: request("r", load.Refused, 1200, 1200, 1200, "10.96.0.10:80", 0, 0),
+		want:    NoEndpoint,
+	}, {
 		name: "cut by an exit without drain",
 		run: func() *timeline {
 			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)

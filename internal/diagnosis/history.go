@@ -566,6 +566,18 @@ func (h *history) readyEndpoints(t float64) *int {
 	return ptr.To(e.routable())
 }
 
+// unroutable reports whether some node's routing view at t routed new
+// connections to no endpoint: a connection through the Service's address
+// that no pod answered was refused, or dropped, by that node's rules.
+func (h *history) unroutable(t float64) bool {
+	for _, node := range h.nodes {
+		if e := latest(h.applied[node], t); e != nil && e.routable() == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // routedBy returns the nodes whose routing view at t would route a new
 // connection from a client on that node to ip, in the order of their
 // names: empty if none would, and nil if none would and some node's view

@@ -2,7 +2,6 @@ package podnet
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"testing"
 )
@@ -11,15 +10,7 @@ import (
 // namespace, a veth on the node's bridge, its address and routes) and to
 // its end (their removal), each timed alone.
 func BenchmarkSandbox(b *testing.B) {
-	nw, err := New(Config{Nodes: 1})
-	if errors.Is(err, ErrUnsupported) {
-		b.Skip(err)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nw.Close()
-	n := nw.Nodes()[0]
+	n := newNetwork(b, 1).Nodes()[0]
 	b.Run("start", func(b *testing.B) {
 		for b.Loop() {
 			s, err := n.NewSandbox()
@@ -49,15 +40,7 @@ func BenchmarkSandbox(b *testing.B) {
 // BenchmarkDial measures a connection made from a namespace, against the
 // machine's loopback dialer on the same kind of listener.
 func BenchmarkDial(b *testing.B) {
-	nw, err := New(Config{Nodes: 1})
-	if errors.Is(err, ErrUnsupported) {
-		b.Skip(err)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nw.Close()
-	n := nw.Nodes()[0]
+	n := newNetwork(b, 1).Nodes()[0]
 	s, err := n.NewSandbox()
 	if err != nil {
 		b.Fatal(err)

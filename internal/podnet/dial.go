@@ -48,34 +48,54 @@ func (n *Netns) DialContext(ctx context.Context, network, address string) (net.C
 	if err != nil {
 		return nil, opErr(raddr, os.NewSyscallError("socket", err))
 	}
-	conn, err := connect(ctx, fd, sa)
+	conn, laddr, err := connect(ctx, fd, sa)
 	if err != nil {
-		return nil, opErr(raddr, err)
+		e := opErr(raddr, err).(*net.OpError)
+		e.Source = laddr
+		return nil, e
 	}
 	return conn, nil
 }
 
 // connect connects the non-blocking socket fd to sa, waiting through the
-// runtime's poller, and returns it as a net.Conn; it closes fd.
-func connect(ctx context.Context, fd int, sa unix.Sockaddr) (net.Conn, error) {
+// runtime's poller, and returns it as a net.Conn; it closes fd. A failed
+// connect returns the address it was made from too, if it got one, as
+// net.OpError's Source names it.
+func connect(ctx context.Context, fd int, sa unix.Sockaddr) (net.Conn, net.Addr, error) {
 	err := unix.Connect(fd, sa)
 	if err != nil && !errors.Is(err, unix.EINPROGRESS) {
+		laddr := localAddr(fd)
 		unix.Close(fd)
-		return nil, os.NewSyscallError("connect", err)
+		return nil, laddr, os.NewSyscallError("connect", err)
 	}
 	// The file registers fd with the poller, as it is non-blocking.
 	f := os.NewFile(uintptr(fd), "socket")
 	defer f.Close()
 	if err != nil {
 		if err := waitConnected(ctx, f); err != nil {
-			return nil, err
+			return nil, localAddr(fd), err
 		}
 	}
 	conn, err := net.FileConn(f)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return conn, nil
+	return conn, nil, nil
+}
+
+// localAddr returns the TCP address socket fd is bound to; nil if none.
+func localAddr(fd int) net.Addr {
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return nil
+	}
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return &net.TCPAddr{IP: sa.Addr[:], Port: sa.Port}
+	case *unix.SockaddrInet6:
+		return &net.TCPAddr{IP: sa.Addr[:], Port: sa.Port}
+	}
+	return nil
 }
 
 // waitConnected waits until the connect of f's socket has completed, and

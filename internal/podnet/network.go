@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -167,10 +168,18 @@ func (nw *Network) addNode(sw *netlink.Handle, i int) (*NetnsNode, error) {
 	if err := n.nl.RouteAdd(&netlink.Route{Gw: net.IP(switchGateway.AsSlice())}); err != nil {
 		return n, fmt.Errorf("default route: %w", err)
 	}
+	// The switch's own host (ListenOutside) answers pods through their
+	// node.
+	if err := route(sw, n.podCIDR, n.ipAddr); err != nil {
+		return n, fmt.Errorf("switch: %w", err)
+	}
 	// Pods' traffic is routed by the node, and traffic between two pods
 	// of its bridge passes its rules too (br_netfilter), as a node's
 	// kube-proxy needs; both are what kubeadm asks of a node.
 	if err := sysctls(ns, map[string]string{"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"}); err != nil {
+		return n, err
+	}
+	if n.tracker, err = newTracker(ns); err != nil {
 		return n, err
 	}
 	for _, m := range nw.nodes {
@@ -222,6 +231,7 @@ type NetnsNode struct {
 	podCIDR netip.Prefix
 	gateway netip.Addr
 	alloc   *allocator
+	tracker *tracker
 
 	mu        sync.Mutex
 	sandboxes map[*netnsSandbox]bool
@@ -244,6 +254,17 @@ func (n *NetnsNode) Isolation() string { return "netns" }
 // DialContext connects from the node's namespace; see [Netns.DialContext].
 func (n *NetnsNode) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	return n.ns.DialContext(ctx, network, address)
+}
+
+// Backend returns where the node's kernel sent a TCP connection from from
+// to to, tried at since or later: the address and port its rules
+// translated to (a Service's endpoint, for a connection to its cluster
+// IP), as its connection tracking has it, or saw it begin. ok is false
+// when the node saw no such connection in the last 10 s, or did not
+// translate it: a Service without endpoints rejects a connection before
+// it is tracked.
+func (n *NetnsNode) Backend(from, to netip.AddrPort, since time.Time) (backend netip.AddrPort, ok bool) {
+	return n.tracker.backend(from, to, since)
 }
 
 // NewSandbox makes a pod's network namespace, with a loopback interface
@@ -283,6 +304,9 @@ func (n *NetnsNode) close() error {
 	}
 	if n.nl != nil {
 		n.nl.Close()
+	}
+	if n.tracker != nil {
+		errs = append(errs, n.tracker.close())
 	}
 	return errors.Join(append(errs, n.ns.Close())...)
 }

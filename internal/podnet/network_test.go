@@ -9,19 +9,21 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/closingtime-dev/closingtime/internal/podnet/podnettest"
 )
 
 // newNetwork returns a network of nodes that the test closes, or skips the
 // test where the system allows no network namespaces.
-func newNetwork(t *testing.T, nodes int) *Network {
+func newNetwork(t testing.TB, nodes int) *Network {
 	t.Helper()
 	nw, err := New(Config{Nodes: nodes})
 	if errors.Is(err, ErrUnsupported) {
@@ -188,38 +190,8 @@ func TestNodeSysctlsStayInTheNode(t *testing.T) {
 	}
 }
 
-// machineNetwork is what the machine's own namespace holds: links,
-// addresses and routes.
-func machineNetwork(t *testing.T) []string {
-	t.Helper()
-	var state []string
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range links {
-		state = append(state, "link "+l.Attrs().Name)
-	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range addrs {
-		state = append(state, "addr "+a.IPNet.String())
-	}
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range routes {
-		state = append(state, "route "+r.String())
-	}
-	slices.Sort(state)
-	return state
-}
-
 func TestNothingLeftBehind(t *testing.T) {
-	before := machineNetwork(t)
+	before := podnettest.NetworkState(t)
 	nw, err := New(Config{Nodes: 2})
 	if errors.Is(err, ErrUnsupported) {
 		t.Skipf("no network namespaces here: %v", err)
@@ -237,13 +209,13 @@ func TestNothingLeftBehind(t *testing.T) {
 		unix.Fstat(s.(*netnsSandbox).ns.FD(), &st)
 		inodes = append(inodes, st.Ino)
 	}
-	if during := machineNetwork(t); !slices.Equal(during, before) {
+	if during := podnettest.NetworkState(t); !slices.Equal(during, before) {
 		t.Errorf("the machine's network changed while the cluster's ran:\nbefore %q\nduring %q", before, during)
 	}
 	if err := nw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if after := machineNetwork(t); !slices.Equal(after, before) {
+	if after := podnettest.NetworkState(t); !slices.Equal(after, before) {
 		t.Errorf("the machine's network changed:\nbefore %q\nafter  %q", before, after)
 	}
 	// No thread of this process is in a namespace of the network.
@@ -318,6 +290,67 @@ func TestFirstConnectionsArePrompt(t *testing.T) {
 		c.Close()
 		if took > 700*time.Millisecond {
 			t.Errorf("the first connection from node 1 to %s took %v", addr, took)
+		}
+	}
+}
+
+// TestUnsupportedWithoutPrivilege: a process without CAP_NET_ADMIN (here
+// the test itself, run again as user nobody) gets ErrUnsupported, the
+// error the embedded cluster falls back to the loopback range on.
+func TestUnsupportedWithoutPrivilege(t *testing.T) {
+	if os.Getenv("PODNET_UNPRIVILEGED") == "1" {
+		_, err := New(Config{Nodes: 1})
+		if !errors.Is(err, ErrUnsupported) {
+			t.Fatalf("New() as user %d: %v, want ErrUnsupported", os.Getuid(), err)
+		}
+		return
+	}
+	if os.Getuid() != 0 {
+		t.Skip("runs itself again as user nobody, which needs root")
+	}
+	// The test binary, where user nobody can run it.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyPath := filepath.Join(dir, "podnet.test")
+	if err := os.WriteFile(copyPath, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(copyPath, "-test.run=^TestUnsupportedWithoutPrivilege$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PODNET_UNPRIVILEGED=1")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("as user nobody: %v\n%s", err, out)
+	}
+}
+
+// TestPodsReachOutside: a listener on the switch's host, outside every
+// node, answers the pods of every node, and the nodes.
+func TestPodsReachOutside(t *testing.T) {
+	nw := newNetwork(t, 2)
+	ln, err := nw.ListenOutside(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, ln, "outside")
+	for _, n := range nw.Nodes() {
+		s, _ := sandbox(t, n)
+		for name, dial := range map[string]func(context.Context, string, string) (net.Conn, error){"pod": s.DialContext, "node": n.DialContext} {
+			if got, err := get(dial, ln.Addr().String()); err != nil || got != "outside" {
+				t.Errorf("%s of %s to %s: %q, %v", name, n.IP(), ln.Addr(), got, err)
+			}
 		}
 	}
 }

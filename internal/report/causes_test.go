@@ -110,7 +110,7 @@ func TestWriteTextCauses(t *testing.T) {
 	for _, want := range []string{
 		// Mixed causes: each counted, with the seconds its requests were
 		// sent in.
-		"    22 failed  no ready endpoint: the Service refused the connection (sent in +6s +12s +18s)\n",
+		"    22 failed  no ready endpoint: the Service refused the connection, or let it time out (sent in +6s +12s +18s)\n",
 		"    6 failed   cut in flight: the server exited on the stop signal without draining (sent in +5s +11s +17s..+18s)\n",
 		"      fix: " + diagnosis.Describe(diagnosis.NoEndpoint).Fix + " — docs/diagnosis.md#no-endpoint, closingtime lint: rolling-update-unavailable\n",
 		"    2 failed, 3 absorbed  stale connection:",

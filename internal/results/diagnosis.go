@@ -72,8 +72,14 @@ type Request struct {
 }
 
 // MadeMS returns when the request's connection was made: its connect
-// less its age.
-func (r *Request) MadeMS() float64 { return r.ConnectMS - r.ConnAgeMS }
+// less its age; for a connect that timed out, when it was tried, the
+// request's start, since its ConnectMS is when it gave up.
+func (r *Request) MadeMS() float64 {
+	if r.Class == load.ConnectTimeout {
+		return r.AtMS
+	}
+	return r.ConnectMS - r.ConnAgeMS
+}
 
 // Reprobe is a probe sent on a new connection right after a request
 // failed on a reused one. The probe is recorded, not counted as traffic.

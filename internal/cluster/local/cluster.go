@@ -209,10 +209,13 @@ func (c *Cluster) start(cfg Config) error {
 		// With a network, the node's routing view is written into its
 		// kernel, as its kube-proxy would write it.
 		var rules *proxyrules.Rules
+		var backend func(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool)
 		if c.network != nil {
-			if rules, err = proxyrules.New(proxyrules.Config{NetNS: c.network.Nodes()[i-1].Netns().FD(), PodCIDR: cfg.PodCIDR}); err != nil {
+			n := c.network.Nodes()[i-1]
+			if rules, err = proxyrules.New(proxyrules.Config{NetNS: n.Netns().FD(), PodCIDR: cfg.PodCIDR}); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
+			backend = n.Backend
 		}
 		k, err := NewKubelet(kc)
 		if err != nil {
@@ -220,7 +223,7 @@ func (c *Cluster) start(cfg Config) error {
 			return err
 		}
 		p, err := NewProxy(ProxyConfig{NodeName: name, MinPropagationDelay: cfg.MinPropagationDelay, MaxPropagationDelay: cfg.MaxPropagationDelay,
-			Clock: cfg.Clock, Recorder: &c.log, Dial: client.DialContext, Rules: rules})
+			Clock: cfg.Clock, Recorder: &c.log, Dial: client.DialContext, Rules: rules, Backend: backend})
 		if err != nil {
 			k.Close(context.Background())
 			closeRules(rules)

@@ -23,7 +23,14 @@ import (
 // run as pods.
 var binary string
 
-func TestMain(m *testing.M) { os.Exit(testbinary.Main(m, &binary)) }
+// TestMain builds the closingtime command, or, run again by
+// TestClusterLeavesNothing, is the process that runs its cluster.
+func TestMain(m *testing.M) {
+	if path := os.Getenv(clusterProcessEnv); path != "" {
+		os.Exit(clusterProcess(path))
+	}
+	os.Exit(testbinary.Main(m, &binary))
+}
 
 // waitLimit bounds every wait of these tests; reaching it is a failure, so it
 // is far longer than anything should take.

@@ -1,9 +1,13 @@
 package local
 
 import (
+	"context"
+	"errors"
+	"net"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,4 +105,144 @@ func TestClusterSidecarOnLocalhost(t *testing.T) {
 	if tl.ok == 0 {
 		t.Fatalf("no request through the proxy reached the app: %v", tl.firstOther)
 	}
+}
+
+// TestClusterDialerNamesTheEndpoint: a connection through a Service's
+// cluster IP, and a connect that fails there, say which endpoint the
+// node's rules chose, as connection tracking has it.
+func TestClusterDialerNamesTheEndpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a rollout")
+	}
+	t.Parallel()
+	c := namespacedCluster(t)
+	d, svc := webDeployment(2, 2)
+	rollout(t, c, []runtime.Object{d, svc}, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := waitServing(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	ips := podIPs(c)
+	conn, err := c.DialContext(ctx, "tcp", "web.default:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := conn.RemoteAddr().(*net.TCPAddr)
+	conn.Close()
+	if !ips[remote.IP.String()] || remote.Port != 8080 {
+		t.Errorf("connection's remote address %s, want a pod's of %v, port 8080", remote, ips)
+	}
+}
+
+// TestClusterDialerNamesTheRefuser: a refused connect through a Service's
+// cluster IP names the endpoint that refused it.
+func TestClusterDialerNamesTheRefuser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a rollout")
+	}
+	t.Parallel()
+	c := namespacedCluster(t)
+	// Ready without a probe, and listening on another port than the
+	// Service's.
+	d, svc := webDeployment(2, 2)
+	d.Spec.Template.Spec.Containers[0].Command = []string{binary, "serve", "--listen=0.0.0.0:9999"}
+	rollout(t, c, []runtime.Object{d, svc}, 0)
+	ips := podIPs(c)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	// Until the node's view has the Service, its name is unknown; until
+	// it has the endpoints, the Service rejects.
+	for {
+		conn, err := c.DialContext(ctx, "tcp", "web.default:80")
+		if err == nil {
+			conn.Close()
+			t.Fatal("a connection to a Service whose pods do not listen on its target port")
+		}
+		var oe *net.OpError
+		var dnsErr *net.DNSError
+		switch {
+		case errors.As(err, &dnsErr):
+		case !errors.As(err, &oe) || !errors.Is(err, syscall.ECONNREFUSED):
+			t.Fatalf("dial: %v, want a refused *net.OpError", err)
+		default:
+			if a, ok := oe.Addr.(*net.TCPAddr); ok && ips[a.IP.String()] {
+				if a.Port != 8080 {
+					t.Errorf("refused by %s, want port 8080", a)
+				}
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no refused connect names a pod of %v; the last: %v", ips, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestClusterKernelAffinityAndNotReady: through the kernel's rules, a
+// Service of sessionAffinity ClientIP sends every connection of the
+// dialer's client pod to one pod, and publishNotReadyAddresses makes
+// pods that never pass their readiness probe reachable (E4, E9).
+func TestClusterKernelAffinityAndNotReady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs rollouts")
+	}
+	t.Parallel()
+	t.Run("ClientIP affinity", func(t *testing.T) {
+		t.Parallel()
+		c := namespacedCluster(t)
+		d, svc := webDeployment(3, 2)
+		svc.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		rollout(t, c, []runtime.Object{d, svc}, 0)
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := waitServing(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		pods := map[string]int{}
+		for range 30 {
+			pod, err := podVia(c.DialContext)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods[pod]++
+		}
+		if len(pods) != 1 {
+			t.Errorf("30 connections of one client reached %v, want one pod", pods)
+		}
+	})
+	t.Run("publishNotReadyAddresses", func(t *testing.T) {
+		t.Parallel()
+		c := namespacedCluster(t)
+		d, svc := webDeployment(2, 2)
+		d.Spec.Template.Spec.Containers[0].ReadinessProbe = httpProbe("/never-ready", 1)
+		svc.Spec.PublishNotReadyAddresses = true
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := c.Apply(ctx, []runtime.Object{d, svc}); err != nil {
+			t.Fatal(err)
+		}
+		// No pod is ever ready; the Service answers all the same.
+		if err := waitServing(ctx, c); err != nil {
+			t.Fatalf("a Service that publishes not-ready addresses never answered: %v", err)
+		}
+		for _, p := range activePods(c) {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					t.Errorf("pod %s is ready, want none: its probe's path is not served", p.Name)
+				}
+			}
+		}
+	})
+}
+
+// podIPs returns the addresses of c's pods that are not terminating.
+func podIPs(c *Cluster) map[string]bool {
+	ips := map[string]bool{}
+	for _, p := range activePods(c) {
+		ips[p.Status.PodIP] = true
+	}
+	return ips
 }

@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -252,21 +254,38 @@ var errOffHostRedirect = errors.New("redirect to another host")
 
 // exec runs command as an exec probe or hook runs in the container: with
 // the container's environment and working directory, in its pod's
-// network, ended by ctx. It runs in the kubelet's PID namespace, not the
-// container's.
+// network, ended by ctx. It is isolated as a container's processes are
+// (isolator), in a PID namespace of its own rather than the container's,
+// so that what it starts ends with it: when ctx ends, when command's first
+// process exits (without a PID namespace, the process group is killed
+// then), and when closingtime dies however it dies (the parent-death
+// signal; without a PID namespace only command's first process has it).
 func (c *containerWorker) exec(ctx context.Context, command []string) ([]byte, error) {
 	if len(command) == 0 {
 		return nil, errors.New("empty command")
 	}
-	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
-	cmd.Env, cmd.Dir = c.env, c.spec.WorkingDir
-	cmd.WaitDelay = time.Second
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := c.p.sandbox.Start(cmd); err != nil {
+	cmd, level, _, err := c.p.k.iso.start(c.p.sandbox, func() *exec.Cmd {
+		cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+		cmd.Env, cmd.Dir = c.env, c.spec.WorkingDir
+		cmd.WaitDelay = time.Second
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.Cancel = func() error {
+			err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			if errors.Is(err, syscall.ESRCH) {
+				return os.ErrProcessDone
+			}
+			return err
+		}
+		return cmd
+	})
+	if err != nil {
 		return nil, err
 	}
-	err := cmd.Wait()
+	err = cmd.Wait()
+	if level == isolateNone {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	b := out.Bytes()
 	if len(b) > 10<<10 {
 		b = b[:10<<10]

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -49,6 +50,11 @@ type ProxyConfig struct {
 	// written there, and DialContext dials a Service's cluster IP, whose
 	// rules pick the endpoint (see DialContext).
 	Rules *proxyrules.Rules
+	// Backend, with Rules, returns where the node's rules sent a
+	// connection from an address to a cluster IP (conntrack's reply
+	// tuple), so that DialContext can say which endpoint a connection, or
+	// a failed connect, reached.
+	Backend func(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool)
 }
 
 // Proxy is one node's routing view of Services, like that node's
@@ -445,6 +451,13 @@ func (p *Proxy) serve(ctx context.Context, ln net.Listener, address string, node
 	}
 }
 
+// tcpConn is a TCP connection: a *net.TCPConn, or a natConn.
+type tcpConn interface {
+	net.Conn
+	SetLinger(sec int) error
+	CloseWrite() error
+}
+
 // forward carries one client connection to a backend of the Service; the
 // client's address is its source for session affinity.
 func (p *Proxy) forward(ctx context.Context, client net.Conn, address string, nodePort bool) {
@@ -474,7 +487,7 @@ func (p *Proxy) forward(ctx context.Context, client net.Conn, address string, no
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		defer func() { done <- struct{}{} }()
-		tc, _ := dst.(*net.TCPConn)
+		tc, _ := dst.(tcpConn)
 		if _, err := io.Copy(dst, src); err != nil && tc != nil {
 			// A reset on one side is passed on as a reset.
 			tc.SetLinger(0)

@@ -2,9 +2,11 @@ package local
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -62,7 +64,10 @@ func addrPorts(endpoints []endpointPort) []netip.AddrPort {
 
 // dialClusterIP is DialContext through the kernel's rules: it resolves a
 // Service's name to its cluster IP, as a cluster's DNS would, and dials it
-// through p.cfg.Dial.
+// through p.cfg.Dial. The connection's RemoteAddr, or a failed connect's
+// *net.OpError Addr, is the endpoint the rules chose, where the kernel
+// tells (p.cfg.Backend): what a client in a pod never sees, and what tells
+// which pod refused or never answered.
 func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
@@ -84,5 +89,52 @@ func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net
 	if _, err := strconv.Atoi(port); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	return p.cfg.Dial(ctx, network, net.JoinHostPort(host, port))
+	tried := time.Now()
+	conn, err := p.cfg.Dial(ctx, network, net.JoinHostPort(host, port))
+	if p.cfg.Backend == nil {
+		return conn, err
+	}
+	if err != nil {
+		var oe *net.OpError
+		if errors.As(err, &oe) {
+			if backend, ok := p.backend(oe.Source, oe.Addr, tried); ok {
+				oe.Addr = backend
+			}
+		}
+		return nil, err
+	}
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		return conn, nil
+	}
+	backend, ok := p.backend(conn.LocalAddr(), conn.RemoteAddr(), tried)
+	if !ok {
+		return conn, nil
+	}
+	return &natConn{TCPConn: tc, remote: backend}, nil
 }
+
+// backend returns the endpoint that the node's rules sent a connection from
+// src to dst, tried at since, to.
+func (p *Proxy) backend(src, dst net.Addr, since time.Time) (*net.TCPAddr, bool) {
+	from, ok1 := src.(*net.TCPAddr)
+	to, ok2 := dst.(*net.TCPAddr)
+	if !ok1 || !ok2 || from == nil || to == nil {
+		return nil, false
+	}
+	backend, ok := p.cfg.Backend(from.AddrPort(), to.AddrPort(), since)
+	if !ok {
+		return nil, false
+	}
+	return net.TCPAddrFromAddrPort(backend), true
+}
+
+// natConn is a connection to a cluster IP whose RemoteAddr is the endpoint
+// the node's rules sent it to.
+type natConn struct {
+	*net.TCPConn
+	remote net.Addr
+}
+
+// RemoteAddr returns the endpoint the connection reached.
+func (c *natConn) RemoteAddr() net.Addr { return c.remote }
