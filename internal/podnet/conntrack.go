@@ -61,19 +61,29 @@ func newTracker(ns *Netns) (*tracker, error) {
 		events.Close()
 		return nil, fmt.Errorf("conntrack: %w", err)
 	}
+	// Events that find the socket's buffer full are dropped, rather than
+	// failing the next read (ENOBUFS), which would end the reader: a busy
+	// machine loses some events, not every one after.
 	ch := make(chan conntrack.Event, 1024)
-	if _, err := events.Listen(ch, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew}); err != nil {
+	var errs chan error
+	err = events.SetOption(netlink.NoENOBUFS, true)
+	if err == nil {
+		errs, err = events.Listen(ch, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew})
+	}
+	if err != nil {
 		events.Close()
 		query.Close()
 		return nil, fmt.Errorf("conntrack events: %w", err)
 	}
 	t := &tracker{events: events, query: query, done: make(chan struct{}), recent: map[flowKey]seenFlow{}, arrived: make(chan struct{})}
-	go t.follow(ch)
+	go t.follow(ch, errs)
 	return t, nil
 }
 
-// follow keeps the connections of the events on ch until Close.
-func (t *tracker) follow(ch <-chan conntrack.Event) {
+// follow keeps the connections of the events on ch until close. It takes
+// the reader's error from errs too: the reader waits until it is taken,
+// and ends with it.
+func (t *tracker) follow(ch <-chan conntrack.Event, errs <-chan error) {
 	prune := time.NewTicker(recentFor)
 	defer prune.Stop()
 	// One event or one pruning per round; the loop ends with close.
@@ -81,6 +91,8 @@ func (t *tracker) follow(ch <-chan conntrack.Event) {
 		select {
 		case <-t.done:
 			return
+		case <-errs:
+			errs = nil // no more events; the table still answers
 		case now := <-prune.C:
 			t.mu.Lock()
 			for k, f := range t.recent {
@@ -135,8 +147,11 @@ func (t *tracker) backend(from, to netip.AddrPort, since time.Time) (netip.AddrP
 	}
 }
 
-// close stops following.
+// close stops following. The events' connection closes first, which
+// waits for its reader, while follow still takes what the reader sends:
+// a reader left waiting on a full channel would never end.
 func (t *tracker) close() error {
+	err := t.events.Close()
 	close(t.done)
-	return errors.Join(t.events.Close(), t.query.Close())
+	return errors.Join(err, t.query.Close())
 }
