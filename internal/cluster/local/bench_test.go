@@ -24,14 +24,22 @@ import (
 // dictate 1 s until the old pods are gone, which terminate together. It
 // reports the time beyond what the rules dictate, per pod, from the restart
 // to the rollout's completion (completed-ms/pod) and to the last old pod's
-// end (gone-ms/pod).
+// end (gone-ms/pod). It runs with each pod network.
 func BenchmarkRolloutRestart(b *testing.B) {
+	for _, mode := range networks {
+		b.Run(string(mode), func(b *testing.B) { rolloutRestart(b, mode) })
+	}
+}
+
+// rolloutRestart is BenchmarkRolloutRestart with pods networked as mode
+// says.
+func rolloutRestart(b *testing.B, mode NetworkMode) {
 	for _, bc := range []struct {
 		name    string
 		preStop int64 // seconds of preStop sleep
 	}{{"no-prestop", 0}, {"prestop-1s", 1}} {
 		b.Run(bc.name, func(b *testing.B) {
-			c := startCluster(b, Config{})
+			c := networkCluster(b, Config{}, mode)
 			d, svc := webDeployment(3, 5, "--shutdown=exit")
 			d.Spec.Strategy = rollingUpdate("1", "0")
 			if bc.preStop > 0 {
@@ -77,10 +85,17 @@ func BenchmarkRolloutRestart(b *testing.B) {
 // are deleted at once (Recreate) while 2,000 requests a second go through
 // the routing dialer. It reports the median, 99th percentile and worst
 // error of each signal, the signals per operation and the request rate
-// achieved.
+// achieved. It runs with each pod network.
 func BenchmarkSignalTiming(b *testing.B) {
+	for _, mode := range networks {
+		b.Run(string(mode), func(b *testing.B) { signalTiming(b, mode) })
+	}
+}
+
+// signalTiming is BenchmarkSignalTiming with pods networked as mode says.
+func signalTiming(b *testing.B, mode NetworkMode) {
 	const pods, rate = 20, 2000
-	c := startCluster(b, Config{})
+	c := networkCluster(b, Config{}, mode)
 	d, svc := webDeployment(pods, 3, "--shutdown=ignore", "--work=1ms")
 	d.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType
 	ctr := &d.Spec.Template.Spec.Containers[0]
@@ -256,6 +271,9 @@ func BenchmarkPodStart(b *testing.B) {
 				started += s.Time.Sub(sched.Time)
 				ready += r.Time.Sub(sched.Time)
 				b.StopTimer()
+				// A server signalled before its handler is in place
+				// ignores SIGTERM as PID 1 and waits out its grace.
+				waitStarted(b, c)
 				if err := c.Scale(ctx, "default", "web", 0); err != nil {
 					b.Fatal(err)
 				}
@@ -304,6 +322,7 @@ func BenchmarkHundredPods(b *testing.B) {
 				if err != nil {
 					b.Fatalf("Service of %d pods: %v", pods, err)
 				}
+				waitStarted(b, c)
 				b.StartTimer()
 				gone += scaleAll(b, c, 0, cluster.PodTerminated)
 			}
