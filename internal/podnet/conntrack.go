@@ -1,7 +1,6 @@
 package podnet
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -34,11 +33,14 @@ const (
 // kernel drops a connection whose only answer is a reset): its event
 // tells.
 type tracker struct {
-	events *conntrack.Conn
-	query  *conntrack.Conn
-	done   chan struct{}
+	fd       int // the namespace's
+	query    *conntrack.Conn
+	done     chan struct{} // closed by close
+	followed chan struct{} // closed when follow returns
 
 	mu      sync.Mutex
+	events  *conntrack.Conn // the connection the events come by
+	closing bool
 	recent  map[flowKey]seenFlow
 	arrived chan struct{} // closed and replaced at each event
 }
@@ -50,33 +52,62 @@ type seenFlow struct {
 	at      time.Time
 }
 
+// eventBuffer is the receive buffer asked for the events, as far as the
+// namespace's net.core.rmem_max allows: room for a burst of new
+// connections while the tracker's goroutine waits for the processor.
+const eventBuffer = 8 << 20
+
 // newTracker starts following the connections of namespace ns.
 func newTracker(ns *Netns) (*tracker, error) {
-	events, err := conntrack.Dial(&netlink.Config{NetNS: ns.FD()})
-	if err != nil {
-		return nil, fmt.Errorf("conntrack: %w", err)
-	}
 	query, err := conntrack.Dial(&netlink.Config{NetNS: ns.FD()})
 	if err != nil {
-		events.Close()
 		return nil, fmt.Errorf("conntrack: %w", err)
 	}
-	ch := make(chan conntrack.Event, 1024)
-	if _, err := events.Listen(ch, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew}); err != nil {
-		events.Close()
+	t := &tracker{fd: ns.FD(), query: query, done: make(chan struct{}), followed: make(chan struct{}),
+		recent: map[flowKey]seenFlow{}, arrived: make(chan struct{})}
+	ch, errc, err := t.listen()
+	if err != nil {
 		query.Close()
-		return nil, fmt.Errorf("conntrack events: %w", err)
+		return nil, err
 	}
-	t := &tracker{events: events, query: query, done: make(chan struct{}), recent: map[flowKey]seenFlow{}, arrived: make(chan struct{})}
-	go t.follow(ch)
+	go t.follow(ch, errc)
 	return t, nil
 }
 
-// follow keeps the connections of the events on ch until Close.
-func (t *tracker) follow(ch <-chan conntrack.Event) {
+// listen subscribes to the events of new connections on a connection of
+// its own, which becomes t.events.
+func (t *tracker) listen() (<-chan conntrack.Event, <-chan error, error) {
+	events, err := conntrack.Dial(&netlink.Config{NetNS: t.fd})
+	if err != nil {
+		return nil, nil, fmt.Errorf("conntrack events: %w", err)
+	}
+	events.SetReadBuffer(eventBuffer) // a smaller one only loses more under a burst
+	ch := make(chan conntrack.Event, 1024)
+	errc, err := events.Listen(ch, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew})
+	if err != nil {
+		events.Close()
+		return nil, nil, fmt.Errorf("conntrack events: %w", err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing {
+		events.Close()
+		return nil, nil, ErrClosed
+	}
+	t.events = events
+	return ch, errc, nil
+}
+
+// follow keeps the connections of the events on ch until close. When the
+// events stop with an error on errc (the kernel found the socket's buffer
+// full and dropped some), it listens anew: the events lost are lost, and
+// so is where their connections went, if they end before the table is
+// asked.
+func (t *tracker) follow(ch <-chan conntrack.Event, errc <-chan error) {
+	defer close(t.followed)
 	prune := time.NewTicker(recentFor)
 	defer prune.Stop()
-	// One event or one pruning per round; the loop ends with close.
+	// One event, error or pruning per round; the loop ends with close.
 	for {
 		select {
 		case <-t.done:
@@ -89,6 +120,19 @@ func (t *tracker) follow(ch <-chan conntrack.Event) {
 				}
 			}
 			t.mu.Unlock()
+		case <-errc:
+			t.mu.Lock()
+			old, closing := t.events, t.closing
+			t.mu.Unlock()
+			if closing {
+				ch, errc = nil, nil // close ends the rest
+				continue
+			}
+			old.Close()
+			var err error
+			if ch, errc, err = t.listen(); err != nil {
+				ch, errc = nil, nil // no events until close
+			}
 		case e := <-ch:
 			f := e.Flow
 			if f == nil || f.TupleOrig.Proto.Protocol != unix.IPPROTO_TCP {
@@ -135,8 +179,15 @@ func (t *tracker) backend(from, to netip.AddrPort, since time.Time) (netip.AddrP
 	}
 }
 
-// close stops following.
+// close stops following. The events' connection closes first, while
+// follow still takes what its worker sends, so that the worker can end.
 func (t *tracker) close() error {
+	t.mu.Lock()
+	t.closing = true
+	events := t.events
+	t.mu.Unlock()
+	events.Close()
 	close(t.done)
-	return errors.Join(t.events.Close(), t.query.Close())
+	<-t.followed
+	return t.query.Close()
 }

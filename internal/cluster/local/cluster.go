@@ -287,7 +287,9 @@ func podNetwork(cfg *Config) (*podnet.Network, io.Closer, string, error) {
 			cfg.PodCIDR = nw.PodCIDR()
 			return nw, nil, "", nil
 		}
-		if mode == NetworkNamespaces || !errors.Is(err, podnet.ErrUnsupported) {
+		// Where namespaces can't be set up, for want of a privilege or
+		// of a kernel module, auto takes the loopback range, and says why.
+		if mode == NetworkNamespaces {
 			return nil, nil, "", err
 		}
 		reason = err.Error()

@@ -68,6 +68,7 @@ type Proxy struct {
 	clock clock.Clock
 	queue *delayQueue
 
+	rulesMu  sync.Mutex // held while the view is written into Rules
 	mu       sync.Mutex
 	view     map[string]*routes // by namespace/name
 	randSrc  *rand.Rand
@@ -147,7 +148,6 @@ func (p *Proxy) Load(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) {
 	p.mu.Lock()
 	p.view[key] = &routes{svc: svc, slices: slices}
 	err := p.writeRulesLocked()
-	p.mu.Unlock()
 	if p.cfg.Recorder != nil {
 		e := cluster.Event{Time: p.clock.Now(), Kind: cluster.EndpointsApplied, Node: p.cfg.NodeName,
 			Object: "Service/" + key, Endpoints: cluster.Endpoints{List: cluster.EndpointsOf(slices...), NodeLocal: nodeLocal(svc)}}
@@ -176,8 +176,9 @@ func (p *Proxy) Remove(namespace, name string) {
 				delete(p.affinity, a)
 			}
 		}
-		p.writeRulesLocked()
-		p.mu.Unlock()
+		// A removal records no event; one the kernel refuses leaves the
+		// Service's rules until a later change is written whole.
+		_ = p.writeRulesLocked()
 	})
 }
 
