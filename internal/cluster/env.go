@@ -79,16 +79,19 @@ type UnresolvedRef struct {
 
 // UnresolvedRefs returns the references of container c that stay as
 // written, in the order of its fields (env, command, args), each once per
-// field. It knows the variables of c's env only: none is reported for a
-// container with envFrom, whose names only its sources know, nor for
-// variables that the kubelet adds, such as a real cluster's Service
-// variables (WEB_SERVICE_HOST).
-func UnresolvedRefs(c *corev1.Container) []UnresolvedRef {
+// field. It knows the variables of c's env, and kubelet, the names of the
+// variables the kubelet adds (the Service variables, ServiceEnv): none is
+// reported for a container with envFrom, whose names only its sources
+// know.
+func UnresolvedRefs(c *corev1.Container, kubelet ...string) []UnresolvedRef {
 	if len(c.EnvFrom) > 0 {
 		return nil
 	}
 	var refs []UnresolvedRef
 	defined := map[string]bool{}
+	for _, name := range kubelet {
+		defined[name] = true
+	}
 	// unresolved adds the references of s, at field, that defined lacks.
 	unresolved := func(s, field, env string) {
 		seen := map[string]bool{}

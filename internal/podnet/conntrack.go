@@ -19,10 +19,12 @@ const (
 	// longer than any connect takes before it fails.
 	recentFor = 10 * time.Second
 	// eventWait is how long Backend waits for the event of a connection
-	// that the kernel no longer tracks. The kernel queues the event when
-	// the connection's first packet passes, before the answer that ends
-	// a connect comes back: only the reading of it can be late.
-	eventWait = 2 * time.Millisecond
+	// that the kernel no longer tracks (one that a pod refused, or that
+	// the rules rejected, which has none). The kernel queues the event
+	// when the connection's first packet passes, before the answer that
+	// ends a connect comes back: only the reading of it can be late, by
+	// as long as a busy machine keeps a goroutine waiting.
+	eventWait = 10 * time.Millisecond
 )
 
 // tracker follows where a node's rules send each new TCP connection, from

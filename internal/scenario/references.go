@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
@@ -32,6 +33,7 @@ var downwardFields = map[string]string{
 // variables it sets.
 func referenceNotices(s *Scenario, objects []runtime.Object) []string {
 	var notices []string
+	vars := serviceVars(objects)
 	for i, obj := range objects {
 		d, ok := obj.(*appsv1.Deployment)
 		if !ok {
@@ -40,7 +42,7 @@ func referenceNotices(s *Scenario, objects []runtime.Object) []string {
 		o := s.Objects[i]
 		for j := range d.Spec.Template.Spec.Containers {
 			c := &d.Spec.Template.Spec.Containers[j]
-			for _, ref := range cluster.UnresolvedRefs(c) {
+			for _, ref := range cluster.UnresolvedRefs(c, vars[d.Namespace]...) {
 				where := o.File
 				if line := o.FieldLine(fmt.Sprintf("spec.template.spec.containers[%d].%s", j, ref.Field)); line > 0 {
 					where += ":" + strconv.Itoa(line)
@@ -50,6 +52,27 @@ func referenceNotices(s *Scenario, objects []runtime.Object) []string {
 		}
 	}
 	return notices
+}
+
+// serviceVars returns, by namespace, the names of the variables that the
+// kubelet gives a container for the Services of objects
+// (cluster.ServiceEnv), whatever cluster IPs they get.
+func serviceVars(objects []runtime.Object) map[string][]string {
+	vars := map[string][]string{}
+	for _, obj := range objects {
+		svc, ok := obj.(*corev1.Service)
+		if !ok {
+			continue
+		}
+		svc = svc.DeepCopy()
+		if svc.Spec.ClusterIP == "" {
+			svc.Spec.ClusterIP = "0.0.0.0" // any: only the names count
+		}
+		for _, e := range cluster.ServiceEnv([]*corev1.Service{svc}) {
+			vars[svc.Namespace] = append(vars[svc.Namespace], e.Name)
+		}
+	}
+	return vars
 }
 
 // unresolvedNotice says what ref does and how to resolve it: the downward

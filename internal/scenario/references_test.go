@@ -19,9 +19,9 @@ func TestReferenceNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		file + ":35: Deployment app: container app: env LISTEN_ADDR refers to $(MY_POD_IP), which is not defined before it in env: " +
+		file + ":36: Deployment app: container app: env LISTEN_ADDR refers to $(MY_POD_IP), which is not defined before it in env: " +
 			`it stays as written, and the process gets the text "$(MY_POD_IP)"; add the env entry {name: MY_POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}} before LISTEN_ADDR`,
-		file + ":33: Deployment app: container app: args[4] refers to $(WORK), which is not defined in env: " +
+		file + ":34: Deployment app: container app: args[4] refers to $(WORK), which is not defined in env: " +
 			`it stays as written, and the process gets the text "$(WORK)"; define WORK in env`,
 	}
 	if diff := cmp.Diff(want, referenceNotices(s, objectsOf(s))); diff != "" {
