@@ -405,8 +405,10 @@ func SplitServiceHost(host string) (name, namespace string, ok bool) {
 // a refused backend (no endpoints, or a pod that no longer listens) shows
 // up as a reset of an accepted connection, not as a refused connect, and a
 // dropped one (internalTrafficPolicy Local with no endpoint on the node)
-// as an accepted connection that never answers. The client's address is
-// its source for sessionAffinity ClientIP. The forwarded connection ends
+// as an accepted connection that never answers. Without Rules, the
+// client's address is its source for sessionAffinity ClientIP; with
+// Rules, each connection is dialled anew through DialContext, from the
+// node's client. The forwarded connection ends
 // when either side closes; a half-close is passed on.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener, address string) error {
 	return p.serve(ctx, ln, address, false)
