@@ -22,8 +22,11 @@ const (
 	// the rules rejected, which has none). The kernel queues the event
 	// when the connection's first packet passes, before the answer that
 	// ends a connect comes back: only the reading of it can be late, by
-	// as long as a busy machine keeps a goroutine waiting.
-	eventWait = 10 * time.Millisecond
+	// as long as a busy machine keeps a goroutine waiting, tens of
+	// milliseconds under the race detector beside other work. The wait
+	// costs only a connect that the rules rejected, which has no event:
+	// the kernel answers a client that at most about once a second.
+	eventWait = 50 * time.Millisecond
 )
 
 // tracker follows where a node's rules send each new TCP connection, from
