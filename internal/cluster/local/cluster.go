@@ -502,6 +502,9 @@ func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 			if s.Namespace == "" {
 				s.Namespace = "default"
 			}
+			if err := validService(s, c.services); err != nil {
+				return fmt.Errorf("apply Service %s: %w", s.Name, err)
+			}
 			if c.clusterIPs != nil {
 				if err := c.clusterIPs.assign(s, c.services[key(s.Namespace, s.Name)]); err != nil {
 					return fmt.Errorf("apply Service %s: %w", s.Name, err)

@@ -75,3 +75,44 @@ func (a *clusterIPs) handsOut(ip netip.Addr) bool {
 	first := a.cidr.Masked().Addr()
 	return a.cidr.Contains(ip) && ip != first && ip != first.Next() && a.cidr.Contains(ip.Next())
 }
+
+// validService checks what the API server's validation checks of svc's
+// ports and that the node proxies' rules need: ports from 1 to 65535, a
+// name on each port of a Service of several, unique; node ports unique
+// among the Services of the cluster (others).
+func validService(svc *corev1.Service, others map[string]*corev1.Service) error {
+	names := map[string]bool{}
+	for i, p := range svc.Spec.Ports {
+		field := fmt.Sprintf("spec.ports[%d]", i)
+		switch {
+		case p.Port < 1 || p.Port > 65535:
+			return fmt.Errorf("%s.port: %d: want 1 to 65535", field, p.Port)
+		case len(svc.Spec.Ports) > 1 && p.Name == "":
+			return fmt.Errorf("%s.name: a Service of several ports must name each", field)
+		case names[p.Name]:
+			return fmt.Errorf("%s.name: %q: another port has that name", field, p.Name)
+		case p.NodePort < 0 || p.NodePort > 65535:
+			return fmt.Errorf("%s.nodePort: %d: want 1 to 65535", field, p.NodePort)
+		}
+		names[p.Name] = true
+		if p.NodePort == 0 {
+			continue
+		}
+		for j, q := range svc.Spec.Ports[:i] {
+			if q.NodePort == p.NodePort {
+				return fmt.Errorf("%s.nodePort: %d: port %d has it too", field, p.NodePort, j)
+			}
+		}
+		for _, o := range others {
+			if o.Namespace == svc.Namespace && o.Name == svc.Name {
+				continue
+			}
+			for _, q := range o.Spec.Ports {
+				if q.NodePort == p.NodePort {
+					return fmt.Errorf("%s.nodePort: %d: Service %s/%s has it", field, p.NodePort, o.Namespace, o.Name)
+				}
+			}
+		}
+	}
+	return nil
+}

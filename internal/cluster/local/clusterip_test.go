@@ -2,6 +2,7 @@ package local
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,5 +48,36 @@ func TestClusterIPs(t *testing.T) {
 	next := svc("next", "", "")
 	if err := a.assign(next, nil); err != nil || next.Spec.ClusterIP != "10.96.0.3" {
 		t.Errorf("third Service: %q, %v; want 10.96.0.3", next.Spec.ClusterIP, err)
+	}
+}
+
+// TestValidService: a Service the node proxies could not write is refused
+// at Apply, with its field named.
+func TestValidService(t *testing.T) {
+	web := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, NodePort: 30080}}}}
+	others := map[string]*corev1.Service{"default/web": web}
+	for _, tt := range []struct {
+		ports []corev1.ServicePort
+		want  string // the error's start; "" for none
+	}{
+		{[]corev1.ServicePort{{Port: 80}}, ""},
+		{[]corev1.ServicePort{{Port: 0}}, "spec.ports[0].port: 0"},
+		{[]corev1.ServicePort{{Name: "a", Port: 80}, {Port: 81}}, "spec.ports[1].name: a Service of several ports"},
+		{[]corev1.ServicePort{{Name: "a", Port: 80}, {Name: "a", Port: 81}}, `spec.ports[1].name: "a"`},
+		{[]corev1.ServicePort{{Name: "a", Port: 80, NodePort: 30080}}, "spec.ports[0].nodePort: 30080: Service default/web has it"},
+		{[]corev1.ServicePort{{Name: "a", Port: 80, NodePort: 30081}, {Name: "b", Port: 81, NodePort: 30081}}, "spec.ports[1].nodePort: 30081: port 0"},
+	} {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db"}, Spec: corev1.ServiceSpec{Ports: tt.ports}}
+		err := validService(svc, others)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%+v: %v, want no error", tt.ports, err)
+		case tt.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.want)):
+			t.Errorf("%+v: %v, want an error beginning %q", tt.ports, err, tt.want)
+		}
+	}
+	if err := validService(web, others); err != nil {
+		t.Errorf("a Service applied again: %v", err)
 	}
 }
