@@ -257,9 +257,9 @@ func (p *Proxy) dial(ctx context.Context, network, address, client string, nodeP
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("port %q: %w", portText, err)}
 	}
-	name, namespace, ok := SplitServiceHost(host)
-	if !ok {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}}
+	name, namespace, err := serviceHost(host)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
 	target, err := p.pick(namespace, name, int32(port), client, nodePort)
 	if errors.Is(err, errDropped) {
@@ -296,7 +296,7 @@ func (p *Proxy) pick(namespace, name string, port int32, client string, nodePort
 	defer p.mu.Unlock()
 	r := p.view[namespace+"/"+name]
 	if r == nil {
-		return "", &net.DNSError{Err: "no such Service", Name: name + "." + namespace, IsNotFound: true}
+		return "", errNoSuchService(name, namespace)
 	}
 	var sp *corev1.ServicePort
 	for i := range r.svc.Spec.Ports {
@@ -381,6 +381,22 @@ func nodeLocal(svc *corev1.Service) bool {
 // hostPort returns e as a dial address, "host:port".
 func (e endpointPort) hostPort() string {
 	return net.JoinHostPort(e.addr, strconv.Itoa(int(e.port)))
+}
+
+// serviceHost splits host as SplitServiceHost does, or returns the error
+// that a lookup of a name that is no Service's gives.
+func serviceHost(host string) (name, namespace string, err error) {
+	name, namespace, ok := SplitServiceHost(host)
+	if !ok {
+		return "", "", &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}
+	}
+	return name, namespace, nil
+}
+
+// errNoSuchService is the lookup error of a Service the view does not
+// have.
+func errNoSuchService(name, namespace string) error {
+	return &net.DNSError{Err: "no such Service", Name: name + "." + namespace, IsNotFound: true}
 }
 
 // SplitServiceHost splits host, a Service's name as a client in the

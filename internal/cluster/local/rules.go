@@ -80,15 +80,15 @@ func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
 	if _, err := netip.ParseAddr(host); err != nil {
-		name, namespace, ok := SplitServiceHost(host)
-		if !ok {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}}
+		name, namespace, err := serviceHost(host)
+		if err != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 		}
 		p.mu.Lock()
 		r := p.view[namespace+"/"+name]
 		p.mu.Unlock()
 		if r == nil || r.svc.Spec.ClusterIP == "" || r.svc.Spec.ClusterIP == corev1.ClusterIPNone {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no such Service", Name: name + "." + namespace, IsNotFound: true}}
+			return nil, &net.OpError{Op: "dial", Net: network, Err: errNoSuchService(name, namespace)}
 		}
 		host = r.svc.Spec.ClusterIP
 	}
