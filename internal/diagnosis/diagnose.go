@@ -247,16 +247,13 @@ func cause(h *history, r *results.Request) results.Cause {
 
 // unanswered gives the cause of a connect to pod ph that got no answer: a
 // terminating pod's, whose address, once its sandbox had gone, had no host
-// to answer, while a view still sent new connections there (C6). Where
-// the views are known when the connect was tried and none routed there,
-// it is not the routing's doing (a stale connection tracking entry of
-// the same addresses and ports, say).
+// to answer, while the node still sent new connections there (C6): by its
+// rules, or, where no view routed to it any more, by a connection
+// tracking entry that an earlier connect of the same ports left when it
+// met the pod in the race (the kernel keeps one that got no answer for
+// 2 minutes, and a new connect of the same ports follows it).
 func (h *history) unanswered(ph *podHistory, r *results.Request) results.Cause {
-	made := r.MadeMS()
-	if !ph.at(made).terminating {
-		return Unknown
-	}
-	if routed := h.routedBy(h.ipOf(ph.name), made); routed != nil && len(routed) == 0 {
+	if !ph.at(r.MadeMS()).terminating {
 		return Unknown
 	}
 	return RoutingRace
