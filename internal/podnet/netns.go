@@ -27,7 +27,7 @@ type Netns struct {
 var ErrClosed = errors.New("podnet: network namespace closed")
 
 // ErrUnsupported is wrapped by the error of NewNetns where the system
-// refuses network namespaces to this process (no CAP_NET_ADMIN in its user
+// refuses network namespaces to this process (no CAP_SYS_ADMIN in its user
 // namespace).
 var ErrUnsupported = errors.New("podnet: network namespaces are not available")
 
