@@ -85,8 +85,15 @@ func (t *tracker) listen() (<-chan conntrack.Event, <-chan error, error) {
 		return nil, nil, fmt.Errorf("conntrack events: %w", err)
 	}
 	events.SetReadBuffer(eventBuffer) // a smaller one only loses more under a burst
+	// Events that find the socket's buffer full are dropped, rather than
+	// failing the next read (ENOBUFS), which would end the reader: a busy
+	// machine loses some events, not every one after.
 	ch := make(chan conntrack.Event, 1024)
-	errc, err := events.Listen(ch, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew})
+	var errc chan error
+	err = events.SetOption(netlink.NoENOBUFS, true)
+	if err == nil {
+		errc, err = events.Listen(ch, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew})
+	}
 	if err != nil {
 		events.Close()
 		return nil, nil, fmt.Errorf("conntrack events: %w", err)

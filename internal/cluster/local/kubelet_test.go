@@ -118,15 +118,23 @@ func deleting(pod *corev1.Pod) *corev1.Pod {
 // kind and pod, and the index after it; it fails the test after waitLimit.
 func waitFor(t *testing.T, log *cluster.EventLog, from int, kind cluster.EventKind, pod string) (cluster.Event, int) {
 	t.Helper()
+	return nextEvent(t, log, from, kind, "pod "+pod, func(e cluster.Event) bool { return e.Pod == pod })
+}
+
+// nextEvent returns the first event of kind at or after index from that
+// match accepts, and the index after it; it fails after waitLimit, naming
+// kind and what, the event it waited for.
+func nextEvent(tb testing.TB, log *cluster.EventLog, from int, kind cluster.EventKind, what string, match func(cluster.Event) bool) (cluster.Event, int) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	// Bounded by ctx.
 	for i := from; ; i++ {
 		e, err := log.Next(ctx, i)
 		if err != nil {
-			t.Fatalf("no %s event of pod %s within %s; events: %s", kind, pod, waitLimit, describe(log.Events()))
+			tb.Fatalf("no %s event of %s within %s; events: %s", kind, what, waitLimit, describe(log.Events()))
 		}
-		if e.Kind == kind && e.Pod == pod {
+		if e.Kind == kind && match(e) {
 			return e, i + 1
 		}
 	}

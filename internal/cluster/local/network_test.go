@@ -20,10 +20,17 @@ import (
 func namespacedCluster(t *testing.T) *Cluster {
 	t.Helper()
 	c := newCluster(t)
-	if !c.Namespaced() {
-		t.Skipf("no network namespaces here (run as root, or with CAP_NET_ADMIN in a user namespace): %s", c.Network())
-	}
+	skipUnlessNamespaced(t, c)
 	return c
+}
+
+// skipUnlessNamespaced skips the test or benchmark unless c's pods have
+// network namespaces.
+func skipUnlessNamespaced(tb testing.TB, c *Cluster) {
+	tb.Helper()
+	if !c.Namespaced() {
+		tb.Skipf("no network namespaces here (run as root, or with CAP_NET_ADMIN in a user namespace): %s", c.Network())
+	}
 }
 
 // TestClusterServersBindEveryAddress: three replicas of a server that
