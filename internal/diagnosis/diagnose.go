@@ -252,8 +252,12 @@ func cause(h *history, r *results.Request) results.Cause {
 // tracking entry that an earlier connect of the same ports left when it
 // met the pod in the race (the kernel keeps one that got no answer for
 // 2 minutes, and a new connect of the same ports follows it).
+//
+// The pod's termination counts until the connect gave up: a connect whose
+// first SYN went unanswered retries it a second later, and a retry that
+// meets the pod gone goes unanswered too.
 func (h *history) unanswered(ph *podHistory, r *results.Request) results.Cause {
-	if !ph.at(r.MadeMS()).terminating {
+	if !ph.at(r.ConnectMS).terminating {
 		return Unknown
 	}
 	return RoutingRace
