@@ -224,7 +224,7 @@ func cause(h *history, r *results.Request) results.Cause {
 		return Unknown
 	case r.Class == load.Refused:
 		return h.refused(ph, ph.at(r.ConnectMS), r)
-	case r.Class == load.ConnectTimeout && ph != nil:
+	case r.Class == load.ConnectTimeout && ph != nil && !r.PodInferred:
 		return h.unanswered(ph, r)
 	case r.Class == load.ConnectTimeout && ph == nil:
 		// The REJECT's answer is an ICMP error, which the kernel sends a
