@@ -78,7 +78,7 @@ func (k *kubeFlags) runnerConfig(command string, cfg scenario.RunnerConfig, imag
 			return cfg, fmt.Errorf("%s: find the closingtime binary for the pods: %w", command, err)
 		}
 		cfg.NewCluster = localClusters(exe, images, func(network string) {
-			fmt.Fprintf(warn, "%s: the embedded cluster's pods share this machine's network: %s; each pod has a loopback address of its own, and its servers must listen on $(POD_IP) (docs/local-cluster.md)\n", command, network)
+			fmt.Fprintf(warn, "%s: the embedded cluster's pods share this machine's network: %s; each pod has a loopback address of its own, and its servers must listen on $(POD_IP); run as root, or inside unshare --user --map-root-user --net, for a network of each pod's own and manifests unchanged (docs/local-cluster.md)\n", command, network)
 		})
 		return cfg, nil
 	}

@@ -224,7 +224,7 @@ func cause(h *history, r *results.Request) results.Cause {
 		return Unknown
 	case r.Class == load.Refused:
 		return h.refused(ph, ph.at(r.ConnectMS), r)
-	case r.Class == load.ConnectTimeout && ph != nil:
+	case r.Class == load.ConnectTimeout && ph != nil && !r.PodInferred:
 		return h.unanswered(ph, r)
 	case r.Class == load.ConnectTimeout && ph == nil:
 		// The REJECT's answer is an ICMP error, which the kernel sends a
@@ -247,16 +247,17 @@ func cause(h *history, r *results.Request) results.Cause {
 
 // unanswered gives the cause of a connect to pod ph that got no answer: a
 // terminating pod's, whose address, once its sandbox had gone, had no host
-// to answer, while a view still sent new connections there (C6). Where
-// the views are known when the connect was tried and none routed there,
-// it is not the routing's doing (a stale connection tracking entry of
-// the same addresses and ports, say).
+// to answer, while the node still sent new connections there (C6): by its
+// rules, or, where no view routed to it any more, by a connection
+// tracking entry that an earlier connect of the same ports left when it
+// met the pod in the race (the kernel keeps one that got no answer for
+// 2 minutes, and a new connect of the same ports follows it).
+//
+// The pod's termination counts until the connect gave up: a connect whose
+// first SYN went unanswered retries it a second later, and a retry that
+// meets the pod gone goes unanswered too.
 func (h *history) unanswered(ph *podHistory, r *results.Request) results.Cause {
-	made := r.MadeMS()
-	if !ph.at(made).terminating {
-		return Unknown
-	}
-	if routed := h.routedBy(h.ipOf(ph.name), made); routed != nil && len(routed) == 0 {
+	if !ph.at(r.ConnectMS).terminating {
 		return Unknown
 	}
 	return RoutingRace

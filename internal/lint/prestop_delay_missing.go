@@ -12,7 +12,7 @@ var preStopDelayMissing = Rule{
 	Title:    "A container that a Service sends traffic to stops without a preStop delay",
 	Why: "Kubernetes takes a terminating pod out of the Service's endpoints at the same moment it starts stopping it, " +
 		"and each node's proxy learns of that later; without a delay the server gets SIGTERM and stops listening " +
-		"while new connections still arrive, and they are refused or reset.",
+		"while new connections still arrive, and they are refused, reset, or, once the pod is gone, left to time out.",
 	Fix: "Add lifecycle.preStop.sleep.seconds (Kubernetes 1.30 and later) of a few seconds, longer than the endpoint " +
 		"propagation your cluster shows, and keep it within terminationGracePeriodSeconds.",
 	check: checkPreStopDelayMissing,

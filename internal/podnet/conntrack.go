@@ -1,7 +1,6 @@
 package podnet
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -23,8 +22,11 @@ const (
 	// the rules rejected, which has none). The kernel queues the event
 	// when the connection's first packet passes, before the answer that
 	// ends a connect comes back: only the reading of it can be late, by
-	// as long as a busy machine keeps a goroutine waiting.
-	eventWait = 10 * time.Millisecond
+	// as long as a busy machine keeps a goroutine waiting, tens of
+	// milliseconds under the race detector beside other work. The wait
+	// costs only a connect that the rules rejected, which has no event:
+	// the kernel answers a client that at most about once a second.
+	eventWait = 50 * time.Millisecond
 )
 
 // tracker follows where a node's rules send each new TCP connection, from
@@ -34,11 +36,14 @@ const (
 // kernel drops a connection whose only answer is a reset): its event
 // tells.
 type tracker struct {
-	events *conntrack.Conn
-	query  *conntrack.Conn
-	done   chan struct{}
+	fd       int // the namespace's
+	query    *conntrack.Conn
+	done     chan struct{} // closed by close
+	followed chan struct{} // closed when follow returns
 
 	mu      sync.Mutex
+	events  *conntrack.Conn // the connection the events come by
+	closing bool
 	recent  map[flowKey]seenFlow
 	arrived chan struct{} // closed and replaced at each event
 }
@@ -50,49 +55,73 @@ type seenFlow struct {
 	at      time.Time
 }
 
+// eventBuffer is the receive buffer asked for the events, as far as the
+// namespace's net.core.rmem_max allows: room for a burst of new
+// connections while the tracker's goroutine waits for the processor.
+const eventBuffer = 8 << 20
+
 // newTracker starts following the connections of namespace ns.
 func newTracker(ns *Netns) (*tracker, error) {
-	events, err := conntrack.Dial(&netlink.Config{NetNS: ns.FD()})
-	if err != nil {
-		return nil, fmt.Errorf("conntrack: %w", err)
-	}
 	query, err := conntrack.Dial(&netlink.Config{NetNS: ns.FD()})
 	if err != nil {
-		events.Close()
 		return nil, fmt.Errorf("conntrack: %w", err)
 	}
+	t := &tracker{fd: ns.FD(), query: query, done: make(chan struct{}), followed: make(chan struct{}),
+		recent: map[flowKey]seenFlow{}, arrived: make(chan struct{})}
+	ch, errc, err := t.listen()
+	if err != nil {
+		query.Close()
+		return nil, err
+	}
+	go t.follow(ch, errc)
+	return t, nil
+}
+
+// listen subscribes to the events of new connections on a connection of
+// its own, which becomes t.events.
+func (t *tracker) listen() (<-chan conntrack.Event, <-chan error, error) {
+	events, err := conntrack.Dial(&netlink.Config{NetNS: t.fd})
+	if err != nil {
+		return nil, nil, fmt.Errorf("conntrack events: %w", err)
+	}
+	events.SetReadBuffer(eventBuffer) // a smaller one only loses more under a burst
 	// Events that find the socket's buffer full are dropped, rather than
 	// failing the next read (ENOBUFS), which would end the reader: a busy
 	// machine loses some events, not every one after.
 	ch := make(chan conntrack.Event, 1024)
-	var errs chan error
+	var errc chan error
 	err = events.SetOption(netlink.NoENOBUFS, true)
 	if err == nil {
-		errs, err = events.Listen(ch, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew})
+		errc, err = events.Listen(ch, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew})
 	}
 	if err != nil {
 		events.Close()
-		query.Close()
-		return nil, fmt.Errorf("conntrack events: %w", err)
+		return nil, nil, fmt.Errorf("conntrack events: %w", err)
 	}
-	t := &tracker{events: events, query: query, done: make(chan struct{}), recent: map[flowKey]seenFlow{}, arrived: make(chan struct{})}
-	go t.follow(ch, errs)
-	return t, nil
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing {
+		events.Close()
+		return nil, nil, ErrClosed
+	}
+	t.events = events
+	return ch, errc, nil
 }
 
-// follow keeps the connections of the events on ch until close. It takes
-// the reader's error from errs too: the reader waits until it is taken,
-// and ends with it.
-func (t *tracker) follow(ch <-chan conntrack.Event, errs <-chan error) {
+// follow keeps the connections of the events on ch until close. When the
+// events stop with an error on errc (the kernel found the socket's buffer
+// full and dropped some), it listens anew: the events lost are lost, and
+// so is where their connections went, if they end before the table is
+// asked.
+func (t *tracker) follow(ch <-chan conntrack.Event, errc <-chan error) {
+	defer close(t.followed)
 	prune := time.NewTicker(recentFor)
 	defer prune.Stop()
-	// One event or one pruning per round; the loop ends with close.
+	// One event, error or pruning per round; the loop ends with close.
 	for {
 		select {
 		case <-t.done:
 			return
-		case <-errs:
-			errs = nil // no more events; the table still answers
 		case now := <-prune.C:
 			t.mu.Lock()
 			for k, f := range t.recent {
@@ -101,6 +130,19 @@ func (t *tracker) follow(ch <-chan conntrack.Event, errs <-chan error) {
 				}
 			}
 			t.mu.Unlock()
+		case <-errc:
+			t.mu.Lock()
+			old, closing := t.events, t.closing
+			t.mu.Unlock()
+			if closing {
+				ch, errc = nil, nil // close ends the rest
+				continue
+			}
+			old.Close()
+			var err error
+			if ch, errc, err = t.listen(); err != nil {
+				ch, errc = nil, nil // no events until close
+			}
 		case e := <-ch:
 			f := e.Flow
 			if f == nil || f.TupleOrig.Proto.Protocol != unix.IPPROTO_TCP {
@@ -147,11 +189,15 @@ func (t *tracker) backend(from, to netip.AddrPort, since time.Time) (netip.AddrP
 	}
 }
 
-// close stops following. The events' connection closes first, which
-// waits for its reader, while follow still takes what the reader sends:
-// a reader left waiting on a full channel would never end.
+// close stops following. The events' connection closes first, while
+// follow still takes what its worker sends, so that the worker can end.
 func (t *tracker) close() error {
-	err := t.events.Close()
+	t.mu.Lock()
+	t.closing = true
+	events := t.events
+	t.mu.Unlock()
+	events.Close()
 	close(t.done)
-	return errors.Join(err, t.query.Close())
+	<-t.followed
+	return t.query.Close()
 }

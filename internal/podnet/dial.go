@@ -42,9 +42,11 @@ func (n *Netns) DialContext(ctx context.Context, network, address string) (net.C
 		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
 	}
 	var fd int
-	n.Do(func() {
+	if derr := n.Do(func() {
 		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
-	})
+	}); derr != nil {
+		return nil, opErr(raddr, derr)
+	}
 	if err != nil {
 		return nil, opErr(raddr, os.NewSyscallError("socket", err))
 	}
@@ -148,6 +150,8 @@ func waitConnected(ctx context.Context, f *os.File) error {
 func (n *Netns) Listen(network, address string) (net.Listener, error) {
 	var ln net.Listener
 	var err error
-	n.Do(func() { ln, err = net.Listen(network, address) })
+	if derr := n.Do(func() { ln, err = net.Listen(network, address) }); derr != nil {
+		return nil, derr
+	}
 	return ln, err
 }

@@ -24,7 +24,7 @@
 // dies (once the processes started in it are gone: they die with
 // closingtime too, by their parent-death signal).
 //
-// Where network namespaces can't be made (no CAP_NET_ADMIN), a
+// Where network namespaces can't be made (no CAP_SYS_ADMIN), a
 // [LoopbackNode] stands in: each pod gets an address of its own on the
 // loopback range and shares the machine's network.
 package podnet

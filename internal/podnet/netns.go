@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,10 +17,17 @@ type Netns struct {
 	fd   int
 	work chan func()
 	done chan struct{}
+
+	mu     sync.RWMutex // held for reading by each Do, for writing by Close
+	closed bool
 }
 
+// ErrClosed is returned by the methods of a Netns that is closed, and of
+// its sandbox once closed.
+var ErrClosed = errors.New("podnet: network namespace closed")
+
 // ErrUnsupported is wrapped by the error of NewNetns where the system
-// refuses network namespaces to this process (no CAP_NET_ADMIN in its user
+// refuses network namespaces to this process (no CAP_SYS_ADMIN in its user
 // namespace).
 var ErrUnsupported = errors.New("podnet: network namespaces are not available")
 
@@ -85,28 +93,44 @@ func (n *Netns) FD() int { return n.fd }
 // Do runs fn on the namespace's thread and returns when it has: what fn
 // makes (a socket, a netlink connection, a process) is made inside the
 // namespace. fn must not block for long: it holds up every other call.
-func (n *Netns) Do(fn func()) {
+// Once the Netns is closed, Do runs nothing and returns ErrClosed.
+func (n *Netns) Do(fn func()) error {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed {
+		return ErrClosed
+	}
 	finished := make(chan struct{})
 	n.work <- func() {
 		defer close(finished)
 		fn()
 	}
 	<-finished
+	return nil
 }
 
-// Start starts cmd inside the namespace; see exec.Cmd.Start. A
-// parent-death signal (SysProcAttr.Pdeathsig) comes when closingtime ends.
+// Start starts cmd inside the namespace; see exec.Cmd.Start. The process
+// gets the parent-death signal its SysProcAttr asks for (Pdeathsig) when
+// closingtime ends, not when the Netns is closed.
 func (n *Netns) Start(cmd *exec.Cmd) error {
 	var err error
-	n.Do(func() { err = cmd.Start() })
+	if derr := n.Do(func() { err = cmd.Start() }); derr != nil {
+		return derr
+	}
 	return err
 }
 
-// Close moves the namespace's thread out and closes its descriptor: once
+// Close moves the namespace's thread out and closes its descriptor, once
+// the calls under way have returned; later calls return ErrClosed. Once
 // the processes started in it are gone too, the kernel frees the namespace
-// and every interface in it. Close must be called once, after every other
-// call has returned.
+// and every interface in it. Later calls of Close do nothing.
 func (n *Netns) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
+	n.closed = true
 	close(n.work)
 	<-n.done
 	return unix.Close(n.fd)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -60,6 +61,9 @@ type Network struct {
 	podCIDR netip.Prefix
 	fabric  *Netns
 	nodes   []*NetnsNode
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New makes a cluster's network, or returns an error wrapping
@@ -101,6 +105,10 @@ func (nw *Network) build(nodes int) error {
 	}
 	if err := h.AddrAdd(sw, addr(netip.PrefixFrom(switchGateway, 24))); err != nil {
 		return fmt.Errorf("switch: address: %w", err)
+	}
+	// A new namespace may take its forwarding from the machine's.
+	if err := sysctls(nw.fabric, map[string]string{"net/ipv4/ip_forward": "0"}); err != nil {
+		return fmt.Errorf("switch: %w", err)
 	}
 	for i := 1; i <= nodes; i++ {
 		n, err := nw.addNode(h, i)
@@ -177,6 +185,9 @@ func (nw *Network) addNode(sw *netlink.Handle, i int) (*NetnsNode, error) {
 	// of its bridge passes its rules too (br_netfilter), as a node's
 	// kube-proxy needs; both are what kubeadm asks of a node.
 	if err := sysctls(ns, map[string]string{"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"}); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("%w (the kernel's br_netfilter is not loaded: modprobe br_netfilter)", err)
+		}
 		return n, err
 	}
 	if n.tracker, err = newTracker(ns); err != nil {
@@ -209,16 +220,20 @@ func (nw *Network) PodCIDR() netip.Prefix { return nw.podCIDR }
 
 // Close takes the network down: the nodes, with every sandbox still open,
 // and the switch. Nothing of it is left in the kernel once the processes
-// started in its sandboxes are gone.
+// started in its sandboxes are gone. Later calls return the first one's
+// result.
 func (nw *Network) Close() error {
-	var errs []error
-	for _, n := range nw.nodes {
-		errs = append(errs, n.close())
-	}
-	if nw.fabric != nil {
-		errs = append(errs, nw.fabric.Close())
-	}
-	return errors.Join(errs...)
+	nw.closeOnce.Do(func() {
+		var errs []error
+		for _, n := range nw.nodes {
+			errs = append(errs, n.close())
+		}
+		if nw.fabric != nil {
+			errs = append(errs, nw.fabric.Close())
+		}
+		nw.closeErr = errors.Join(errs...)
+	})
+	return nw.closeErr
 }
 
 // NetnsNode is a node of a [Network]: a network namespace with the bridge
@@ -406,7 +421,9 @@ func NodePodCIDR(cidr netip.Prefix, n int) netip.Prefix {
 func handle(ns *Netns) (*netlink.Handle, error) {
 	var h *netlink.Handle
 	var err error
-	ns.Do(func() { h, err = netlink.NewHandle(unix.NETLINK_ROUTE) })
+	if derr := ns.Do(func() { h, err = netlink.NewHandle(unix.NETLINK_ROUTE) }); derr != nil {
+		return nil, derr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
@@ -444,12 +461,12 @@ func addr(p netip.Prefix) *netlink.Addr {
 // /proc/sys; /proc/sys/net is the namespace of the thread that opens it.
 func sysctls(ns *Netns, values map[string]string) error {
 	var err error
-	ns.Do(func() {
+	derr := ns.Do(func() {
 		for key, v := range values {
 			if werr := os.WriteFile("/proc/sys/"+key, []byte(v), 0); werr != nil {
 				err = errors.Join(err, fmt.Errorf("sysctl %s: %w", key, werr))
 			}
 		}
 	})
-	return err
+	return errors.Join(derr, err)
 }

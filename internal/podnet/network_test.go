@@ -354,3 +354,36 @@ func TestPodsReachOutside(t *testing.T) {
 		}
 	}
 }
+
+// TestClosedIsClosed: a closed namespace refuses what would run in it, and
+// a network closes once however often it is closed.
+func TestClosedIsClosed(t *testing.T) {
+	nw, err := New(Config{Nodes: 1})
+	if errors.Is(err, ErrUnsupported) {
+		t.Skipf("no network namespaces here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := nw.Nodes()[0].NewSandbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(exec.Command("true")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Start in a closed sandbox: %v, want ErrClosed", err)
+	}
+	if _, err := s.DialContext(context.Background(), "tcp", "10.244.1.9:80"); !errors.Is(err, ErrClosed) {
+		t.Errorf("DialContext from a closed sandbox: %v, want ErrClosed", err)
+	}
+	for range 2 {
+		if err := nw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := nw.Nodes()[0].Netns().Listen("tcp", ":80"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Listen in a closed node: %v, want ErrClosed", err)
+	}
+}

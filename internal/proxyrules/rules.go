@@ -232,8 +232,9 @@ func (r *Rules) Close() error {
 const socketBuffer = 64 << 20
 
 // largeBuffers sets the socket's buffers to socketBuffer, past the
-// system's limits (net.core.wmem_max, rmem_max), which CAP_NET_ADMIN in
-// the namespace allows.
+// system's limits (net.core.wmem_max, rmem_max), which CAP_NET_ADMIN in the
+// machine's first user namespace allows; without it, as in a user namespace
+// of its own, to as much as those limits allow.
 func largeBuffers(c *netlink.Conn) error {
 	rc, err := c.SyscallConn()
 	if err != nil {
@@ -241,9 +242,12 @@ func largeBuffers(c *netlink.Conn) error {
 	}
 	var serr error
 	err = rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer)
-		if serr == nil {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, socketBuffer)
+		for _, opt := range [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
+			e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], socketBuffer)
+			if errors.Is(e, unix.EPERM) {
+				e = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], socketBuffer)
+			}
+			serr = errors.Join(serr, e)
 		}
 	})
 	if err != nil {

@@ -54,6 +54,20 @@ func referenceNotices(s *Scenario, objects []runtime.Object) []string {
 	return notices
 }
 
+// serviceOfVar returns the name of the Service whose variable name is
+// (NAME_SERVICE_HOST, NAME_SERVICE_PORT…; cluster.ServiceEnv), in the
+// lower case and dashes of a Service's name.
+func serviceOfVar(name string) (string, bool) {
+	i := strings.Index(name, "_SERVICE_HOST")
+	if i < 0 {
+		i = strings.Index(name, "_SERVICE_PORT")
+	}
+	if i <= 0 {
+		return "", false
+	}
+	return strings.ToLower(strings.ReplaceAll(name[:i], "_", "-")), true
+}
+
 // serviceVars returns, by namespace, the names of the variables that the
 // kubelet gives a container for the Services of objects
 // (cluster.ServiceEnv), whatever cluster IPs they get.
@@ -86,6 +100,9 @@ func unresolvedNotice(ref cluster.UnresolvedRef) string {
 		what, ref.Name, scope, ref.Name)
 	if path, ok := downwardFields[strings.TrimPrefix(ref.Name, "MY_")]; ok {
 		return msg + fmt.Sprintf("add the env entry {name: %s, valueFrom: {fieldRef: {fieldPath: %s}}}%s", ref.Name, path, place)
+	}
+	if svc, ok := serviceOfVar(ref.Name); ok {
+		return msg + fmt.Sprintf("it is the variable of a Service %s, which the kubelet defines when the pod's namespace has that Service as the pod starts, and the workload has none: add Service %s to the manifests", svc, svc)
 	}
 	return msg + fmt.Sprintf("define %s in env%s", ref.Name, place)
 }

@@ -2,10 +2,13 @@ package scenario
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
 // TestReferenceNotices: each $(NAME) that stays as written gets a notice
@@ -52,4 +55,16 @@ func objectsOf(s *Scenario) []runtime.Object {
 		objects = append(objects, o.Obj)
 	}
 	return objects
+}
+
+// TestMissingServiceNotice: a Service variable of a Service the workload
+// lacks gets a notice that names the Service.
+func TestMissingServiceNotice(t *testing.T) {
+	got := unresolvedNotice(cluster.UnresolvedRef{Field: "args[0]", Name: "CART_SERVICE_HOST"})
+	if want := "add Service cart to the manifests"; !strings.HasSuffix(got, want) {
+		t.Errorf("notice %q, want one ending %q", got, want)
+	}
+	if _, ok := serviceOfVar("POD_IP"); ok {
+		t.Error("POD_IP taken for a Service's variable")
+	}
 }

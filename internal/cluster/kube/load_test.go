@@ -50,6 +50,7 @@ type loadKubelet struct {
 	procs   map[string]*exec.Cmd
 	outputs map[string]io.ReadCloser
 	writers map[string]*os.File
+	opened  int // logs opened: the load pods' runs waiting for start lines
 	specs   []*corev1.Pod
 	starts  sync.WaitGroup // the pods being started
 	exits   sync.WaitGroup // the processes
@@ -163,6 +164,7 @@ func (k *loadKubelet) openLog(ctx context.Context, _, pod string) (io.ReadCloser
 	if out == nil {
 		return nil, errors.New("no process for pod " + pod)
 	}
+	k.opened++
 	context.AfterFunc(ctx, func() { out.Close() })
 	return out, nil
 }
@@ -438,9 +440,11 @@ func TestLoadPodsStartLine(t *testing.T) {
 	// ends: an error, and no call.
 	rctx, stop := context.WithCancel(ctx)
 	go func() {
+		// Once the Run reads both pods' logs, it waits for their start
+		// lines, however long the pods took to run on a loaded machine.
 		for rctx.Err() == nil {
 			k.mu.Lock()
-			n := len(k.writers)
+			n := k.opened
 			k.mu.Unlock()
 			if n == 4 {
 				break

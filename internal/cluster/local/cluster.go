@@ -287,7 +287,9 @@ func podNetwork(cfg *Config) (*podnet.Network, io.Closer, string, error) {
 			cfg.PodCIDR = nw.PodCIDR()
 			return nw, nil, "", nil
 		}
-		if mode == NetworkNamespaces || !errors.Is(err, podnet.ErrUnsupported) {
+		// Where namespaces can't be set up, for want of a privilege or
+		// of a kernel module, auto takes the loopback range, and says why.
+		if mode == NetworkNamespaces {
 			return nil, nil, "", err
 		}
 		reason = err.Error()
@@ -499,6 +501,9 @@ func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 			s := o.DeepCopy()
 			if s.Namespace == "" {
 				s.Namespace = "default"
+			}
+			if err := validService(s, c.services); err != nil {
+				return fmt.Errorf("apply Service %s: %w", s.Name, err)
 			}
 			if c.clusterIPs != nil {
 				if err := c.clusterIPs.assign(s, c.services[key(s.Namespace, s.Name)]); err != nil {
@@ -717,8 +722,8 @@ func (c *Cluster) Logs(ctx context.Context, namespace, pod, container string) ([
 
 // DialContext connects to a Service through the first node's routing
 // view, as a client pod on node-1 would; see [Proxy.DialContext]. Every
-// connection it makes has the node's address as its source, so that with
-// sessionAffinity ClientIP they all stick to one endpoint. Dialer gives
+// connection it makes has one source address, its node's client's, so that
+// with sessionAffinity ClientIP they all stick to one endpoint. Dialer gives
 // the view of another node.
 func (c *Cluster) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	return c.nodes[0].proxy.DialContext(ctx, network, address)
@@ -750,8 +755,10 @@ func (c *Cluster) Dialer(node string) func(ctx context.Context, network, address
 // Serve accepts connections on ln and forwards each to the Service at
 // address ("name.namespace:port") through the first node's routing view,
 // for clients outside the cluster (curl, k6, a browser); see
-// [Proxy.Serve] for where it differs from iptables. Each client's address
-// is its source for session affinity. It returns when ctx ends or the
+// [Proxy.Serve] for where it differs from iptables. With network
+// namespaces, each connection is dialled from the node's client, the one
+// source for session affinity; without, each client's address is its
+// source. It returns when ctx ends or the
 // cluster closes, after closing ln and every forwarded connection, or when
 // ln fails; after Close it closes ln and returns an error that wraps
 // net.ErrClosed.

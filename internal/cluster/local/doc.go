@@ -1,7 +1,7 @@
 // Package local is the embedded local cluster, closingtime's default
 // backend: Kubernetes' node and control-plane behaviours that decide
 // whether requests fail during a rollout, emulated with real processes,
-// signals and loopback TCP, and no container runtime.
+// signals and TCP, and no container runtime.
 //
 // [Cluster] puts the parts together behind [cluster.Backend]: an object
 // store in place of the API server, the deployment and ReplicaSet
@@ -9,14 +9,17 @@
 // and on each node a [Kubelet] and a [Proxy]. Every part records into one
 // event stream stamped by one clock.
 //
-// The [Kubelet] runs pods as processes, each with an address of its own on
-// the loopback range and, where the system allows, a PID namespace of its
-// own. It talks only through k8s.io/api objects — a *corev1.Pod in, its
-// corev1.PodStatus and [cluster.Event]s out — so that the same kubelet can
-// later serve as the node agent of a real kube-apiserver. The [Proxy] is a
-// node's routing view: it takes Services and EndpointSlices, which the
-// [Endpoints] controller computes, after a propagation delay, and dials
-// Services as iptables DNAT does.
+// The [Kubelet] runs pods as processes, each in a network of its own
+// (package podnet: a network namespace on its node's bridge where the
+// system allows, else an address of its own on the loopback range) and,
+// where the system allows, a PID namespace of its own. It talks only
+// through k8s.io/api objects — a *corev1.Pod in, its corev1.PodStatus and
+// [cluster.Event]s out — so that the same kubelet can later serve as the
+// node agent of a real kube-apiserver. The [Proxy] is a node's routing
+// view: it takes Services and EndpointSlices, which the [Endpoints]
+// controller computes, after a propagation delay, writes them into its
+// node's nftables as kube-proxy does (package proxyrules) where the node
+// is a network namespace, and dials Services through them.
 //
 // Changes move between the parts late but in order, as watches and work
 // queues move them: a pod reaches its kubelet after Config.KubeletObserveDelay,

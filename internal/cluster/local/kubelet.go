@@ -361,7 +361,9 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 		return nil, err
 	}
 	env := k.cfg.Env
-	if k.cfg.Services != nil {
+	// enableServiceLinks false leaves out the Services of the pod's
+	// namespace (and this cluster has no API server Service to give).
+	if links := pod.Spec.EnableServiceLinks; k.cfg.Services != nil && (links == nil || *links) {
 		env = append(slices.Clip(env), cluster.ServiceEnv(k.cfg.Services(pod.Namespace))...)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -68,6 +68,7 @@ type Proxy struct {
 	clock clock.Clock
 	queue *delayQueue
 
+	rulesMu  sync.Mutex // held while the view is written into Rules
 	mu       sync.Mutex
 	view     map[string]*routes // by namespace/name
 	randSrc  *rand.Rand
@@ -147,7 +148,6 @@ func (p *Proxy) Load(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) {
 	p.mu.Lock()
 	p.view[key] = &routes{svc: svc, slices: slices}
 	err := p.writeRulesLocked()
-	p.mu.Unlock()
 	if p.cfg.Recorder != nil {
 		e := cluster.Event{Time: p.clock.Now(), Kind: cluster.EndpointsApplied, Node: p.cfg.NodeName,
 			Object: "Service/" + key, Endpoints: cluster.Endpoints{List: cluster.EndpointsOf(slices...), NodeLocal: nodeLocal(svc)}}
@@ -176,8 +176,9 @@ func (p *Proxy) Remove(namespace, name string) {
 				delete(p.affinity, a)
 			}
 		}
-		p.writeRulesLocked()
-		p.mu.Unlock()
+		// A removal records no event; one the kernel refuses leaves the
+		// Service's rules until a later change is written whole.
+		_ = p.writeRulesLocked()
 	})
 }
 
@@ -256,9 +257,9 @@ func (p *Proxy) dial(ctx context.Context, network, address, client string, nodeP
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("port %q: %w", portText, err)}
 	}
-	name, namespace, ok := SplitServiceHost(host)
-	if !ok {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}}
+	name, namespace, err := serviceHost(host)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
 	target, err := p.pick(namespace, name, int32(port), client, nodePort)
 	if errors.Is(err, errDropped) {
@@ -295,7 +296,7 @@ func (p *Proxy) pick(namespace, name string, port int32, client string, nodePort
 	defer p.mu.Unlock()
 	r := p.view[namespace+"/"+name]
 	if r == nil {
-		return "", &net.DNSError{Err: "no such Service", Name: name + "." + namespace, IsNotFound: true}
+		return "", errNoSuchService(name, namespace)
 	}
 	var sp *corev1.ServicePort
 	for i := range r.svc.Spec.Ports {
@@ -382,6 +383,22 @@ func (e endpointPort) hostPort() string {
 	return net.JoinHostPort(e.addr, strconv.Itoa(int(e.port)))
 }
 
+// serviceHost splits host as SplitServiceHost does, or returns the error
+// that a lookup of a name that is no Service's gives.
+func serviceHost(host string) (name, namespace string, err error) {
+	name, namespace, ok := SplitServiceHost(host)
+	if !ok {
+		return "", "", &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}
+	}
+	return name, namespace, nil
+}
+
+// errNoSuchService is the lookup error of a Service the view does not
+// have.
+func errNoSuchService(name, namespace string) error {
+	return &net.DNSError{Err: "no such Service", Name: name + "." + namespace, IsNotFound: true}
+}
+
 // SplitServiceHost splits host, a Service's name as a client in the
 // cluster writes it, name.namespace, optionally followed by ".svc" or
 // ".svc.cluster.local" (and a final dot), into name and namespace. ok is
@@ -404,8 +421,10 @@ func SplitServiceHost(host string) (name, namespace string, ok bool) {
 // a refused backend (no endpoints, or a pod that no longer listens) shows
 // up as a reset of an accepted connection, not as a refused connect, and a
 // dropped one (internalTrafficPolicy Local with no endpoint on the node)
-// as an accepted connection that never answers. The client's address is
-// its source for sessionAffinity ClientIP. The forwarded connection ends
+// as an accepted connection that never answers. Without Rules, the
+// client's address is its source for sessionAffinity ClientIP; with
+// Rules, each connection is dialled anew through DialContext, from the
+// node's client. The forwarded connection ends
 // when either side closes; a half-close is passed on.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener, address string) error {
 	return p.serve(ctx, ln, address, false)

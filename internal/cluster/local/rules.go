@@ -14,10 +14,13 @@ import (
 )
 
 // writeRulesLocked writes the whole view into the node's kernel rules, if
-// it has any, and returns the kernel's error. p.mu is held, so that views
-// reach the kernel in the order they were made.
+// it has any, and returns the kernel's error. It is called with p.mu held,
+// and releases it: the view is read under p.mu, and written under
+// p.rulesMu, which it takes before it lets p.mu go, so that views reach the
+// kernel in the order they were made while dials go on.
 func (p *Proxy) writeRulesLocked() error {
 	if p.cfg.Rules == nil {
+		p.mu.Unlock()
 		return nil
 	}
 	var services []proxyrules.Service
@@ -47,6 +50,9 @@ func (p *Proxy) writeRulesLocked() error {
 		}
 		services = append(services, svc)
 	}
+	p.rulesMu.Lock()
+	defer p.rulesMu.Unlock()
+	p.mu.Unlock()
 	return p.cfg.Rules.Sync(services)
 }
 
@@ -74,15 +80,15 @@ func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
 	if _, err := netip.ParseAddr(host); err != nil {
-		name, namespace, ok := SplitServiceHost(host)
-		if !ok {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}}
+		name, namespace, err := serviceHost(host)
+		if err != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 		}
 		p.mu.Lock()
 		r := p.view[namespace+"/"+name]
 		p.mu.Unlock()
 		if r == nil || r.svc.Spec.ClusterIP == "" || r.svc.Spec.ClusterIP == corev1.ClusterIPNone {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no such Service", Name: name + "." + namespace, IsNotFound: true}}
+			return nil, &net.OpError{Op: "dial", Net: network, Err: errNoSuchService(name, namespace)}
 		}
 		host = r.svc.Spec.ClusterIP
 	}
