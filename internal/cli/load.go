@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/nodeagent"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 	"github.com/closingtime-dev/closingtime/retry"
 )
 
@@ -229,41 +231,86 @@ func clientErrorsWarning(e load.ClientErrors, path, set string) string {
 const routesStartTimeout = 30 * time.Second
 
 // podDialer returns the dialer of a load that runs in a pod of
-// `closingtime cluster`, which names its API server and node in the
-// environment (nodeagent.RoutingEnv): nodeagent.Routes.DialFromPod of the
-// node's routing view, once the view holds the Services and
-// EndpointSlices of the API server. Without the environment, it returns a
-// nil dialer (the generator's net.Dialer). The returned function stops the
-// view. A variable missing or a kubeconfig that cannot be read is a usage
-// error that names the variable and the file.
+// `closingtime cluster`, which names its API server in the environment:
+// in a pod network of namespaces (nodeagent.PodKubeconfigEnv),
+// nodeagent.Resolver.DialFromPod, which resolves Services' names to the
+// cluster IPs that the node's rules route; in the loopback model
+// (nodeagent.RoutingEnv), nodeagent.Routes.DialFromPod of a routing view
+// of the pod's node, once the view holds the Services and EndpointSlices
+// of the API server. Without either, it returns a nil dialer (the
+// generator's net.Dialer). The returned function stops what it started. A
+// variable missing or a kubeconfig that cannot be read is a usage error
+// that names the variable and the file.
 func podDialer(ctx context.Context) (load.Dialer, func(), error) {
-	path := os.Getenv(nodeagent.KubeconfigEnv)
+	env, path := nodeagent.PodKubeconfigEnv, os.Getenv(nodeagent.PodKubeconfigEnv)
+	if path == "" {
+		env, path = nodeagent.KubeconfigEnv, os.Getenv(nodeagent.KubeconfigEnv)
+	}
 	if path == "" {
 		return nil, func() {}, nil
+	}
+	rest, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, nil, usagef("load: %s=%s: %w", env, path, err)
+	}
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return nil, nil, usagef("load: %s=%s: %w", env, path, err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, routesStartTimeout)
+	defer cancel()
+	if env == nodeagent.PodKubeconfigEnv {
+		return resolverDialer(startCtx, client, rest.Host, path)
 	}
 	node := os.Getenv(nodeagent.NodeNameEnv)
 	if node == "" {
 		return nil, nil, usagef("load: %s is set but %s is not: the routing view needs the pod's node", nodeagent.KubeconfigEnv, nodeagent.NodeNameEnv)
 	}
-	rest, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		return nil, nil, usagef("load: %s=%s: %w", nodeagent.KubeconfigEnv, path, err)
-	}
-	client, err := kubernetes.NewForConfig(rest)
-	if err != nil {
-		return nil, nil, usagef("load: %s=%s: %w", nodeagent.KubeconfigEnv, path, err)
-	}
-	startCtx, cancel := context.WithTimeout(ctx, routesStartTimeout)
-	defer cancel()
 	minDelay, maxDelay, err := nodeagent.ParsePropagationDelay(os.Getenv(nodeagent.PropagationDelayEnv))
 	if err != nil {
 		return nil, nil, usagef("load: %w", err)
 	}
 	routes, err := nodeagent.StartRoutes(startCtx, nodeagent.RoutesConfig{Client: client, NodeName: node, MinDelay: minDelay, MaxDelay: maxDelay})
 	if err != nil {
-		return nil, nil, fmt.Errorf("load: routing view of node %s from the API server at %s (%s=%s): %w", node, rest.Host, nodeagent.KubeconfigEnv, path, err)
+		return nil, nil, fmt.Errorf("load: routing view of node %s from the API server at %s (%s=%s): %w", node, rest.Host, env, path, err)
 	}
 	return routes.DialFromPod, routes.Close, nil
+}
+
+// resolverDialer returns the dialer of a load in a pod of a network of
+// namespaces, whose API server at host the kubeconfig at path names:
+// nodeagent.Resolver.DialFromPod, tracked by the connection tracking of
+// the pod's node where nodeagent.NodeNetnsEnv names it. The returned
+// function stops the resolver and the tracking.
+func resolverDialer(ctx context.Context, client kubernetes.Interface, host, path string) (load.Dialer, func(), error) {
+	var tracker *podnet.Tracker
+	var nodeNS *podnet.Netns
+	if nsPath := os.Getenv(nodeagent.NodeNetnsEnv); nsPath != "" {
+		var err error
+		if nodeNS, err = podnet.JoinNetns(nsPath); err != nil {
+			return nil, nil, fmt.Errorf("load: %s=%s: the node's network namespace: %w", nodeagent.NodeNetnsEnv, nsPath, err)
+		}
+		if tracker, err = podnet.NewTracker(nodeNS); err != nil {
+			nodeNS.Close()
+			return nil, nil, fmt.Errorf("load: %s=%s: the node's connection tracking: %w", nodeagent.NodeNetnsEnv, nsPath, err)
+		}
+	}
+	stop := func() {
+		if tracker != nil {
+			tracker.Close()
+			nodeNS.Close()
+		}
+	}
+	var backend func(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool)
+	if tracker != nil {
+		backend = tracker.Backend
+	}
+	resolver, err := nodeagent.StartResolver(ctx, client, backend)
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("load: Services of the API server at %s (%s=%s): %w", host, nodeagent.PodKubeconfigEnv, path, err)
+	}
+	return resolver.DialFromPod, func() { resolver.Close(); stop() }, nil
 }
 
 // watchStopFile calls stop once path exists, as the seeds' load script

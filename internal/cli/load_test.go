@@ -442,6 +442,7 @@ func TestLoadRoutes(t *testing.T) {
 	}{
 		{"unreadable kubeconfig", nodeagent.RoutingEnv(missing, "load-node", 0, 0), []string{nodeagent.KubeconfigEnv, missing}},
 		{"no node", env[:1], []string{nodeagent.NodeNameEnv}},
+		{"unreadable pod kubeconfig", []corev1.EnvVar{{Name: nodeagent.PodKubeconfigEnv, Value: missing}}, []string{nodeagent.PodKubeconfigEnv, missing}},
 	} {
 		_, stderr, err := run(tt.env...)
 		var exit *exec.ExitError

@@ -181,7 +181,7 @@ const (
 )
 
 // DefaultServiceCIDR is the range of Services' cluster IPs of the embedded
-// cluster, as kubeadm's default --service-cluster-ip-range (its first
+// cluster and of `closingtime cluster`'s API server, as kubeadm's default --service-cluster-ip-range (its first
 // address is the API server's own Service, "kubernetes"). It exists only
 // inside the cluster's network namespaces.
 const DefaultServiceCIDR = "10.96.0.0/12"

@@ -18,6 +18,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
 // controllers are the controllers that the kube-controller-manager runs:
@@ -32,8 +34,9 @@ var controllers = []string{
 }
 
 // ServiceCIDR is the range the API server gives Services their cluster IP
-// from. Nothing routes it: there is no kube-proxy.
-const ServiceCIDR = "10.0.0.0/24"
+// from: the embedded cluster's, which the node agents' rules route in
+// their nodes' namespaces, and nothing routes on the machine.
+const ServiceCIDR = cluster.DefaultServiceCIDR
 
 // startTimeout bounds the start of each process, until it is healthy.
 const startTimeout = 2 * time.Minute

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -93,7 +94,8 @@ func (p *pki) issue(name, commonName string, organizations []string, server bool
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		// The API server is also reached as the kubernetes Service, whose
 		// address is the first of the service range.
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 0, 0, 1)}
+		kubernetes := netip.MustParsePrefix(ServiceCIDR).Addr().Next()
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IP(kubernetes.AsSlice())}
 		tmpl.DNSNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.key)

@@ -91,6 +91,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) error {
 	if err != nil {
 		return err
 	}
+	logf("pod network: %s", agents.Network())
 	defer func() {
 		logf("stopping the nodes: every pod is killed")
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout/2)

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/nodeagent"
 )
 
 // The files of a cluster's state directory. Down removes these and
@@ -29,7 +31,7 @@ const (
 )
 
 // clusterFiles are the files that a cluster puts in its state directory.
-var clusterFiles = []string{stateFile, logFile, kubeconfigFile, controlPlaneDir}
+var clusterFiles = []string{stateFile, logFile, kubeconfigFile, nodeagent.PodKubeconfigFile, controlPlaneDir}
 
 // Phase is how far a cluster's daemon has come, as its State records it.
 type Phase string

@@ -560,6 +560,8 @@ func create(t *testing.T, client kubernetes.Interface, ns string, objects ...any
 			_, err = client.AppsV1().Deployments(ns).Create(ctx, o, metav1.CreateOptions{})
 		case *policyv1.PodDisruptionBudget:
 			_, err = client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Pod:
+			_, err = client.CoreV1().Pods(ns).Create(ctx, o, metav1.CreateOptions{})
 		default:
 			t.Fatalf("create %T: not a kind of the tests", o)
 		}

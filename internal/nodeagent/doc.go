@@ -21,11 +21,16 @@
 // never from where the pods were placed. [StartNodes] starts a scheduler
 // and N agents, as the embedded cluster has N nodes.
 //
-// [Routes] is a node's routing view of the Services, fed by the API
-// server's EndpointSlices as a node's kube-proxy is; [Routes.DialFromPod]
-// is the dialer of a process in a pod on that node, such as a load pod's
-// `closingtime load`, which finds its node in the variables of
-// [RoutingEnv].
+// [Nodes] gives the pods the embedded cluster's network: where the system
+// allows, a network namespace per pod on its node's bridge (package
+// podnet), each node's routing view ([Routes]), fed by the API server's
+// EndpointSlices as a node's kube-proxy is, written into the node's
+// nftables as kube-proxy's nftables mode writes it, and a relay to the API
+// server for the pods ([PodKubeconfigEnv]), whose `closingtime load`
+// resolves Services' names with a [Resolver]. On the loopback model, where
+// the system allows no namespaces, a process in a pod routes through a view
+// of its own instead, [Routes.DialFromPod], which finds its node in the
+// variables of [RoutingEnv].
 //
 // The control plane runs no node lifecycle controller: a node whose agent
 // stopped keeps its last status, Ready included, and its pods, until it is

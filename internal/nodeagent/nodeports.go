@@ -38,6 +38,10 @@ type NodePortsConfig struct {
 	// MinDelay and MaxDelay bound the view's extra delay in applying an
 	// endpoint change, as RoutesConfig's.
 	MinDelay, MaxDelay time.Duration
+	// Routes, if not nil, is node NodeName's routing view, which the
+	// caller closes after NodePorts; if nil, NodePorts starts one of its
+	// own from Client, with the delays above, and closes it.
+	Routes *Routes
 	// Logf, if not nil, receives a line each time a node port starts or
 	// stops being served, or cannot be.
 	Logf func(format string, args ...any)
@@ -70,13 +74,14 @@ type NodePortsConfig struct {
 //
 // Close stops it.
 type NodePorts struct {
-	cfg    NodePortsConfig
-	routes *Routes
-	events record.EventBroadcaster
-	api    record.EventRecorder
-	ctx    context.Context // ends at Close, with every forwarded connection
-	cancel context.CancelFunc
-	served sync.WaitGroup // the listeners' Serve calls, draining ones too
+	cfg     NodePortsConfig
+	routes  *Routes
+	handler cache.ResourceEventHandlerRegistration // on the Services of routes
+	events  record.EventBroadcaster
+	api     record.EventRecorder
+	ctx     context.Context // ends at Close, with every forwarded connection
+	cancel  context.CancelFunc
+	served  sync.WaitGroup // the listeners' Serve calls, draining ones too
 
 	mu        sync.Mutex
 	closed    bool
@@ -113,9 +118,12 @@ func StartNodePorts(ctx context.Context, cfg NodePortsConfig) (*NodePorts, error
 	if cfg.Client == nil || cfg.NodeName == "" {
 		return nil, errors.New("node ports: NodePortsConfig.Client and NodePortsConfig.NodeName are required")
 	}
-	routes, err := StartRoutes(ctx, RoutesConfig{Client: cfg.Client, NodeName: cfg.NodeName, MinDelay: cfg.MinDelay, MaxDelay: cfg.MaxDelay})
-	if err != nil {
-		return nil, fmt.Errorf("node ports: %w", err)
+	routes := cfg.Routes
+	if routes == nil {
+		var err error
+		if routes, err = StartRoutes(ctx, RoutesConfig{Client: cfg.Client, NodeName: cfg.NodeName, MinDelay: cfg.MinDelay, MaxDelay: cfg.MaxDelay}); err != nil {
+			return nil, fmt.Errorf("node ports: %w", err)
+		}
 	}
 	n := &NodePorts{cfg: cfg, routes: routes, listeners: map[string]map[int32]*nodePortListener{}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -129,12 +137,13 @@ func StartNodePorts(ctx context.Context, cfg NodePortsConfig) (*NodePorts, error
 		UpdateFunc: func(_, obj any) { n.serviceChanged(obj) },
 		DeleteFunc: func(obj any) { n.serviceChanged(obj) },
 	}
-	reg, err := routes.factory.Core().V1().Services().Informer().AddEventHandler(handler)
+	var err error
+	n.handler, err = routes.factory.Core().V1().Services().Informer().AddEventHandler(handler)
 	if err != nil {
 		n.Close()
 		return nil, fmt.Errorf("node ports: %w", err)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), n.handler.HasSynced) {
 		n.Close()
 		return nil, fmt.Errorf("node ports: listen on the Services' node ports: %w", ctx.Err())
 	}
@@ -222,7 +231,8 @@ func (n *NodePorts) logf(format string, args ...any) {
 }
 
 // Close closes every listener and every connection it forwarded, stops
-// the routing view and the Events, and returns when all of them are gone.
+// the routing view (unless NodePortsConfig.Routes gave it) and the Events,
+// and returns when all of them are gone.
 // Close may be called again.
 func (n *NodePorts) Close() {
 	n.mu.Lock()
@@ -240,7 +250,11 @@ func (n *NodePorts) Close() {
 	n.mu.Unlock()
 	n.cancel()
 	// The informer stops calling sync, which the lock above made a no-op.
-	n.routes.Close()
+	if n.cfg.Routes == nil {
+		n.routes.Close()
+	} else if n.handler != nil {
+		n.routes.factory.Core().V1().Services().Informer().RemoveEventHandler(n.handler)
+	}
 	n.served.Wait()
 	n.events.Shutdown()
 }

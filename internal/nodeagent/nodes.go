@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -40,8 +41,13 @@ type NodesConfig struct {
 	// if zero.
 	Nodes int
 	// Kubelet is the template of every node's kubelet; see Config.Kubelet.
-	// Its PodCIDR is set per node, and RoutingEnv is added to its Env.
+	// Its Network, PodCIDR and Services are set per node, and the
+	// variables of the pods' routing (RoutingEnv, PodKubeconfigEnv) are
+	// added to its Env.
 	Kubelet local.KubeletConfig
+	// Network is how pods are networked, as the embedded cluster's
+	// (local.Config.Network): local.NetworkAuto if empty.
+	Network local.NetworkMode
 	// Recorder, if set, receives every node's kubelet events.
 	Recorder cluster.Recorder
 	// MinPropagationDelay and MaxPropagationDelay bound the delay with
@@ -63,21 +69,33 @@ type NodesConfig struct {
 }
 
 // Nodes is a scheduler and the node agents of a cluster, as the embedded
-// cluster has them: nodes node-1…node-N whose pods take their addresses
-// from a /16 of 127.0.0.0/8 claimed across the machine's processes
-// (local.ClaimFreeRange), a /24 per node (podnet.NodePodCIDR).
+// cluster has them: nodes node-1…node-N, whose pods take their addresses
+// from a /24 per node (podnet.NodePodCIDR) of the cluster's pod range.
+//
+// With network namespaces (NodesConfig.Network), the pod range is
+// podnet.DefaultPodCIDR inside a podnet.Network, each node's routing view
+// ([Routes]) is written into its namespace, as its kube-proxy would write
+// it, and the pods reach the API server at a host of the network that
+// relays to it ([PodKubeconfigEnv]). In the loopback model, the pod range
+// is a /16 of 127.0.0.0/8 claimed across the machine's processes
+// (local.ClaimFreeRange), and each pod that calls a Service routes
+// through a view of its own (RoutingEnv).
 type Nodes struct {
 	scheduler *Scheduler
 	nodePorts *NodePorts // nil unless NodesConfig.NodePorts
 	agents    []*Agent
 	servers   []*http.Server // the kubelet APIs, one per agent
-	claim     io.Closer
+	network   *podnet.Network
+	fallback  string    // why there is no network, where one was wanted
+	routes    []*Routes // each node's, with a network
+	apiRelay  *apiRelay // with a network
+	claim     io.Closer // the loopback range, without a network
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// StartNodes claims a pod range and starts the scheduler and the agents.
-// ctx bounds the start only; Close stops them.
+// StartNodes starts the network, the scheduler and the agents. ctx bounds
+// the start only; Close stops them.
 func StartNodes(ctx context.Context, cfg NodesConfig) (*Nodes, error) {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = local.DefaultNodes
@@ -97,13 +115,23 @@ func StartNodes(ctx context.Context, cfg NodesConfig) (*Nodes, error) {
 	}
 	rest.QPS, rest.Burst = cluster.DefaultKubeletAPIQPS, cluster.DefaultKubeletAPIBurst
 	newClient := func() (kubernetes.Interface, error) { return kubernetes.NewForConfig(rest) }
-	cidr, claim, err := local.ClaimFreeRange()
+	n := &Nodes{}
+	if n.network, n.fallback, err = local.NewNetwork(cfg.Network, cfg.Nodes, netip.Prefix{}); err != nil {
+		return nil, fmt.Errorf("nodes: %w", err)
+	}
+	var cidr netip.Prefix
+	if n.network != nil {
+		cidr = n.network.PodCIDR()
+		n.apiRelay, err = startAPIRelay(n.network, cfg.Kubeconfig, rest.Host)
+	} else {
+		cidr, n.claim, err = local.ClaimFreeRange()
+	}
 	if err != nil {
+		n.Close(context.Background())
 		return nil, err
 	}
-	n := &Nodes{claim: claim}
 	for i := 1; i <= cfg.Nodes; i++ {
-		if err := n.start(ctx, cfg, "node-"+strconv.Itoa(i), podnet.NodePodCIDR(cidr, i), newClient); err != nil {
+		if err := n.start(ctx, cfg, i, podnet.NodePodCIDR(cidr, i), newClient); err != nil {
 			n.Close(context.Background())
 			return nil, err
 		}
@@ -114,8 +142,11 @@ func StartNodes(ctx context.Context, cfg NodesConfig) (*Nodes, error) {
 	}
 	if err == nil && cfg.NodePorts {
 		if client, err = newClient(); err == nil {
-			n.nodePorts, err = StartNodePorts(ctx, NodePortsConfig{Client: client, NodeName: "node-1",
-				MinDelay: cfg.MinPropagationDelay, MaxDelay: cfg.MaxPropagationDelay, Logf: cfg.Logf})
+			pc := NodePortsConfig{Client: client, NodeName: "node-1", MinDelay: cfg.MinPropagationDelay, MaxDelay: cfg.MaxPropagationDelay, Logf: cfg.Logf}
+			if n.routes != nil {
+				pc.Routes = n.routes[0]
+			}
+			n.nodePorts, err = StartNodePorts(ctx, pc)
 		}
 	}
 	if err != nil {
@@ -125,16 +156,38 @@ func StartNodes(ctx context.Context, cfg NodesConfig) (*Nodes, error) {
 	return n, nil
 }
 
-// start starts the agent of node name, and its kubelet API if cfg has
-// one.
-func (n *Nodes) start(ctx context.Context, cfg NodesConfig, name string, cidr netip.Prefix, newClient func() (kubernetes.Interface, error)) error {
+// Network says how the pods are networked: "netns", or "loopback" and,
+// where namespaces were wanted, why none could be made.
+func (n *Nodes) Network() string {
+	if n.network != nil {
+		return "netns"
+	}
+	return podnet.NewLoopbackNode(netip.Prefix{}, n.fallback).Isolation()
+}
+
+// start starts the agent of node i, its routing view with a network, and
+// its kubelet API if cfg has one.
+func (n *Nodes) start(ctx context.Context, cfg NodesConfig, i int, cidr netip.Prefix, newClient func() (kubernetes.Interface, error)) error {
+	name := "node-" + strconv.Itoa(i)
 	client, err := newClient()
 	if err != nil {
 		return err
 	}
 	kc := cfg.Kubelet
-	kc.PodCIDR = cidr
-	kc.Env = append(RoutingEnv(cfg.Kubeconfig, name, cfg.MinPropagationDelay, cfg.MaxPropagationDelay), kc.Env...)
+	if n.network != nil {
+		node := n.network.Nodes()[i-1]
+		routes, err := StartRoutes(ctx, RoutesConfig{Client: client, NodeName: name, MinDelay: cfg.MinPropagationDelay, MaxDelay: cfg.MaxPropagationDelay,
+			Node: node, PodCIDR: n.network.PodCIDR()})
+		if err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+		n.routes = append(n.routes, routes)
+		kc.Network, kc.Services = node, routes.ServicesOf
+		kc.Env = append([]corev1.EnvVar{{Name: PodKubeconfigEnv, Value: n.apiRelay.kubeconfig}, {Name: NodeNetnsEnv, Value: node.Netns().Path()}}, kc.Env...)
+	} else {
+		kc.Network = podnet.NewLoopbackNode(cidr, n.fallback)
+		kc.Env = append(RoutingEnv(cfg.Kubeconfig, name, cfg.MinPropagationDelay, cfg.MaxPropagationDelay), kc.Env...)
+	}
 	ac := Config{Client: client, NodeName: name, Kubelet: kc, Recorder: cfg.Recorder}
 	var ln net.Listener
 	if cfg.KubeletTLS != nil {
@@ -182,9 +235,21 @@ func (n *Nodes) Close(ctx context.Context) error {
 			wg.Go(func() { agentErrs[i] = a.Close(ctx) })
 		}
 		wg.Wait()
-		// After every pod is gone: the range is free again.
 		errs = append(errs, agentErrs...)
-		errs = append(errs, n.claim.Close())
+		// After every pod is gone: the routes, the relay and the network
+		// go, or the range is free again.
+		for _, r := range n.routes {
+			r.Close()
+		}
+		if n.apiRelay != nil {
+			errs = append(errs, n.apiRelay.close())
+		}
+		if n.network != nil {
+			errs = append(errs, n.network.Close())
+		}
+		if n.claim != nil {
+			errs = append(errs, n.claim.Close())
+		}
 		n.closeErr = errors.Join(errs...)
 	})
 	return n.closeErr

@@ -23,6 +23,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
 // Environment variables that let a process in a pod reach Services through
@@ -125,6 +126,16 @@ type RoutesConfig struct {
 	// Recorder receives an EndpointsApplied event each time the view of a
 	// Service changes; events are dropped if nil.
 	Recorder cluster.Recorder
+	// Node, if not nil, is the node's network namespace, where the view
+	// is written as kube-proxy's nftables mode writes a node's rules
+	// (local.NewNodeProxy), for the node's pods, whose addresses are
+	// those of PodCIDR, the cluster's pod range. If nil, the view is the
+	// loopback model's: its addresses are on the machine's loopback
+	// interface (PodIPOnNode), and it routes only the connections that
+	// DialContext makes.
+	Node *podnet.NetnsNode
+	// PodCIDR is the cluster's pod range, with Node.
+	PodCIDR netip.Prefix
 }
 
 // Routes is a node's routing view of the Services of a real API server,
@@ -134,10 +145,13 @@ type RoutesConfig struct {
 // rules (Ready ones, else serving and terminating ones, refused when there
 // are none, internalTrafficPolicy Local, sessionAffinity ClientIP). The
 // EndpointSlices of a Service are those labelled kubernetes.io/service-name
-// with its name, whoever wrote them. Their addresses reach the view, and
-// its events, as [PodIPOnNode] gives them: connections go to loopback
-// addresses only. It is safe for concurrent use; Close stops it.
+// with its name, whoever wrote them. With a RoutesConfig.Node, the view is
+// written into the node's kernel, and the pods' own connections to cluster
+// IPs follow it; without, the addresses reach the view, and its events, as
+// [PodIPOnNode] gives them, and only DialContext's connections follow it.
+// It is safe for concurrent use; Close stops it.
 type Routes struct {
+	kernel   bool // written into a node's namespace: addresses are the API's
 	proxy    *local.Proxy
 	factory  informers.SharedInformerFactory
 	stop     chan struct{}
@@ -158,13 +172,19 @@ func StartRoutes(ctx context.Context, cfg RoutesConfig) (*Routes, error) {
 	if cfg.Client == nil || cfg.NodeName == "" {
 		return nil, errors.New("routes: RoutesConfig.Client and RoutesConfig.NodeName are required")
 	}
-	proxy, err := local.NewProxy(local.ProxyConfig{NodeName: cfg.NodeName, MinPropagationDelay: cfg.MinDelay, MaxPropagationDelay: cfg.MaxDelay,
-		Recorder: cfg.Recorder})
+	pc := local.ProxyConfig{NodeName: cfg.NodeName, MinPropagationDelay: cfg.MinDelay, MaxPropagationDelay: cfg.MaxDelay, Recorder: cfg.Recorder}
+	var proxy *local.Proxy
+	var err error
+	if cfg.Node != nil {
+		proxy, err = local.NewNodeProxy(pc, cfg.Node, cfg.PodCIDR)
+	} else {
+		proxy, err = local.NewProxy(pc)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("routes: RoutesConfig.MinDelay, MaxDelay: %w", err)
+		return nil, fmt.Errorf("routes: RoutesConfig.MinDelay, MaxDelay, Node: %w", err)
 	}
 	factory := informers.NewSharedInformerFactory(cfg.Client, 0)
-	r := &Routes{proxy: proxy, factory: factory, stop: make(chan struct{}),
+	r := &Routes{kernel: cfg.Node != nil, proxy: proxy, factory: factory, stop: make(chan struct{}),
 		services: factory.Core().V1().Services().Lister(), slices: factory.Discovery().V1().EndpointSlices().Lister()}
 	svcHandler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.serviceChanged(obj) },
@@ -283,9 +303,25 @@ func (r *Routes) sync(namespace, name string) {
 	r.proxy.Publish(svc, slices)
 }
 
+// ServicesOf returns the Services of namespace that the view holds, by
+// name: those whose variables a kubelet gives a container
+// (local.KubeletConfig.Services).
+func (r *Routes) ServicesOf(namespace string) []*corev1.Service {
+	list, err := r.services.Services(namespace).List(labels.Everything())
+	if err != nil {
+		return nil // a lister reads a local cache: it does not fail
+	}
+	slices.SortFunc(list, func(a, b *corev1.Service) int { return strings.Compare(a.Name, b.Name) })
+	for i, svc := range list {
+		list[i] = svc.DeepCopy()
+	}
+	return list
+}
+
 // slicesOf returns the EndpointSlices of Service namespace/name in the
 // cache, by name, so that the events describe their endpoints in a stable
-// order, each a copy with its addresses on the node (PodIPOnNode).
+// order, each a copy, with its addresses on the node (PodIPOnNode) in the
+// loopback model.
 func (r *Routes) slicesOf(namespace, name string) ([]*discoveryv1.EndpointSlice, error) {
 	selector := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name})
 	list, err := r.slices.EndpointSlices(namespace).List(selector)
@@ -296,6 +332,9 @@ func (r *Routes) slicesOf(namespace, name string) ([]*discoveryv1.EndpointSlice,
 	for i, s := range list {
 		// The cache's objects are shared: change copies only.
 		list[i] = s.DeepCopy()
+		if r.kernel {
+			continue
+		}
 		for _, ep := range list[i].Endpoints {
 			for j, a := range ep.Addresses {
 				if addr, err := netip.ParseAddr(a); err == nil {
@@ -316,12 +355,17 @@ func (r *Routes) slicesOf(namespace, name string) ([]*discoveryv1.EndpointSlice,
 // failure (*net.DNSError) for a Service the view does not hold.
 //
 // The connection's RemoteAddr is the pod's address as the API knows it
-// (PodIPInAPI), the one in its status and its pod_started event, as a
-// client in a real cluster sees its pod's IP; it reaches the address on
-// the node. A connect to a pod that fails names that address too, in its
-// *net.OpError's Addr.
+// (PodIPInAPI), the one in its status and its pod_started event; it
+// reaches the address on the node. A connect to a pod that fails names
+// that address too, in its *net.OpError's Addr. With a RoutesConfig.Node,
+// the connection comes from a client pod on the node, through the node's
+// rules, and the address is the endpoint that conntrack saw the rules
+// pick.
 func (r *Routes) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	c, err := r.proxy.DialContext(ctx, network, address)
+	if r.kernel {
+		return c, err
+	}
 	if err != nil {
 		return nil, dialErrorInAPI(err)
 	}
@@ -382,7 +426,8 @@ type apiAddrConn struct {
 func (c *apiAddrConn) RemoteAddr() net.Addr { return c.remote }
 
 // Close stops the informers and the changes still on their way; the view
-// stays as it was, and dialing goes on working. Close may be called
+// stays as it was, and dialing goes on working, but with a
+// RoutesConfig.Node, whose rules and client pod go. Close may be called
 // again.
 func (r *Routes) Close() {
 	r.closeOnce.Do(func() {

@@ -29,14 +29,14 @@ const (
 	eventWait = 50 * time.Millisecond
 )
 
-// tracker follows where a node's rules send each new TCP connection, from
+// Tracker follows where a node's rules send each new TCP connection, from
 // the kernel's connection tracking: its events of new connections, kept
 // for recentFor, and its table, for connections it still tracks. A
 // connection that a pod refused is gone from the table at once (the
 // kernel drops a connection whose only answer is a reset): its event
-// tells.
-type tracker struct {
-	fd       int // the namespace's
+// tells. It is safe for concurrent use.
+type Tracker struct {
+	ns       *Netns
 	query    *conntrack.Conn
 	done     chan struct{} // closed by close
 	followed chan struct{} // closed when follow returns
@@ -60,13 +60,15 @@ type seenFlow struct {
 // connections while the tracker's goroutine waits for the processor.
 const eventBuffer = 8 << 20
 
-// newTracker starts following the connections of namespace ns.
-func newTracker(ns *Netns) (*tracker, error) {
-	query, err := conntrack.Dial(&netlink.Config{NetNS: ns.FD()})
+// NewTracker starts following the connections of namespace ns, which must
+// stay open until Close: a node's, or, in another process, the node's that
+// JoinNetns joined. It needs CAP_NET_ADMIN in the namespace.
+func NewTracker(ns *Netns) (*Tracker, error) {
+	query, err := dialConntrack(ns)
 	if err != nil {
 		return nil, fmt.Errorf("conntrack: %w", err)
 	}
-	t := &tracker{fd: ns.FD(), query: query, done: make(chan struct{}), followed: make(chan struct{}),
+	t := &Tracker{ns: ns, query: query, done: make(chan struct{}), followed: make(chan struct{}),
 		recent: map[flowKey]seenFlow{}, arrived: make(chan struct{})}
 	ch, errc, err := t.listen()
 	if err != nil {
@@ -77,10 +79,21 @@ func newTracker(ns *Netns) (*tracker, error) {
 	return t, nil
 }
 
+// dialConntrack opens a conntrack connection in ns, on its thread: a
+// netlink socket belongs to the namespace it is made in.
+func dialConntrack(ns *Netns) (*conntrack.Conn, error) {
+	var c *conntrack.Conn
+	var err error
+	if derr := ns.Do(func() { c, err = conntrack.Dial(nil) }); derr != nil {
+		return nil, derr
+	}
+	return c, err
+}
+
 // listen subscribes to the events of new connections on a connection of
 // its own, which becomes t.events.
-func (t *tracker) listen() (<-chan conntrack.Event, <-chan error, error) {
-	events, err := conntrack.Dial(&netlink.Config{NetNS: t.fd})
+func (t *Tracker) listen() (<-chan conntrack.Event, <-chan error, error) {
+	events, err := dialConntrack(t.ns)
 	if err != nil {
 		return nil, nil, fmt.Errorf("conntrack events: %w", err)
 	}
@@ -113,7 +126,7 @@ func (t *tracker) listen() (<-chan conntrack.Event, <-chan error, error) {
 // full and dropped some), it listens anew: the events lost are lost, and
 // so is where their connections went, if they end before the table is
 // asked.
-func (t *tracker) follow(ch <-chan conntrack.Event, errc <-chan error) {
+func (t *Tracker) follow(ch <-chan conntrack.Event, errc <-chan error) {
 	defer close(t.followed)
 	prune := time.NewTicker(recentFor)
 	defer prune.Stop()
@@ -159,11 +172,13 @@ func (t *tracker) follow(ch <-chan conntrack.Event, errc <-chan error) {
 	}
 }
 
-// backend returns where the connection from from to to, tried at since or
-// later, went: the kernel's table has it while it tracks it; else the
-// event of its start, if it came at since or later (an earlier one is of
-// another connection of the same ports).
-func (t *tracker) backend(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool) {
+// Backend returns where the connection from from to to, tried at since or
+// later, went: the address and port the namespace's rules translated to,
+// as the kernel's table has it while it tracks it; else as the event of
+// its start told, if it came at since or later (an earlier one is of
+// another connection of the same ports). ok is false when the namespace
+// saw no such connection in the last 10 s, or did not translate it.
+func (t *Tracker) Backend(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool) {
 	if flow, err := t.query.Get(conntrack.NewFlow(unix.IPPROTO_TCP, 0, from.Addr(), to.Addr(), from.Port(), to.Port(), 0, 0)); err == nil {
 		b := netip.AddrPortFrom(flow.TupleReply.IP.SourceAddress, flow.TupleReply.Proto.SourcePort)
 		return b, b != to
@@ -189,9 +204,9 @@ func (t *tracker) backend(from, to netip.AddrPort, since time.Time) (netip.AddrP
 	}
 }
 
-// close stops following. The events' connection closes first, while
+// Close stops following. The events' connection closes first, while
 // follow still takes what its worker sends, so that the worker can end.
-func (t *tracker) close() error {
+func (t *Tracker) Close() error {
 	t.mu.Lock()
 	t.closing = true
 	events := t.events

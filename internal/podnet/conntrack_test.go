@@ -39,7 +39,7 @@ func TestTrackerOverflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	trackConnections(t, ns)
-	tr, err := newTracker(ns)
+	tr, err := NewTracker(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestTrackerOverflow(t *testing.T) {
 	burst(5000)
 	closed := make(chan error, 1)
 	tr.mu.Lock()
-	go func() { closed <- tr.close() }()
+	go func() { closed <- tr.Close() }()
 	// Events wait for the tracker when its close begins: let the close
 	// get as far as it gets without them (a tracker that stops following
 	// first stops at once) before the lock goes.

@@ -19,8 +19,39 @@ import (
 // the namespace's, so routes, rules and conntrack are the namespace's; it
 // is a plain *net.TCPConn. The errors are those of the net package: an
 // *net.OpError that wraps the connect's errno (syscall.ECONNREFUSED…) or,
-// when ctx ends first, ctx.Err().
+// when ctx ends first, ctx.Err(). Unlike net.Dialer's, a failed connect's
+// error names the address it was made from (Source), by which the
+// connection tracking of a node tells where its rules sent it
+// ([Tracker.Backend]).
 func (n *Netns) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return dial(ctx, network, address, func(family int) (fd int, err error) {
+		if derr := n.Do(func() { fd, err = newSocket(family) }); derr != nil {
+			return -1, derr
+		}
+		return fd, err
+	})
+}
+
+// DialContext is [Netns.DialContext] from the namespace the calling
+// thread is in: for a process in a pod, whose connect that fails must name
+// its source address too.
+func DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return dial(ctx, network, address, newSocket)
+}
+
+// newSocket makes a non-blocking TCP socket of family in the calling
+// thread's namespace.
+func newSocket(family int) (int, error) {
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	return fd, nil
+}
+
+// dial is DialContext through socket, which makes the socket of an
+// address family.
+func dial(ctx context.Context, network, address string, socket func(family int) (int, error)) (net.Conn, error) {
 	opErr := func(addr net.Addr, err error) error {
 		return &net.OpError{Op: "dial", Net: network, Addr: addr, Err: err}
 	}
@@ -41,14 +72,9 @@ func (n *Netns) DialContext(ctx context.Context, network, address string) (net.C
 	if ap.Addr().Is6() && !ap.Addr().Is4In6() {
 		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
 	}
-	var fd int
-	if derr := n.Do(func() {
-		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
-	}); derr != nil {
-		return nil, opErr(raddr, derr)
-	}
+	fd, err := socket(family)
 	if err != nil {
-		return nil, opErr(raddr, os.NewSyscallError("socket", err))
+		return nil, opErr(raddr, err)
 	}
 	conn, laddr, err := connect(ctx, fd, sa)
 	if err != nil {

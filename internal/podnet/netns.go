@@ -3,6 +3,7 @@ package podnet
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -15,6 +16,7 @@ import (
 // making sockets, starting processes. It is safe for concurrent use.
 type Netns struct {
 	fd   int
+	tid  int // the thread's
 	work chan func()
 	done chan struct{}
 
@@ -34,9 +36,40 @@ var ErrUnsupported = errors.New("podnet: network namespaces are not available")
 // NewNetns makes a network namespace with nothing in it but a loopback
 // interface, which is down. Close frees it.
 func NewNetns() (*Netns, error) {
+	return startNetns(func() error {
+		err := unix.Unshare(unix.CLONE_NEWNET)
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSPC) {
+			err = fmt.Errorf("%w: unshare(CLONE_NEWNET): %v", ErrUnsupported, err)
+		}
+		return err
+	})
+}
+
+// JoinNetns returns a Netns of the network namespace at path, such as
+// another process's node ([Netns.Path]): its thread joins the namespace,
+// which the Netns keeps from being freed until Close. It needs
+// CAP_SYS_ADMIN, and, where path belongs to another process, the right to
+// read that process's /proc entries.
+func JoinNetns(path string) (*Netns, error) {
+	return startNetns(func() error {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open network namespace %s: %w", path, err)
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("join network namespace %s: %w", path, err)
+		}
+		return nil
+	})
+}
+
+// startNetns starts the thread of a Netns, which enter moves into its
+// namespace.
+func startNetns(enter func() error) (*Netns, error) {
 	n := &Netns{work: make(chan func()), done: make(chan struct{})}
 	ready := make(chan error, 1)
-	go n.run(ready)
+	go n.run(enter, ready)
 	if err := <-ready; err != nil {
 		return nil, err
 	}
@@ -44,12 +77,12 @@ func NewNetns() (*Netns, error) {
 }
 
 // run is the namespace's thread: a thread of the runtime's, locked to the
-// goroutine, moved into a new namespace, and moved back into its own once
+// goroutine, moved into the namespace by enter, and moved back into its own once
 // the Netns is closed, before it goes back to the runtime. It must not end
 // with the goroutine instead: the processes it started have a
 // parent-death signal, which a thread's end sends (PR_SET_PDEATHSIG) —
 // and so would that of any thread that had started a process before.
-func (n *Netns) run(ready chan<- error) {
+func (n *Netns) run(enter func() error, ready chan<- error) {
 	runtime.LockOSThread()
 	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -58,11 +91,9 @@ func (n *Netns) run(ready chan<- error) {
 		return
 	}
 	defer unix.Close(home)
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+	if err := enter(); err != nil {
+		// A failed unshare or setns leaves the thread where it was.
 		runtime.UnlockOSThread()
-		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSPC) {
-			err = fmt.Errorf("%w: unshare(CLONE_NEWNET): %v", ErrUnsupported, err)
-		}
 		ready <- err
 		return
 	}
@@ -75,10 +106,10 @@ func (n *Netns) run(ready chan<- error) {
 	}()
 	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		ready <- fmt.Errorf("open the new network namespace: %w", err)
+		ready <- fmt.Errorf("open the network namespace: %w", err)
 		return
 	}
-	n.fd = fd
+	n.fd, n.tid = fd, unix.Gettid()
 	ready <- nil
 	for fn := range n.work {
 		fn()
@@ -89,6 +120,13 @@ func (n *Netns) run(ready chan<- error) {
 // FD returns a file descriptor of the namespace, for netlink and nftables
 // connections to it; it is valid until Close.
 func (n *Netns) FD() int { return n.fd }
+
+// Path returns the path by which another process of the machine (root, or
+// of closingtime's user namespace) opens the namespace while the Netns is
+// open: the namespace of its thread, in /proc.
+func (n *Netns) Path() string {
+	return fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), n.tid)
+}
 
 // Do runs fn on the namespace's thread and returns when it has: what fn
 // makes (a socket, a netlink connection, a process) is made inside the

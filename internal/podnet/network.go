@@ -173,6 +173,8 @@ func (nw *Network) addNode(sw *netlink.Handle, i int) (*NetnsNode, error) {
 	if err := up(n.nl, "lo", bridgeName, podIfName); err != nil {
 		return n, err
 	}
+	waitOperUp(sw, port)
+	waitOperUp(n.nl, podIfName)
 	if err := n.nl.RouteAdd(&netlink.Route{Gw: net.IP(switchGateway.AsSlice())}); err != nil {
 		return n, fmt.Errorf("default route: %w", err)
 	}
@@ -190,7 +192,7 @@ func (nw *Network) addNode(sw *netlink.Handle, i int) (*NetnsNode, error) {
 		}
 		return n, err
 	}
-	if n.tracker, err = newTracker(ns); err != nil {
+	if n.tracker, err = NewTracker(ns); err != nil {
 		return n, err
 	}
 	for _, m := range nw.nodes {
@@ -246,7 +248,7 @@ type NetnsNode struct {
 	podCIDR netip.Prefix
 	gateway netip.Addr
 	alloc   *allocator
-	tracker *tracker
+	tracker *Tracker
 
 	mu        sync.Mutex
 	sandboxes map[*netnsSandbox]bool
@@ -279,7 +281,7 @@ func (n *NetnsNode) DialContext(ctx context.Context, network, address string) (n
 // translate it: a Service without endpoints rejects a connection before
 // it is tracked.
 func (n *NetnsNode) Backend(from, to netip.AddrPort, since time.Time) (backend netip.AddrPort, ok bool) {
-	return n.tracker.backend(from, to, since)
+	return n.tracker.Backend(from, to, since)
 }
 
 // NewSandbox makes a pod's network namespace, with a loopback interface
@@ -321,7 +323,7 @@ func (n *NetnsNode) close() error {
 		n.nl.Close()
 	}
 	if n.tracker != nil {
-		errs = append(errs, n.tracker.close())
+		errs = append(errs, n.tracker.Close())
 	}
 	return errors.Join(append(errs, n.ns.Close())...)
 }
@@ -375,7 +377,30 @@ func (s *netnsSandbox) build() error {
 	if err := h.RouteAdd(&netlink.Route{Gw: net.IP(s.node.gateway.AsSlice())}); err != nil {
 		return fmt.Errorf("default route: %w", err)
 	}
+	waitOperUp(s.node.nl, s.host)
+	waitOperUp(h, podIfName)
 	return nil
+}
+
+// linkUpWait bounds the wait for a new link to become operational.
+const linkUpWait = time.Second
+
+// waitOperUp waits until link name of h's namespace is operational, for
+// at most linkUpWait. A veth's carrier comes up with both its ends, but
+// the kernel activates its transmit queue a moment later, from a work
+// queue, and drops what is sent before: a connect that came first would
+// lose its first ARP request or SYN, and wait a second for the
+// retransmit. It takes a millisecond or less on an idle machine.
+func waitOperUp(h *netlink.Handle, name string) {
+	deadline := time.Now().Add(linkUpWait)
+	// One look per round; bounded by the deadline.
+	for {
+		l, err := h.LinkByName(name)
+		if err != nil || l.Attrs().OperState == netlink.OperUp || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
 }
 
 func (s *netnsSandbox) IP() netip.Addr { return s.ip }

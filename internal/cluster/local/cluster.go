@@ -24,7 +24,6 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/podnet"
-	"github.com/closingtime-dev/closingtime/internal/proxyrules"
 )
 
 // DefaultNodes is how many nodes a Cluster runs when Config.Nodes is zero:
@@ -137,8 +136,7 @@ type node struct {
 	kubelet       *Kubelet
 	watch         *delayQueue // pods on their way to the kubelet
 	proxy         *Proxy
-	rules         *proxyrules.Rules // the proxy's, with a network
-	unschedulable bool              // guarded by Cluster.mu
+	unschedulable bool // guarded by Cluster.mu
 }
 
 // New starts a cluster configured by cfg. Close stops it.
@@ -200,36 +198,20 @@ func (c *Cluster) start(cfg Config) error {
 		if c.network != nil {
 			kc.Network, kc.Services = c.network.Nodes()[i-1], c.servicesOf
 		}
-		// The node's client, where its dialer's connections come from:
-		// a pod of the node, not the node itself.
-		client, err := kc.Network.NewSandbox()
-		if err != nil {
-			return fmt.Errorf("%s: client: %w", name, err)
-		}
-		// With a network, the node's routing view is written into its
-		// kernel, as its kube-proxy would write it.
-		var rules *proxyrules.Rules
-		var backend func(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool)
-		if c.network != nil {
-			n := c.network.Nodes()[i-1]
-			if rules, err = proxyrules.New(proxyrules.Config{NetNS: n.Netns().FD(), PodCIDR: cfg.PodCIDR}); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			backend = n.Backend
-		}
 		k, err := NewKubelet(kc)
 		if err != nil {
-			closeRules(rules)
 			return err
 		}
-		p, err := NewProxy(ProxyConfig{NodeName: name, MinPropagationDelay: cfg.MinPropagationDelay, MaxPropagationDelay: cfg.MaxPropagationDelay,
-			Clock: cfg.Clock, Recorder: &c.log, Dial: client.DialContext, Rules: rules, Backend: backend})
+		// The node's routing view dials from a client pod of the node, not
+		// from the node itself; with a network, it is written into the
+		// node's kernel, as its kube-proxy would write it.
+		p, err := NewNodeProxy(ProxyConfig{NodeName: name, MinPropagationDelay: cfg.MinPropagationDelay, MaxPropagationDelay: cfg.MaxPropagationDelay,
+			Clock: cfg.Clock, Recorder: &c.log}, kc.Network, cfg.PodCIDR)
 		if err != nil {
 			k.Close(context.Background())
-			closeRules(rules)
 			return err
 		}
-		c.nodes = append(c.nodes, &node{name: name, kubelet: k, watch: newDelayQueue(cfg.Clock), proxy: p, rules: rules})
+		c.nodes = append(c.nodes, &node{name: name, kubelet: k, watch: newDelayQueue(cfg.Clock), proxy: p})
 		proxies = append(proxies, p)
 	}
 	var err error
@@ -263,49 +245,58 @@ func (c *Cluster) ListenOutside(port int) (net.Listener, error) {
 	return net.Listen("tcp", net.JoinHostPort(cluster.LoopbackOutsideHost, strconv.Itoa(port)))
 }
 
-// closeRules closes rules, if not nil. The table goes with its namespace
-// anyway; closing it frees its netlink connection now.
-func closeRules(rules *proxyrules.Rules) {
-	if rules != nil {
-		rules.Close()
-	}
-}
-
 // podNetwork makes the network that cfg asks for: a podnet.Network, or on
 // the loopback range the claim of cfg.PodCIDR, which it sets if zero, and
 // why no namespaces were made where they were wanted.
 func podNetwork(cfg *Config) (*podnet.Network, io.Closer, string, error) {
-	var reason string
 	mode := cfg.Network
 	if mode == NetworkAuto && cfg.PodCIDR.IsValid() && loopbackRange.Contains(cfg.PodCIDR.Addr()) {
 		mode = NetworkLoopback // a range of the machine's loopback interface
 	}
-	switch mode {
-	case NetworkAuto, NetworkNamespaces:
-		nw, err := podnet.New(podnet.Config{Nodes: cfg.Nodes, PodCIDR: cfg.PodCIDR})
-		if err == nil {
+	nw, reason, err := NewNetwork(mode, cfg.Nodes, cfg.PodCIDR)
+	if err != nil || nw != nil {
+		if nw != nil {
 			cfg.PodCIDR = nw.PodCIDR()
-			return nw, nil, "", nil
 		}
-		// Where namespaces can't be set up, for want of a privilege or
-		// of a kernel module, auto takes the loopback range, and says why.
-		if mode == NetworkNamespaces {
-			return nil, nil, "", err
-		}
-		reason = err.Error()
+		return nw, nil, "", err
+	}
+	if reason != "" {
 		cfg.PodCIDR = netip.Prefix{}
-	case NetworkLoopback:
-	default:
-		return nil, nil, "", fmt.Errorf("network %q: want %q, %q or %q", cfg.Network, NetworkAuto, NetworkNamespaces, NetworkLoopback)
 	}
 	var claim io.Closer
-	var err error
 	if cfg.PodCIDR.IsValid() {
 		claim, err = claimRange(cfg.PodCIDR)
 	} else {
 		cfg.PodCIDR, claim, err = ClaimFreeRange()
 	}
 	return nil, claim, reason, err
+}
+
+// NewNetwork makes the network of namespaces of a cluster of nodes nodes,
+// with pod range podCIDR (podnet.DefaultPodCIDR if zero), that mode asks
+// for: for NetworkNamespaces, or NetworkAuto where the system allows it.
+// It returns none for NetworkLoopback, and for NetworkAuto where the
+// system allows no namespaces, with why (the reason to give
+// podnet.NewLoopbackNode); an error only for NetworkNamespaces or a mode
+// it does not know.
+func NewNetwork(mode NetworkMode, nodes int, podCIDR netip.Prefix) (nw *podnet.Network, fallback string, err error) {
+	switch mode {
+	case NetworkAuto, NetworkNamespaces:
+		nw, err := podnet.New(podnet.Config{Nodes: nodes, PodCIDR: podCIDR})
+		if err == nil {
+			return nw, "", nil
+		}
+		// Where namespaces can't be set up, for want of a privilege or
+		// of a kernel module, auto takes the loopback range, and says why.
+		if mode == NetworkNamespaces {
+			return nil, "", err
+		}
+		return nil, err.Error(), nil
+	case NetworkLoopback:
+		return nil, "", nil
+	default:
+		return nil, "", fmt.Errorf("network %q: want %q, %q or %q", mode, NetworkAuto, NetworkNamespaces, NetworkLoopback)
+	}
 }
 
 var loopbackRange = netip.MustParsePrefix("127.0.0.0/8")
@@ -342,7 +333,6 @@ func (c *Cluster) closeComponents(ctx context.Context) error {
 	}
 	for _, n := range c.nodes {
 		n.proxy.Close()
-		closeRules(n.rules)
 	}
 	c.serving.Wait()
 	// After every pod is gone: its range is free again.

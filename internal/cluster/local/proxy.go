@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 	"github.com/closingtime-dev/closingtime/internal/proxyrules"
 )
 
@@ -64,9 +65,10 @@ type ProxyConfig struct {
 // k8s.io/api objects and knows nothing of the controllers that make them.
 // It is safe for concurrent use.
 type Proxy struct {
-	cfg   ProxyConfig
-	clock clock.Clock
-	queue *delayQueue
+	cfg    ProxyConfig
+	clock  clock.Clock
+	queue  *delayQueue
+	client podnet.Sandbox // the client NewNodeProxy made, if it did
 
 	rulesMu  sync.Mutex // held while the view is written into Rules
 	mu       sync.Mutex
@@ -123,9 +125,19 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 }
 
 // Close stops applying changes; changes still in flight are dropped. The
-// view stays as it is, and dialing goes on working.
+// view stays as it is, and dialing goes on working, except for a proxy of
+// NewNodeProxy, whose rules and client go with it.
 func (p *Proxy) Close() {
 	p.queue.close()
+	if p.client == nil {
+		return
+	}
+	p.rulesMu.Lock()
+	defer p.rulesMu.Unlock()
+	if p.cfg.Rules != nil {
+		p.cfg.Rules.Close()
+	}
+	p.client.Close()
 }
 
 // Publish hands the proxy the current EndpointSlices of svc. The view
@@ -497,10 +509,18 @@ func (p *Proxy) forward(ctx context.Context, client net.Conn, address string, no
 		}
 		return
 	}
-	defer backend.Close()
+	Relay(ctx, client, backend)
+}
+
+// Relay carries the bytes of two TCP connections, a and b, each way until
+// both sides have closed or ctx ends, and closes both: a half-close is
+// passed on as a half-close, and a reset as a reset.
+func Relay(ctx context.Context, a, b net.Conn) {
+	defer a.Close()
+	defer b.Close()
 	stop := context.AfterFunc(ctx, func() {
-		client.Close()
-		backend.Close()
+		a.Close()
+		b.Close()
 	})
 	defer stop()
 	done := make(chan struct{}, 2)
@@ -517,8 +537,8 @@ func (p *Proxy) forward(ctx context.Context, client net.Conn, address string, no
 			tc.CloseWrite()
 		}
 	}
-	go pipe(backend, client)
-	go pipe(client, backend)
+	go pipe(b, a)
+	go pipe(a, b)
 	<-done
 	<-done
 }

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -10,8 +11,41 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 	"github.com/closingtime-dev/closingtime/internal/proxyrules"
 )
+
+// NewNodeProxy returns the routing view of node n of a cluster whose pods
+// take their addresses from podCIDR, configured by cfg but for its Dial,
+// Rules and Backend: it dials from a client pod of its own on n, and where
+// n is a node of a network of namespaces (a *podnet.NetnsNode), it writes
+// each change into n's kernel, as kube-proxy's nftables mode does, and
+// tells which endpoint a connection reached from conntrack. Close also
+// removes the rules and the client; dialing fails after it.
+func NewNodeProxy(cfg ProxyConfig, n podnet.Node, podCIDR netip.Prefix) (*Proxy, error) {
+	client, err := n.NewSandbox()
+	if err != nil {
+		return nil, fmt.Errorf("%s: client: %w", cfg.NodeName, err)
+	}
+	cfg.Dial, cfg.Rules, cfg.Backend = client.DialContext, nil, nil
+	if nn, ok := n.(*podnet.NetnsNode); ok {
+		if cfg.Rules, err = proxyrules.New(proxyrules.Config{NetNS: nn.Netns().FD(), PodCIDR: podCIDR}); err != nil {
+			client.Close()
+			return nil, fmt.Errorf("%s: %w", cfg.NodeName, err)
+		}
+		cfg.Backend = nn.Backend
+	}
+	p, err := NewProxy(cfg)
+	if err != nil {
+		if cfg.Rules != nil {
+			cfg.Rules.Close()
+		}
+		client.Close()
+		return nil, err
+	}
+	p.client = client
+	return p, nil
+}
 
 // writeRulesLocked writes the whole view into the node's kernel rules, if
 // it has any, and returns the kernel's error. It is called with p.mu held,
@@ -70,10 +104,7 @@ func addrPorts(endpoints []endpointPort) []netip.AddrPort {
 
 // dialClusterIP is DialContext through the kernel's rules: it resolves a
 // Service's name to its cluster IP, as a cluster's DNS would, and dials it
-// through p.cfg.Dial. The connection's RemoteAddr, or a failed connect's
-// *net.OpError Addr, is the endpoint the rules chose, where the kernel
-// tells (p.cfg.Backend): what a client in a pod never sees, and what tells
-// which pod refused or never answered.
+// through p.cfg.Dial, tracked by p.cfg.Backend (DialTracked).
 func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
@@ -95,16 +126,27 @@ func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net
 	if _, err := strconv.Atoi(port); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
+	return DialTracked(ctx, p.cfg.Dial, p.cfg.Backend, network, net.JoinHostPort(host, port))
+}
+
+// DialTracked connects to address, a cluster IP and port, through dial,
+// and returns the connection with the endpoint the rules sent it to as its
+// RemoteAddr, or a failed connect's error with that endpoint as its
+// *net.OpError's Addr, where backend (a podnet.Tracker's Backend, or nil)
+// tells: what a client in a pod never sees, and what tells which pod
+// refused or never answered.
+func DialTracked(ctx context.Context, dial func(ctx context.Context, network, address string) (net.Conn, error),
+	backend func(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool), network, address string) (net.Conn, error) {
 	tried := time.Now()
-	conn, err := p.cfg.Dial(ctx, network, net.JoinHostPort(host, port))
-	if p.cfg.Backend == nil {
+	conn, err := dial(ctx, network, address)
+	if backend == nil {
 		return conn, err
 	}
 	if err != nil {
 		var oe *net.OpError
 		if errors.As(err, &oe) {
-			if backend, ok := p.backend(oe.Source, oe.Addr, tried); ok {
-				oe.Addr = backend
+			if b, ok := backendOf(backend, oe.Source, oe.Addr, tried); ok {
+				oe.Addr = b
 			}
 		}
 		return nil, err
@@ -113,26 +155,26 @@ func (p *Proxy) dialClusterIP(ctx context.Context, network, address string) (net
 	if !ok {
 		return conn, nil
 	}
-	backend, ok := p.backend(conn.LocalAddr(), conn.RemoteAddr(), tried)
+	b, ok := backendOf(backend, conn.LocalAddr(), conn.RemoteAddr(), tried)
 	if !ok {
 		return conn, nil
 	}
-	return &natConn{TCPConn: tc, remote: backend}, nil
+	return &natConn{TCPConn: tc, remote: b}, nil
 }
 
-// backend returns the endpoint that the node's rules sent a connection from
-// src to dst, tried at since, to.
-func (p *Proxy) backend(src, dst net.Addr, since time.Time) (*net.TCPAddr, bool) {
+// backendOf returns the endpoint that backend says the rules sent a
+// connection from src to dst, tried at since, to.
+func backendOf(backend func(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool), src, dst net.Addr, since time.Time) (*net.TCPAddr, bool) {
 	from, ok1 := src.(*net.TCPAddr)
 	to, ok2 := dst.(*net.TCPAddr)
 	if !ok1 || !ok2 || from == nil || to == nil {
 		return nil, false
 	}
-	backend, ok := p.cfg.Backend(from.AddrPort(), to.AddrPort(), since)
+	b, ok := backend(from.AddrPort(), to.AddrPort(), since)
 	if !ok {
 		return nil, false
 	}
-	return net.TCPAddrFromAddrPort(backend), true
+	return net.TCPAddrFromAddrPort(b), true
 }
 
 // natConn is a connection to a cluster IP whose RemoteAddr is the endpoint
