@@ -22,7 +22,10 @@ var ErrNoFreeConnection = errors.New("wait for a free connection")
 // A Dialer makes a TCP connection to address ("host:port"), as
 // [net.Dialer.DialContext] does. It must give up when ctx is done and
 // report failures as the net package does (a *net.OpError wrapping the
-// syscall error), so that they can be classified.
+// syscall error), so that they can be classified. The connection's
+// RemoteAddr is read once, when its first request has been answered or has
+// failed: a dialer whose connections learn their endpoint after the connect
+// (from the kernel's connection tracking) has had time to learn it.
 type Dialer func(ctx context.Context, network, address string) (net.Conn, error)
 
 // A client sends HTTP/1.1 requests on connections of its own and records
@@ -57,9 +60,10 @@ type conn struct {
 	net.Conn
 	br *bufio.Reader
 	bw *bufio.Writer
-	// addr is the remote address, read once for all the requests the
-	// connection carries.
-	addr netip.AddrPort
+	// addr is the remote address, read once (addrRead) for all the
+	// requests the connection carries.
+	addr     netip.AddrPort
+	addrRead bool
 	// made is when the connection was made.
 	made time.Time
 	// requests is the number of requests sent on the connection.
@@ -74,10 +78,19 @@ var (
 )
 
 func newConn(nc net.Conn) *conn {
-	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer), addr: addrPort(nc.RemoteAddr()), made: time.Now()}
+	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer), made: time.Now()}
 	cn.br.Reset(nc)
 	cn.bw.Reset(nc)
 	return cn
+}
+
+// remote returns the connection's remote address, reading it the first
+// time.
+func (cn *conn) remote() netip.AddrPort {
+	if !cn.addrRead {
+		cn.addr, cn.addrRead = addrPort(cn.RemoteAddr()), true
+	}
+	return cn.addr
 }
 
 // addrPort returns the IP address and port of a connection's address, or
@@ -142,13 +155,14 @@ func (c *client) RoundTrip(req *http.Request) (*http.Response, error) {
 		a.addr = dialedAddr(err)
 		return nil, a.fail(classifyConnect(err), err)
 	}
-	a.connect, a.addr, a.connRequests = time.Now(), cn.addr, cn.requests
+	a.connect, a.connRequests = time.Now(), cn.requests
 	if cn.requests > 0 {
 		a.connAge = a.connect.Sub(cn.made)
 	}
 	cn.requests++
 	cn.SetDeadline(a.connect.Add(c.responseTimeout))
 	resp, err := c.exchange(cn, req, a)
+	a.addr = cn.remote()
 	c.release(cn, err == nil && !resp.Close)
 	return resp, err
 }

@@ -174,27 +174,32 @@ func (t *Tracker) follow(ch <-chan conntrack.Event, errc <-chan error) {
 
 // Backend returns where the connection from from to to, tried at since or
 // later, went: the address and port the namespace's rules translated to,
-// as the kernel's table has it while it tracks it; else as the event of
-// its start told, if it came at since or later (an earlier one is of
-// another connection of the same ports). ok is false when the namespace
-// saw no such connection in the last 10 s, or did not translate it.
+// as the event of its start told, if it came at since or later (an
+// earlier one is of another connection of the same ports); else as the
+// kernel's table has it while it tracks it, for a connection whose event
+// is late or was lost. ok is false when the namespace saw no such
+// connection in the last 10 s, or did not translate it.
 func (t *Tracker) Backend(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool) {
+	key := flowKey{from, to}
+	// The event has usually come by the time a connect returns: the
+	// table is asked, one netlink round trip, only when it has not.
+	if b, ok := t.seen(key, since); ok {
+		return b, b != to
+	}
 	if flow, err := t.query.Get(conntrack.NewFlow(unix.IPPROTO_TCP, 0, from.Addr(), to.Addr(), from.Port(), to.Port(), 0, 0)); err == nil {
 		b := netip.AddrPortFrom(flow.TupleReply.IP.SourceAddress, flow.TupleReply.Proto.SourcePort)
 		return b, b != to
 	}
-	key := flowKey{from, to}
 	timeout := time.NewTimer(eventWait)
 	defer timeout.Stop()
 	// One event per round; the loop ends with the connection's event or
 	// the wait.
 	for {
 		t.mu.Lock()
-		f, ok := t.recent[key]
 		arrived := t.arrived
 		t.mu.Unlock()
-		if ok && !f.at.Before(since) {
-			return f.backend, f.backend != to
+		if b, ok := t.seen(key, since); ok {
+			return b, b != to
 		}
 		select {
 		case <-arrived:
@@ -202,6 +207,18 @@ func (t *Tracker) Backend(from, to netip.AddrPort, since time.Time) (netip.AddrP
 			return netip.AddrPort{}, false
 		}
 	}
+}
+
+// seen returns the backend of the event of key's connection, if one came
+// at since or later.
+func (t *Tracker) seen(key flowKey, since time.Time) (netip.AddrPort, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, ok := t.recent[key]
+	if !ok || f.at.Before(since) {
+		return netip.AddrPort{}, false
+	}
+	return f.backend, true
 }
 
 // Close stops following. The events' connection closes first, while

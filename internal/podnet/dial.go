@@ -24,12 +24,7 @@ import (
 // connection tracking of a node tells where its rules sent it
 // ([Tracker.Backend]).
 func (n *Netns) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	return dial(ctx, network, address, func(family int) (fd int, err error) {
-		if derr := n.Do(func() { fd, err = newSocket(family) }); derr != nil {
-			return -1, derr
-		}
-		return fd, err
-	})
+	return dial(ctx, network, address, n.socket)
 }
 
 // DialContext is [Netns.DialContext] from the namespace the calling

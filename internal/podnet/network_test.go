@@ -192,6 +192,7 @@ func TestNodeSysctlsStayInTheNode(t *testing.T) {
 
 func TestNothingLeftBehind(t *testing.T) {
 	before := podnettest.NetworkState(t)
+	socketsBefore := openSockets(t)
 	nw, err := New(Config{Nodes: 2})
 	if errors.Is(err, ErrUnsupported) {
 		t.Skipf("no network namespaces here: %v", err)
@@ -208,6 +209,11 @@ func TestNothingLeftBehind(t *testing.T) {
 		var st unix.Stat_t
 		unix.Fstat(s.(*netnsSandbox).ns.FD(), &st)
 		inodes = append(inodes, st.Ino)
+		// A dial takes one of a batch of sockets made ahead, which
+		// would hold the namespace if Close left the rest open.
+		if c, err := s.DialContext(context.Background(), "tcp", "127.0.0.1:1"); err == nil {
+			c.Close()
+		}
 	}
 	if during := podnettest.NetworkState(t); !slices.Equal(during, before) {
 		t.Errorf("the machine's network changed while the cluster's ran:\nbefore %q\nduring %q", before, during)
@@ -217,6 +223,9 @@ func TestNothingLeftBehind(t *testing.T) {
 	}
 	if after := podnettest.NetworkState(t); !slices.Equal(after, before) {
 		t.Errorf("the machine's network changed:\nbefore %q\nafter  %q", before, after)
+	}
+	if after := openSockets(t); after != socketsBefore {
+		t.Errorf("%d sockets open after Close, %d before New", after, socketsBefore)
 	}
 	// No thread of this process is in a namespace of the network.
 	tasks, _ := os.ReadDir("/proc/self/task")
@@ -231,6 +240,22 @@ func TestNothingLeftBehind(t *testing.T) {
 			}
 		}
 	}
+}
+
+// openSockets returns how many sockets the test process has open.
+func openSockets(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, _ := os.Readlink("/proc/self/fd/" + fd.Name()); strings.HasPrefix(target, "socket:") {
+			n++
+		}
+	}
+	return n
 }
 
 func TestAllocatorGoesRound(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -155,11 +156,7 @@ func DialTracked(ctx context.Context, dial func(ctx context.Context, network, ad
 	if !ok {
 		return conn, nil
 	}
-	b, ok := backendOf(backend, conn.LocalAddr(), conn.RemoteAddr(), tried)
-	if !ok {
-		return conn, nil
-	}
-	return &natConn{TCPConn: tc, remote: b}, nil
+	return &natConn{TCPConn: tc, backend: backend, since: tried}, nil
 }
 
 // backendOf returns the endpoint that backend says the rules sent a
@@ -178,11 +175,26 @@ func backendOf(backend func(from, to netip.AddrPort, since time.Time) (netip.Add
 }
 
 // natConn is a connection to a cluster IP whose RemoteAddr is the endpoint
-// the node's rules sent it to.
+// the node's rules sent it to, asked of backend at the first call: by then
+// the event of the connection's start has usually been read, which spares
+// the connect a query of the kernel's table.
 type natConn struct {
 	*net.TCPConn
+	backend func(from, to netip.AddrPort, since time.Time) (netip.AddrPort, bool)
+	since   time.Time
+
+	once   sync.Once
 	remote net.Addr
 }
 
-// RemoteAddr returns the endpoint the connection reached.
-func (c *natConn) RemoteAddr() net.Addr { return c.remote }
+// RemoteAddr returns the endpoint the connection reached, or the address it
+// was made to if backend does not know it.
+func (c *natConn) RemoteAddr() net.Addr {
+	c.once.Do(func() {
+		c.remote = c.TCPConn.RemoteAddr()
+		if b, ok := backendOf(c.backend, c.LocalAddr(), c.remote, c.since); ok {
+			c.remote = b
+		}
+	})
+	return c.remote
+}
