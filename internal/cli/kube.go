@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -93,16 +95,22 @@ func (k *kubeFlags) runnerConfig(command string, cfg scenario.RunnerConfig, imag
 	return cfg, nil
 }
 
+// dnsCheckTimeout bounds the question whether a cluster has cluster DNS.
+const dnsCheckTimeout = 10 * time.Second
+
 // cluster returns the run's cluster c, in its namespace, with the load
 // pods of the flags; deployed says that the workload runs on c already,
 // so that the runner applies none of it (rollout deploy/NAME).
 func (k *kubeFlags) cluster(c *kube.Cluster, deployed bool) *scenario.Cluster {
+	ctx, cancel := context.WithTimeout(context.Background(), dnsCheckTimeout)
+	defer cancel()
 	return &scenario.Cluster{
-		Backend:   c,
-		Namespace: c.Namespace(),
-		Traffic:   c.LoadPods(kube.LoadConfig{Image: k.image, Pods: k.loadPods}),
-		Deployed:  deployed,
-		Close:     c.Close,
+		Backend:      c,
+		Namespace:    c.Namespace(),
+		Traffic:      c.LoadPods(kube.LoadConfig{Image: k.image, Pods: k.loadPods}),
+		NoClusterDNS: !c.HasClusterDNS(ctx),
+		Deployed:     deployed,
+		Close:        c.Close,
 	}
 }
 

@@ -388,7 +388,7 @@ func localClusters(exe string, images map[string][]string, shared func(network s
 		if !c.Namespaced() {
 			once.Do(func() { shared(c.Network()) })
 		}
-		return &scenario.Cluster{Backend: c, Close: c.Close, ListenOutside: c.ListenOutside}, nil
+		return &scenario.Cluster{Backend: c, Close: c.Close, ListenOutside: c.ListenOutside, NoClusterDNS: true}, nil
 	}
 }
 

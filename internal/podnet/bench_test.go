@@ -2,6 +2,7 @@ package podnet
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"testing"
 )
@@ -37,18 +38,34 @@ func BenchmarkSandbox(b *testing.B) {
 	})
 }
 
-// BenchmarkDial measures a connection made from a namespace, against the
-// machine's loopback dialer on the same kind of listener.
+// BenchmarkDial measures a connection made from a node's namespace to a
+// pod's across the node's bridge (netns), against one made with the
+// machine's dialer to a listener on its loopback (loopback).
 func BenchmarkDial(b *testing.B) {
-	n := newNetwork(b, 1).Nodes()[0]
-	s, err := n.NewSandbox()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := s.(*netnsSandbox).ns.Listen("tcp", ":8080")
-	if err != nil {
-		b.Fatal(err)
-	}
+	b.Run("netns", func(b *testing.B) {
+		n := newNetwork(b, 1).Nodes()[0]
+		s, err := n.NewSandbox()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ln, err := s.(*netnsSandbox).ns.Listen("tcp", ":8080")
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchmarkDial(b, ln, n.DialContext, netip.AddrPortFrom(s.IP(), 8080).String())
+	})
+	b.Run("loopback", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchmarkDial(b, ln, (&net.Dialer{}).DialContext, ln.Addr().String())
+	})
+}
+
+// benchmarkDial times connections made by dial to addr, where ln accepts
+// and closes them; it closes ln.
+func benchmarkDial(b *testing.B, ln net.Listener, dial func(ctx context.Context, network, address string) (net.Conn, error), addr string) {
 	defer ln.Close()
 	go func() {
 		// One connection per round; the loop ends when ln is closed.
@@ -60,9 +77,8 @@ func BenchmarkDial(b *testing.B) {
 			c.Close()
 		}
 	}()
-	addr := netip.AddrPortFrom(s.IP(), 8080).String()
 	for b.Loop() {
-		c, err := n.DialContext(context.Background(), "tcp", addr)
+		c, err := dial(context.Background(), "tcp", addr)
 		if err != nil {
 			b.Fatal(err)
 		}

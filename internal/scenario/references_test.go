@@ -33,7 +33,8 @@ func TestReferenceNotices(t *testing.T) {
 }
 
 // TestCatalogReferences: every $(NAME) of the catalog's containers
-// resolves, so the lab's deploys give no such notice.
+// resolves, and none names a Service by its DNS name, so the lab's deploys
+// give no such notice.
 func TestCatalogReferences(t *testing.T) {
 	t.Parallel()
 	catalog, err := Catalog()
@@ -41,7 +42,7 @@ func TestCatalogReferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range catalog {
-		if notices := referenceNotices(s, objectsOf(s)); len(notices) > 0 {
+		if notices := append(referenceNotices(s, objectsOf(s)), dnsNameNotices(s, objectsOf(s))...); len(notices) > 0 {
 			t.Errorf("%s: %q", s.Name, notices)
 		}
 	}
@@ -66,5 +67,51 @@ func TestMissingServiceNotice(t *testing.T) {
 	}
 	if _, ok := serviceOfVar("POD_IP"); ok {
 		t.Error("POD_IP taken for a Service's variable")
+	}
+}
+
+// TestDNSNameNotices: a container that names a Service of the workload by
+// its DNS name where a host goes gets a notice at its line; a word that
+// only spells the name does not.
+func TestDNSNameNotices(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join("testdata", "valid-dns-names.yaml")
+	s, err := ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fix := "which no pod of this cluster resolves (it has no cluster DNS): write $(SHOP_SERVICE_HOST) for the host, the Service's cluster IP, which the kubelet sets in the container's env"
+	want := []string{
+		file + `:47: Deployment app: container app: env SHOP_URL names Service shop by its DNS name "shop", ` + fix,
+		file + `:44: Deployment app: container app: args[2] names Service shop by its DNS name "shop.default.svc.cluster.local", ` + fix,
+	}
+	if diff := cmp.Diff(want, dnsNameNotices(s, objectsOf(s))); diff != "" {
+		t.Errorf("notices (-want +got):\n%s", diff)
+	}
+}
+
+func TestDNSNameIn(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		s, want string
+	}{
+		{"http://shop", "shop"},
+		{"grpc://shop:50051", "shop"},
+		{"shop:80", "shop"},
+		{"--upstream=shop:80", "shop"},
+		{"shop.default", "shop.default"},
+		{"http://shop.default.svc:80/x", "shop.default.svc"},
+		{"a,shop.default.svc.cluster.local", "shop.default.svc.cluster.local"},
+		{"shop", ""},
+		{"shop:http", ""},
+		{"workshop:80", ""},
+		{"shop-api:80", ""},
+		{"http://shop.example.com", ""},
+		{"shop.other:80", ""},
+	} {
+		got, ok := dnsNameIn(tc.s, "shop", "default")
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("dnsNameIn(%q) = %q, %v; want %q", tc.s, got, ok, tc.want)
+		}
 	}
 }

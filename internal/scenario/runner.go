@@ -40,6 +40,11 @@ type Cluster struct {
 	// the cluster's pods reach, outside the cluster, for a Dependency; nil
 	// means the machine's loopback interface (listenLoopback).
 	ListenOutside func(port int) (net.Listener, error)
+	// NoClusterDNS reports that the cluster's pods resolve no Service
+	// names (the embedded cluster, closingtime cluster): a container that
+	// names one of the workload's Services by its DNS name gets a notice
+	// at the deploy.
+	NoClusterDNS bool
 	// Deployed reports that the workload runs on the cluster already, its
 	// objects the cluster's own (rollout deploy/NAME): the runner applies
 	// none of them, so that closingtime takes no ownership of their fields
@@ -281,6 +286,11 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 	progress(0, PhaseDeploy)
 	for _, n := range referenceNotices(s, objects) {
 		notice(n)
+	}
+	if cl.NoClusterDNS {
+		for _, n := range dnsNameNotices(s, objects) {
+			notice(n)
+		}
 	}
 	dctx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)

@@ -614,3 +614,13 @@ func (c *Cluster) Workload(ctx context.Context, namespace, name, service string)
 	}
 	return nil, nil, fmt.Errorf("services %s in namespace %s all select the pods of deployment %s: name the one to send traffic to", strings.Join(names, ", "), namespace, name)
 }
+
+// HasClusterDNS reports whether the cluster's pods resolve Service names:
+// whether it has Service kube-system/kube-dns, the name kubeadm's and the
+// managed clusters' DNS (CoreDNS) keep. closingtime cluster has none. An
+// error other than its absence (a role that may not read kube-system)
+// reports true: what can't be seen is not said to be missing.
+func (c *Cluster) HasClusterDNS(ctx context.Context) bool {
+	_, err := c.client.CoreV1().Services(metav1.NamespaceSystem).Get(ctx, "kube-dns", metav1.GetOptions{})
+	return !apierrors.IsNotFound(err)
+}

@@ -548,3 +548,23 @@ func TestWorkload(t *testing.T) {
 		})
 	}
 }
+
+// TestHasClusterDNS: a cluster has DNS when Service kube-system/kube-dns
+// exists, and is not said to lack it when that can't be read.
+func TestHasClusterDNS(t *testing.T) {
+	ctx := context.Background()
+	without, cs := newFake(t)
+	if without.HasClusterDNS(ctx) {
+		t.Error("no kube-dns Service: HasClusterDNS true")
+	}
+	cs.PrependReactor("get", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), "kube-dns", errors.New("no"))
+	})
+	if !without.HasClusterDNS(ctx) {
+		t.Error("kube-dns unreadable: HasClusterDNS false")
+	}
+	dns := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: metav1.NamespaceSystem}}
+	if with, _ := newFake(t, dns); !with.HasClusterDNS(ctx) {
+		t.Error("kube-dns Service: HasClusterDNS false")
+	}
+}
