@@ -52,7 +52,7 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 	// first.
 	for i, r := range requests {
 		r = joined(h, r)
-		if r.PodInferred || (r.Addr != "" && r.Pod == "") {
+		if r.PodInferred || (r.Addr != "" && r.Pod == "" && !h.formerPod(r.Addr)) {
 			viaService = true
 		}
 		d.Requests[i] = r
@@ -227,6 +227,12 @@ func cause(h *history, r *results.Request) results.Cause {
 	case r.Class == load.ConnectTimeout && ph != nil && !r.PodInferred:
 		return h.unanswered(ph, r)
 	case r.Class == load.ConnectTimeout && ph == nil:
+		// A pod gone before the run, reached through the connection
+		// tracking entry that an earlier connect of the same ports left
+		// when it met the pod gone, as unanswered says.
+		if h.formerPod(r.Addr) {
+			return RoutingRace
+		}
 		// The REJECT's answer is an ICMP error, which the kernel sends a
 		// client at most about once a second: past that, the connect to a
 		// Service without endpoints times out.

@@ -161,6 +161,20 @@ func TestDiagnoseCauses(t *testing.T) {
 		request: request("r", load.ConnectTimeout, 300, 2300, 2300, oldIP+":8080", 0, 0),
 		want:    RoutingRace,
 	}, {
+		name: "routing race: unanswered by a pod gone before the run, through a stale connection tracking entry",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).endpoints(-5000, 0, ready(oldIP)).log(-4000, "listening", old, map[string]string{"address": oldIP + ":8080"})
+		},
+		request: request("r", load.ConnectTimeout, 300, 2300, 2300, "10.0.0.9:8080", 0, 0),
+		want:    RoutingRace,
+	}, {
+		name: "an unanswered connect to another port of an unknown address tells no cause",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).endpoints(-5000, 0, ready(oldIP)).log(-4000, "listening", old, map[string]string{"address": oldIP + ":8080"})
+		},
+		request: request("r", load.ConnectTimeout, 300, 2300, 2300, "10.96.0.10:80", 0, 0),
+		want:    Unknown,
+	}, {
 		name: "a connect that a running pod never answered tells no cause",
 		run: func() *timeline {
 			return new(timeline).running(old, oldIP).endpoints(-5000, 0, ready(oldIP))

@@ -185,6 +185,8 @@ type history struct {
 	// by pod, its address.
 	addrs map[netip.Addr][]addrOwner
 	ips   map[string]string
+	// ports are the ports the pods' servers said they listened on.
+	ports map[uint16]bool
 	// published are the EndpointSlices' endpoints; applied, by node, the
 	// nodes' routing views.
 	published []endpointsAt
@@ -227,7 +229,7 @@ type addrOwner struct {
 
 // newHistory indexes run's timeline.
 func newHistory(run *results.Run) *history {
-	h := &history{pods: map[string]*podHistory{}, addrs: map[netip.Addr][]addrOwner{}, ips: map[string]string{}, refusers: map[int]string{}, applied: map[string][]endpointsAt{}, outage: run.Outage}
+	h := &history{pods: map[string]*podHistory{}, addrs: map[netip.Addr][]addrOwner{}, ips: map[string]string{}, ports: map[uint16]bool{}, refusers: map[int]string{}, applied: map[string][]endpointsAt{}, outage: run.Outage}
 	for _, p := range run.Running {
 		ph := h.pod(p.Name)
 		state := "running"
@@ -376,6 +378,9 @@ func (h *history) add(e *results.Entry) {
 			s.Listening = ptr.To(false)
 		case "listening":
 			s.Listening = ptr.To(true)
+			if a, err := netip.ParseAddrPort(e.Detail["address"]); err == nil {
+				h.ports[a.Port()] = true
+			}
 			if !s.terminating {
 				state("listening")
 				if s.Ready {
@@ -596,4 +601,13 @@ func (h *history) routedBy(ip string, t float64) []string {
 		return []string{}
 	}
 	return out
+}
+
+// formerPod reports whether addr is the address of a pod that the run
+// never saw: an IP that no pod of the timeline had, on a port that its
+// pods listened on. The rules had sent a connection there, so it was an
+// endpoint, of a pod gone before the run began.
+func (h *history) formerPod(addr string) bool {
+	a, err := netip.ParseAddrPort(addr)
+	return err == nil && h.ports[a.Port()] && len(h.addrs[a.Addr().Unmap()]) == 0
 }
