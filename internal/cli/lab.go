@@ -401,13 +401,13 @@ func localCommands(exe string, images map[string][]string) map[string][]string {
 }
 
 // checkEntrypoints returns a usage error, named by command, for the first
-// container of the scenarios' Deployments that the embedded cluster could
-// not start, with images as the commands of --image-command: one without a
-// command of its own, an annotation or a command for its image, or one
-// whose command is no executable file where the kubelet would look it up
-// (local.Executable). It names
-// the container's file and line, so that a bad manifest is refused before
-// any cluster starts.
+// field of the scenarios' Deployments that the embedded cluster would not
+// run, with images as the commands of --image-command: what
+// local.CheckPodTemplate refuses (a container without a command of its
+// own, an annotation or a command for its image; a sidecar), or a
+// container whose command is no executable file where the kubelet would
+// look it up (local.Executable). It names the field's file and line, so
+// that a bad manifest is refused before any cluster starts.
 func checkEntrypoints(command string, scenarios []*scenario.Scenario, images map[string][]string) error {
 	// Only whether an image has a command matters here, not which.
 	commands := localCommands(scenario.Image, images)
@@ -417,11 +417,21 @@ func checkEntrypoints(command string, scenarios []*scenario.Scenario, images map
 			if !ok {
 				continue
 			}
-			for i, c := range d.Spec.Template.Spec.Containers {
-				err := runnable(d.Spec.Template.Annotations, &c, commands, images)
-				if err != nil {
-					line := o.FieldLine(fmt.Sprintf("spec.template.spec.containers[%d]", i))
-					return &usageError{fmt.Errorf("%s: %w", command, &manifest.Error{File: o.File, Line: line, Err: fmt.Errorf("%s: %w", o, err)})}
+			refuse := func(field string, err error) error {
+				return &usageError{fmt.Errorf("%s: %w", command, &manifest.Error{File: o.File, Line: o.FieldLine(field), Err: fmt.Errorf("%s: %w", o, err)})}
+			}
+			t := &d.Spec.Template
+			if err := local.CheckPodSpec(t.Annotations, &t.Spec, commands); err != nil {
+				return refuse("spec.template.spec."+err.Field, err.Err)
+			}
+			for i, c := range t.Spec.InitContainers {
+				if err := runnable(t.Annotations, &c, commands, images); err != nil {
+					return refuse(fmt.Sprintf("spec.template.spec.initContainers[%d]", i), err)
+				}
+			}
+			for i, c := range t.Spec.Containers {
+				if err := runnable(t.Annotations, &c, commands, images); err != nil {
+					return refuse(fmt.Sprintf("spec.template.spec.containers[%d]", i), err)
 				}
 			}
 		}

@@ -465,10 +465,8 @@ func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 		case *appsv1.Deployment:
 			// Refuse at once what no kubelet could run, rather than
 			// fail each pod the Deployment makes.
-			for _, ctr := range o.Spec.Template.Spec.Containers {
-				if _, err := Entrypoint(o.Spec.Template.Annotations, &ctr, c.imageCommands); err != nil {
-					return fmt.Errorf("apply Deployment %s: %w", o.Name, err)
-				}
+			if err := CheckPodSpec(o.Spec.Template.Annotations, &o.Spec.Template.Spec, c.imageCommands); err != nil {
+				return fmt.Errorf("apply Deployment %s: spec.template.spec.%s: %w", o.Name, err.Field, err.Err)
 			}
 		case *corev1.Service, *policyv1.PodDisruptionBudget:
 		default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -25,7 +26,9 @@ type containerWorker struct {
 	stopSig syscall.Signal
 	logs    *cluster.LogBuffer
 	backoff cluster.CrashLoopBackOff
-	ended   chan struct{} // closed when run returns
+	ended   chan struct{} // closed when run returns, or for a container that never runs
+	// init marks an init container: it runs to its first success (C1).
+	init bool
 
 	// Guarded by p.mu.
 	status corev1.ContainerStatus
@@ -118,9 +121,11 @@ func (c *containerWorker) run() {
 		} else {
 			code, finishedAt = 128, p.k.clock.Now()
 		}
-		if p.ctx.Err() != nil || p.isTerminating() {
+		if p.ctx.Err() != nil || p.isTerminating() || c.init && code == 0 {
 			return
 		}
+		// An init container that failed restarts unless the policy is
+		// Never, as under OnFailure (C1).
 		switch p.pod.Spec.RestartPolicy {
 		case corev1.RestartPolicyNever:
 			return
@@ -212,9 +217,14 @@ func (c *containerWorker) start() *instance {
 	// readiness probe a started one is ready (P4, E5).
 	started := c.spec.StartupProbe == nil
 	c.status.Started = &started
-	c.status.Ready = started && c.spec.ReadinessProbe == nil
+	c.status.Ready = started && c.spec.ReadinessProbe == nil && !c.init
 	fields := map[string]string{"pid": strconv.Itoa(proc.cmd.Process.Pid), "restart": strconv.Itoa(int(restart)),
 		"pid_namespace": proc.isolation.String()}
+	if c.init {
+		// Init:N/M, as kubectl shows a pod whose init container N of M
+		// runs.
+		fields["init"] = fmt.Sprintf("%d/%d", slices.Index(p.inits, c)+1, len(p.inits))
+	}
 	if reason != "" {
 		fields["pid_namespace_reason"] = reason
 	}

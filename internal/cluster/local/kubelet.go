@@ -268,7 +268,7 @@ func (k *Kubelet) LogInstance(namespace, name, container string, previous bool) 
 	noPrevious := fmt.Errorf("previous terminated container %q in pod %q not found", container, name)
 	var c *containerWorker
 	if worker != nil {
-		for _, cw := range worker.containers {
+		for _, cw := range slices.Concat(worker.inits, worker.containers) {
 			if cw.spec.Name == container {
 				c = cw
 			}
@@ -356,6 +356,9 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 	if pod.UID == "" {
 		return nil, errors.New("no UID")
 	}
+	if err := CheckPodSpec(pod.Annotations, &pod.Spec, k.cfg.ImageCommands); err != nil {
+		return nil, err
+	}
 	sandbox, err := k.cfg.Network.NewSandbox()
 	if err != nil {
 		return nil, err
@@ -371,16 +374,23 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 		k: k, pod: pod, sandbox: sandbox, ip: sandbox.IP().String(), env: env, ctx: ctx, cancel: cancel,
 		terminatingCh: make(chan struct{}), done: make(chan struct{}), statusCh: make(chan struct{}, 1),
 	}
-	for i := range pod.Spec.Containers {
-		c, err := newContainerWorker(p, &pod.Spec.Containers[i])
-		if err != nil {
-			cancel()
-			sandbox.Close()
-			return nil, err
-		}
-		p.containers = append(p.containers, c)
+	if p.inits, err = newContainerWorkers(p, pod.Spec.InitContainers); err == nil {
+		p.containers, err = newContainerWorkers(p, pod.Spec.Containers)
 	}
-	for _, c := range p.containers {
+	if err != nil {
+		cancel()
+		sandbox.Close()
+		return nil, err
+	}
+	for _, c := range p.inits {
+		c.init = true
+	}
+	if len(p.inits) > 0 {
+		for _, c := range p.containers {
+			c.status.State.Waiting.Reason = "PodInitializing"
+		}
+	}
+	for _, c := range slices.Concat(p.inits, p.containers) {
 		key := pod.Namespace + "/" + pod.Name + "/" + c.spec.Name
 		if k.logs[key] == nil {
 			k.logs[key] = cluster.NewLogBuffer(k.cfg.MaxLogLines)
@@ -392,11 +402,22 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 	p.startTime = now
 	k.record(cluster.Event{Kind: cluster.PodStarted, Namespace: pod.Namespace, Pod: pod.Name,
 		Fields: map[string]string{"ip": p.ip, "network": k.cfg.Network.Isolation()}})
-	k.wg.Add(2 + len(p.containers))
+	k.wg.Add(3)
 	go p.deliverStatus()
 	go p.run()
-	for _, c := range p.containers {
-		go c.run()
-	}
+	go p.initialize()
 	return p, nil
+}
+
+// newContainerWorkers returns the workers of specs, containers of p's pod.
+func newContainerWorkers(p *podWorker, specs []corev1.Container) ([]*containerWorker, error) {
+	var workers []*containerWorker
+	for i := range specs {
+		c, err := newContainerWorker(p, &specs[i])
+		if err != nil {
+			return nil, err
+		}
+		workers = append(workers, c)
+	}
+	return workers, nil
 }

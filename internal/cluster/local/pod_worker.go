@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ type podWorker struct {
 	ctx     context.Context // ends at the kubelet's Close, or after the pod terminated
 	cancel  context.CancelFunc
 
+	inits      []*containerWorker // the init containers, run one after the other before containers (C1)
 	containers []*containerWorker
 	kills      sync.WaitGroup // the kill sequences of the pod's termination
 	statusCh   chan struct{}  // a status change waits to be delivered
@@ -29,6 +31,7 @@ type podWorker struct {
 
 	mu            sync.Mutex
 	startTime     metav1.Time
+	initialized   metav1.Time // when the last init container completed; zero before
 	ready         bool
 	readySince    metav1.Time
 	terminating   bool
@@ -58,7 +61,7 @@ func (p *podWorker) run() {
 	}
 	// Every container loop ends once the pod is terminating: wait for them,
 	// each bounded by its kill sequence.
-	for _, c := range p.containers {
+	for _, c := range slices.Concat(p.inits, p.containers) {
 		<-c.ended
 	}
 	// A kill sequence outlives its container when the container exits
@@ -91,6 +94,41 @@ func (p *podWorker) run() {
 	p.k.mu.Unlock()
 	close(p.done)
 	p.cancel()
+}
+
+// initialize runs the init containers one after the other, each to its
+// success, then starts the app containers (C1). If one does not succeed
+// (restartPolicy Never, or the pod terminates or the kubelet closes
+// first), no app container runs.
+func (p *podWorker) initialize() {
+	defer p.k.wg.Done()
+	for _, c := range p.inits {
+		p.k.wg.Add(1)
+		go c.run()
+		<-c.ended
+		p.mu.Lock()
+		t := c.status.State.Terminated
+		p.mu.Unlock()
+		if t == nil || t.ExitCode != 0 {
+			for _, c := range p.containers {
+				close(c.ended)
+			}
+			return
+		}
+	}
+	if len(p.inits) > 0 {
+		p.mu.Lock()
+		p.initialized = metav1.NewTime(p.k.clock.Now())
+		for _, c := range p.containers {
+			c.status.State.Waiting.Reason = "ContainerCreating"
+		}
+		p.statusChangedLocked()
+		p.mu.Unlock()
+	}
+	p.k.wg.Add(len(p.containers))
+	for _, c := range p.containers {
+		go c.run()
+	}
 }
 
 // terminate starts the pod's termination with grace seconds, or shortens a
@@ -141,7 +179,7 @@ func (p *podWorker) terminate(grace int64) {
 // runningLocked returns the instances whose process still runs.
 func (p *podWorker) runningLocked() []*instance {
 	var out []*instance
-	for _, c := range p.containers {
+	for _, c := range slices.Concat(p.inits, p.containers) {
 		if c.inst != nil && !c.inst.proc.exited() {
 			out = append(out, c.inst)
 		}
@@ -218,17 +256,23 @@ func (p *podWorker) statusLocked() corev1.PodStatus {
 		}
 		return corev1.PodCondition{Type: t, Status: s, LastTransitionTime: p.readySince}
 	}
+	initialized := corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: p.startTime}
+	if len(p.inits) > 0 {
+		initialized.LastTransitionTime = p.initialized
+		if p.initialized.IsZero() {
+			initialized.Status, initialized.Reason, initialized.LastTransitionTime = corev1.ConditionFalse, "ContainersNotInitialized", p.startTime
+		}
+	}
 	st := corev1.PodStatus{
-		Phase:     phase,
-		HostIP:    p.k.cfg.Network.IP().String(),
-		PodIP:     p.ip,
-		PodIPs:    []corev1.PodIP{{IP: p.ip}},
-		StartTime: &p.startTime,
-		Conditions: []corev1.PodCondition{
-			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: p.startTime},
-			cond(corev1.ContainersReady, p.ready),
-			cond(corev1.PodReady, p.ready),
-		},
+		Phase:      phase,
+		HostIP:     p.k.cfg.Network.IP().String(),
+		PodIP:      p.ip,
+		PodIPs:     []corev1.PodIP{{IP: p.ip}},
+		StartTime:  &p.startTime,
+		Conditions: []corev1.PodCondition{initialized, cond(corev1.ContainersReady, p.ready), cond(corev1.PodReady, p.ready)},
+	}
+	for _, c := range p.inits {
+		st.InitContainerStatuses = append(st.InitContainerStatuses, *c.status.DeepCopy())
 	}
 	for _, c := range p.containers {
 		st.ContainerStatuses = append(st.ContainerStatuses, *c.status.DeepCopy())
