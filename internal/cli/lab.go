@@ -186,7 +186,11 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(streams.Err, "lab: %d scenarios in %s\n", len(scenarios), time.Since(started).Round(100*time.Millisecond))
+	noun := "scenarios"
+	if len(scenarios) == 1 {
+		noun = "scenario"
+	}
+	fmt.Fprintf(streams.Err, "lab: %d %s in %s\n", len(scenarios), noun, time.Since(started).Round(100*time.Millisecond))
 	return flags.out.write(streams, "lab", rendering{all: res}, clientErrorWarnings(scenarios, res))
 }
 

@@ -295,3 +295,20 @@ func TestRolloutVerdict(t *testing.T) {
 		})
 	}
 }
+
+// TestRolloutInitContainer: a workload whose pods have an init container
+// deploys and rolls out: the init container's end is a step of each pod's
+// start, not an exit that stops the deploy.
+func TestRolloutInitContainer(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"rollout", "-f", "testdata/rollout-init.yaml", "--local", "--path", "/work",
+		"--warm-up", "1s", "--after", "1s", "--max-failures", "1000000"},
+		Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	if code != ExitOK {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitOK, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "old pod") {
+		t.Errorf("stdout lacks the old pods:\n%s", out.String())
+	}
+}

@@ -21,7 +21,8 @@ const (
 	PodStarted EventKind = "pod_started"
 	// ContainerStarted: a container's main process is running. Fields: pid,
 	// restart (the restart count), pid_namespace (how the process was
-	// isolated, see the kubelet).
+	// isolated, see the kubelet), init (N/M, for the Nth of a pod's M init
+	// containers).
 	ContainerStarted EventKind = "container_started"
 	// ContainerStartFailed: the container's command could not be started.
 	// Fields: error.
@@ -54,7 +55,8 @@ const (
 	// Killed: SIGKILL went to the container because its grace period ended.
 	Killed EventKind = "killed"
 	// ContainerExited: a container's main process ended. Fields: code (the
-	// exit code, 128+signal for a signal), reason (Completed or Error).
+	// exit code, 128+signal for a signal), reason (Completed or Error),
+	// init (as ContainerStarted's).
 	ContainerExited EventKind = "container_exited"
 	// BackOff: a crashed container waits before its restart. Fields: delay
 	// (a Go duration).
@@ -119,6 +121,13 @@ type Event struct {
 	// Endpoints are the endpoints of EndpointsPublished and
 	// EndpointsApplied; zero for the other kinds.
 	Endpoints Endpoints
+}
+
+// InitDone reports whether an event of kind with fields is an init
+// container's successful end (ContainerExited, init set, code 0): a step
+// of the pod's start, not the end of its work.
+func InitDone(kind EventKind, fields map[string]string) bool {
+	return kind == ContainerExited && fields["init"] != "" && fields["code"] == "0"
 }
 
 // A Recorder takes events. Implementations must be safe for concurrent use

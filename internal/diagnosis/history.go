@@ -488,6 +488,10 @@ func (h *history) add(e *results.Entry) {
 			state("restarting")
 		}
 	case cluster.ContainerExited:
+		if cluster.InitDone(cluster.EventKind(e.Kind), e.Detail) {
+			// A step of the pod's start.
+			return
+		}
 		code, _ := strconv.Atoi(e.Detail["code"])
 		// A real cluster's API reports no SIGKILL: its exit code, 128+9,
 		// does.

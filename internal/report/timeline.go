@@ -487,6 +487,9 @@ func podLanes(run results.Run, s timeScale) []chartLane {
 		case cluster.LivenessKill:
 			p.mark("cross", "killed", e.AtMS, phaseY+phaseH/2, 0, s, p.name+": "+what, "")
 		case cluster.ContainerExited:
+			if cluster.InitDone(cluster.EventKind(e.Kind), e.Detail) {
+				continue
+			}
 			p.stopListening(e.AtMS, s)
 			if p.terminated {
 				p.close(e.AtMS, s)

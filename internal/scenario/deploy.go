@@ -59,7 +59,7 @@ func setupOf(events []cluster.Event, d string) (exits []string, failed, ready, k
 	tr := newReadiness(d)
 	for _, e := range events {
 		tr.add(e)
-		if !tr.ours[e.Pod] || tr.ended[e.Pod] {
+		if !tr.ours[e.Pod] || tr.ended[e.Pod] || cluster.InitDone(e.Kind, e.Fields) {
 			continue
 		}
 		switch e.Kind {

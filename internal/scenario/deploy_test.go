@@ -29,9 +29,13 @@ func TestSetupOf(t *testing.T) {
 		{Kind: cluster.PodCreated, Pod: "app-a1b2c-3", Object: "ReplicaSet/app-a1b2c"},
 		// Another Deployment's, whose name begins with app-.
 		{Kind: cluster.PodCreated, Pod: "app-canary-x9z-1", Object: "ReplicaSet/app-canary-x9z"},
+		// An init container that completed is a step of the start.
+		{Kind: cluster.ContainerExited, Pod: "app-a1b2c-1", Container: "init", Fields: map[string]string{"code": "0", "init": "1/1"}},
 		{Kind: cluster.PodReady, Pod: "app-a1b2c-1"},
 		{Kind: cluster.PodReady, Pod: "app-a1b2c-2"},
 		{Kind: cluster.PodReady, Pod: "app-a1b2c-3"},
+		// One that failed is a crash.
+		{Kind: cluster.ContainerExited, Pod: "app-a1b2c-2", Container: "init", Fields: map[string]string{"code": "1", "init": "1/1"}},
 		exit("app-canary-x9z-1", "1"),
 		exit("app-a1b2c-2", "2"),
 		{Kind: cluster.PodUnready, Pod: "app-a1b2c-2"},
@@ -42,12 +46,12 @@ func TestSetupOf(t *testing.T) {
 		{Kind: cluster.ContainerStartFailed, Pod: "app-a1b2c-1", Container: "app", Fields: map[string]string{"error": `exec: "myapp": executable file not found in $PATH`}},
 	}
 	exits, failed, ready, known := setupOf(events, "app")
-	want := []string{"pod app-a1b2c-2: container app exited with code 2",
+	want := []string{"pod app-a1b2c-2: container init exited with code 1", "pod app-a1b2c-2: container app exited with code 2",
 		`pod app-a1b2c-1: container app failed to start: exec: "myapp": executable file not found in $PATH`}
 	if !cmp.Equal(exits, want) || failed != 1 || ready != 1 || known != 3 {
 		t.Errorf("setupOf = %q (%d failed starts), %d ready of %d known; want %q (1 failed start), 1 ready of 3", exits, failed, ready, known, want)
 	}
-	if exits, _, ready, known := setupOf(events[:7], "app"); len(exits) > 0 || ready != 3 || known != 3 {
+	if exits, _, ready, known := setupOf(events[:8], "app"); len(exits) > 0 || ready != 3 || known != 3 {
 		t.Errorf("setupOf before the exits = %q, %d ready of %d known; want none, 3 ready of 3", exits, ready, known)
 	}
 }

@@ -136,7 +136,7 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 				p.sigterm = e.Time
 			}
 		case cluster.ContainerExited:
-			if p != nil {
+			if p != nil && !cluster.InitDone(e.Kind, e.Fields) {
 				p.exited = e.Time
 				p.code, _ = strconv.Atoi(e.Fields["code"])
 			}

@@ -143,7 +143,7 @@ func (d *podNotices) notices(e cluster.Event) []string {
 		d.cause = who + " failed to start: " + e.Fields["error"]
 		return []string{d.cause}
 	case cluster.ContainerExited:
-		if d.ending[e.Pod] {
+		if d.ending[e.Pod] || cluster.InitDone(e.Kind, e.Fields) {
 			return nil
 		}
 		msg := who + " exited with code " + e.Fields["code"]

@@ -220,11 +220,7 @@ func (c *containerWorker) start() *instance {
 	c.status.Ready = started && c.spec.ReadinessProbe == nil && !c.init
 	fields := map[string]string{"pid": strconv.Itoa(proc.cmd.Process.Pid), "restart": strconv.Itoa(int(restart)),
 		"pid_namespace": proc.isolation.String()}
-	if c.init {
-		// Init:N/M, as kubectl shows a pod whose init container N of M
-		// runs.
-		fields["init"] = fmt.Sprintf("%d/%d", slices.Index(p.inits, c)+1, len(p.inits))
-	}
+	c.addInit(fields)
 	if reason != "" {
 		fields["pid_namespace_reason"] = reason
 	}
@@ -249,6 +245,15 @@ func (c *containerWorker) start() *instance {
 		}()
 	}
 	return inst
+}
+
+// addInit adds to the fields of an init container's event which of the
+// pod's init containers it is: Init:N/M, as kubectl shows a pod whose init
+// container N of M runs.
+func (c *containerWorker) addInit(fields map[string]string) {
+	if c.init {
+		fields["init"] = fmt.Sprintf("%d/%d", slices.Index(c.p.inits, c)+1, len(c.p.inits))
+	}
 }
 
 // closedChan is the done channel of an instance whose process never
@@ -276,8 +281,9 @@ func (c *containerWorker) exited(inst *instance) (int32, time.Time) {
 		reason = "Completed"
 	}
 	// The exit comes before the unreadiness it brings.
-	p.k.record(cluster.Event{Kind: cluster.ContainerExited, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name,
-		Fields: map[string]string{"code": strconv.Itoa(int(code)), "reason": reason}})
+	fields := map[string]string{"code": strconv.Itoa(int(code)), "reason": reason}
+	c.addInit(fields)
+	p.k.record(cluster.Event{Kind: cluster.ContainerExited, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name, Fields: fields})
 	p.mu.Lock()
 	// The kubelet leaves terminated.signal unset: the runtime reports a
 	// signal death as 128+signal only (T14).

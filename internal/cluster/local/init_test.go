@@ -54,10 +54,10 @@ func TestInitContainersRunInOrder(t *testing.T) {
 		case cluster.ContainerStarted:
 			got = append(got, "start "+e.Container+" "+e.Fields["init"])
 		case cluster.ContainerExited:
-			got = append(got, "exit "+e.Container+" "+e.Fields["code"])
+			got = append(got, "exit "+e.Container+" "+e.Fields["code"]+" "+e.Fields["init"])
 		}
 	}
-	want := []string{"start init-a 1/2", "exit init-a 0", "start init-b 2/2", "exit init-b 0", "start app "}
+	want := []string{"start init-a 1/2", "exit init-a 0 1/2", "start init-b 2/2", "exit init-b 0 2/2", "start app "}
 	if strings.Join(got, ", ") != strings.Join(want, ", ") {
 		t.Errorf("containers: %q, want %q", got, want)
 	}

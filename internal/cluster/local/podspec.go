@@ -38,7 +38,7 @@ func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageComm
 		var err error
 		switch {
 		case c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways:
-			field, err = field+".restartPolicy", fmt.Errorf("init container %s is a sidecar (restartPolicy Always), which the embedded kubelet does not run yet", c.Name)
+			field, err = field+".restartPolicy", fmt.Errorf("init container %s is a sidecar (restartPolicy Always), which the embedded kubelet does not run yet: list it in containers to run it beside the app, stopped with it at once", c.Name)
 		case c.RestartPolicy != nil:
 			field, err = field+".restartPolicy", fmt.Errorf("init container %s: restartPolicy %s: an init container's may only be Always", c.Name, *c.RestartPolicy)
 		case c.LivenessProbe != nil || c.ReadinessProbe != nil || c.StartupProbe != nil:
