@@ -49,7 +49,7 @@ func referenceNotices(s *Scenario, objects []runtime.Object) []string {
 type fieldNotice struct{ field, text string }
 
 // containerNotices returns the notices that say gives of each container
-// of the Deployments of objects, each after the file and line of its
+// of the Deployments of objects, init containers first, each after the file and line of its
 // field, the Deployment and the container. objects[i] is s.Objects[i] as
 // the runner applies it.
 func containerNotices(s *Scenario, objects []runtime.Object, say func(d *appsv1.Deployment, c *corev1.Container) []fieldNotice) []string {
@@ -60,14 +60,20 @@ func containerNotices(s *Scenario, objects []runtime.Object, say func(d *appsv1.
 			continue
 		}
 		o := s.Objects[i]
-		for j := range d.Spec.Template.Spec.Containers {
-			c := &d.Spec.Template.Spec.Containers[j]
-			for _, n := range say(d, c) {
-				where := o.File
-				if line := o.FieldLine(fmt.Sprintf("spec.template.spec.containers[%d].%s", j, n.field)); line > 0 {
-					where += ":" + strconv.Itoa(line)
+		spec := &d.Spec.Template.Spec
+		for _, list := range []struct {
+			path       string
+			containers []corev1.Container
+		}{{"initContainers", spec.InitContainers}, {"containers", spec.Containers}} {
+			for j := range list.containers {
+				c := &list.containers[j]
+				for _, n := range say(d, c) {
+					where := o.File
+					if line := o.FieldLine(fmt.Sprintf("spec.template.spec.%s[%d].%s", list.path, j, n.field)); line > 0 {
+						where += ":" + strconv.Itoa(line)
+					}
+					notices = append(notices, fmt.Sprintf("%s: Deployment %s: container %s: %s", where, d.Name, c.Name, n.text))
 				}
-				notices = append(notices, fmt.Sprintf("%s: Deployment %s: container %s: %s", where, d.Name, c.Name, n.text))
 			}
 		}
 	}

@@ -70,9 +70,9 @@ func TestMissingServiceNotice(t *testing.T) {
 	}
 }
 
-// TestDNSNameNotices: a container that names a Service of the workload by
-// its DNS name where a host goes gets a notice at its line; a word that
-// only spells the name does not.
+// TestDNSNameNotices: a container, or an init container, that names a
+// Service of the workload by its DNS name where a host goes gets a notice
+// at its line; a word that only spells the name does not.
 func TestDNSNameNotices(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join("testdata", "valid-dns-names.yaml")
@@ -82,8 +82,9 @@ func TestDNSNameNotices(t *testing.T) {
 	}
 	fix := "which no pod of this cluster resolves (it has no cluster DNS): write $(SHOP_SERVICE_HOST) for the host, the Service's cluster IP, which the kubelet sets in the container's env"
 	want := []string{
-		file + `:47: Deployment app: container app: env SHOP_URL names Service shop by its DNS name "shop", ` + fix,
-		file + `:44: Deployment app: container app: args[2] names Service shop by its DNS name "shop.default.svc.cluster.local", ` + fix,
+		file + `:47: Deployment app: container wait: env TARGET names Service shop by its DNS name "shop", ` + fix,
+		file + `:54: Deployment app: container app: env SHOP_URL names Service shop by its DNS name "shop", ` + fix,
+		file + `:51: Deployment app: container app: args[2] names Service shop by its DNS name "shop.default.svc.cluster.local", ` + fix,
 	}
 	if diff := cmp.Diff(want, dnsNameNotices(s, objectsOf(s))); diff != "" {
 		t.Errorf("notices (-want +got):\n%s", diff)
