@@ -408,7 +408,8 @@ func localCommands(exe string, images map[string][]string) map[string][]string {
 // field of the scenarios' Deployments that the embedded cluster would not
 // run, with images as the commands of --image-command: what
 // local.CheckPodTemplate refuses (a container without a command of its
-// own, an annotation or a command for its image; a sidecar), or a
+// own, an annotation or a command for its image; a shared PID
+// namespace; a postStart hook), or a
 // container whose command is no executable file where the kubelet would
 // look it up (local.Executable). It names the field's file and line, so
 // that a bad manifest is refused before any cluster starts.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/diagnosis"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
@@ -293,6 +294,41 @@ func TestRolloutVerdict(t *testing.T) {
 				t.Errorf("got  %q\nwant %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestRolloutSidecar: a workload whose pods have a native sidecar deploys
+// and rolls out; the timeline shows the sidecar's signal after the app's
+// exit.
+func TestRolloutSidecar(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"rollout", "-f", "testdata/rollout-sidecar.yaml", "--local", "--path", "/work",
+		"--warm-up", "1s", "--after", "1s", "--max-failures", "1000000", "-o", "json"},
+		Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	if code != ExitOK {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitOK, out.String(), errOut.String())
+	}
+	r, err := results.Read(&out)
+	if err != nil || len(r.Scenarios) != 1 || len(r.Scenarios[0].Runs) != 1 {
+		t.Fatalf("results: %v, %+v", err, r)
+	}
+	// Each old pod's sidecar gets its signal after the app exited.
+	exited := map[string]bool{}
+	signalled := 0
+	for _, e := range r.Scenarios[0].Runs[0].Timeline {
+		switch {
+		case e.Kind == string(cluster.ContainerExited) && e.Container == "app":
+			exited[e.Pod] = true
+		case e.Kind == string(cluster.SignalSent) && e.Container == "proxy":
+			if !exited[e.Pod] || e.Detail["after"] != "app" {
+				t.Errorf("pod %s: sidecar signalled %v, before its app exited", e.Pod, e.Detail)
+			}
+			signalled++
+		}
+	}
+	if signalled != 3 {
+		t.Errorf("%d sidecars signalled, want the 3 old pods'", signalled)
 	}
 }
 

@@ -17,7 +17,7 @@ const repoRoot = "../.."
 // ruleKey matches a cited rule key of docs/kubernetes.md: a section letter
 // and a number (T7), or § and a section number (§10). A dotted section
 // number (RFC 9110 §9.2.2) belongs to another document.
-var ruleKey = regexp.MustCompile(`\b[TEPBDXI][0-9]{1,2}\b|§[0-9]+(\.[0-9]+)*`)
+var ruleKey = regexp.MustCompile(`\b[TEPBDXIC][0-9]{1,2}\b|§[0-9]+(\.[0-9]+)*`)
 
 // definedKey matches where docs/kubernetes.md defines a key: a rule's entry
 // ("- **T7 …") or a section's heading ("## §10 …").

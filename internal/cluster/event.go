@@ -130,6 +130,11 @@ func InitDone(kind EventKind, fields map[string]string) bool {
 	return kind == ContainerExited && fields["init"] != "" && fields["code"] == "0"
 }
 
+// OfSidecar reports whether an event's fields say it is of a sidecar, an
+// init container with restartPolicy Always (sidecar=true): a container
+// beside the pod's server, which stops after it.
+func OfSidecar(fields map[string]string) bool { return fields["sidecar"] == "true" }
+
 // A Recorder takes events. Implementations must be safe for concurrent use
 // and must not block for long: components record while they work.
 type Recorder interface {

@@ -417,6 +417,11 @@ func (h *history) add(e *results.Entry) {
 		ph.steps = append(ph.steps, s)
 		return
 	}
+	if cluster.OfSidecar(e.Detail) {
+		// The pod's server is its app container; a sidecar's start,
+		// signal and exit are not its.
+		return
+	}
 	switch cluster.EventKind(e.Kind) {
 	case cluster.PodCreated, cluster.PodScheduled:
 		state("pending")

@@ -384,6 +384,72 @@ func TestAgentRefusedPod(t *testing.T) {
 	})
 }
 
+// TestAgentSidecarOrder: on the real control plane, a pod with two native
+// sidecars and an app container, as the API admits it, starts the
+// sidecars first and reports them among its init container statuses;
+// deleted, it signals the app first, then the later sidecar once the app
+// has exited, then the earlier one once the later one has (C3).
+func TestAgentSidecarOrder(t *testing.T) {
+	client := controlplanetest.Client(t)
+	ns := newNamespace(t, client)
+	_, log := startAgents(t, client, ns, 1, local.KubeletConfig{})
+	startScheduler(t)
+	ctx := context.Background()
+	always := corev1.ContainerRestartPolicyAlways
+	shell := func(name, onTerm string) corev1.Container {
+		return corev1.Container{Name: name, Image: "closingtime",
+			Command: []string{"sh", "-c", "trap '" + onTerm + "; exit 0' TERM; while :; do sleep 0.05; done"}}
+	}
+	first, second := shell("first", "sleep 0.3"), shell("second", "sleep 0.3")
+	first.RestartPolicy, second.RestartPolicy = &always, &always
+	grace := int64(10)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ordered"}, Spec: corev1.PodSpec{
+		TerminationGracePeriodSeconds: &grace,
+		InitContainers:                []corev1.Container{first, second},
+		Containers:                    []corev1.Container{shell("app", "sleep 1")},
+	}}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pod Ready with its sidecars running", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "ordered", metav1.GetOptions{})
+		if err != nil || !podReady(p) || len(p.Status.InitContainerStatuses) != 2 {
+			return false, err
+		}
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.State.Running == nil || !s.Ready {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "ordered", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pod to be gone from the API", func() (bool, error) {
+		_, err := client.CoreV1().Pods(ns).Get(ctx, "ordered", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	var got []string
+	for _, e := range log.Events() {
+		if e.Pod != "ordered" {
+			continue
+		}
+		switch e.Kind {
+		case cluster.ContainerStarted:
+			got = append(got, "start "+e.Container)
+		case cluster.SignalSent:
+			got = append(got, strings.TrimSpace("signal "+e.Container+" "+e.Fields["after"]))
+		case cluster.ContainerExited:
+			got = append(got, "exit "+e.Container)
+		}
+	}
+	want := "start first, start second, start app, signal app, exit app, signal second app, exit second, signal first app,second, exit first"
+	if strings.Join(got, ", ") != want {
+		t.Errorf("containers: %s\nwant %s", strings.Join(got, ", "), want)
+	}
+}
+
 // newNamespace creates a namespace for the test, and returns once its
 // default service account, which admission requires of its pods, exists.
 // The namespace is deleted after the test.

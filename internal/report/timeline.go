@@ -321,6 +321,9 @@ type podTrack struct {
 	listenBars           []chartBar
 	terminate            float64
 	terminated           bool
+	// running are the pod's containers that run, by name, as far as
+	// entries name them.
+	running map[string]bool
 }
 
 // Lane rows, relative to the lane's top.
@@ -431,6 +434,9 @@ func podLanes(run results.Run, s timeScale) []chartLane {
 			continue
 		}
 		what := fmt.Sprintf("%s at %s", e.Kind, at(e.AtMS))
+		if e.Container != "" {
+			what = fmt.Sprintf("%s of container %s at %s", e.Kind, e.Container, at(e.AtMS))
+		}
 		if d := details(e.Detail); d != "" {
 			what += ": " + d
 		}
@@ -456,6 +462,12 @@ func podLanes(run results.Run, s timeScale) []chartLane {
 				p.enter(phaseStarting, e.AtMS, s)
 			}
 		case cluster.ContainerStarted:
+			if e.Container != "" {
+				if p.running == nil {
+					p.running = map[string]bool{}
+				}
+				p.running[e.Container] = true
+			}
 			if p.phase == "" || p.phase == phaseDown {
 				p.enter(phaseStarting, e.AtMS, s)
 			}
@@ -488,6 +500,13 @@ func podLanes(run results.Run, s timeScale) []chartLane {
 			p.mark("cross", "killed", e.AtMS, phaseY+phaseH/2, 0, s, p.name+": "+what, "")
 		case cluster.ContainerExited:
 			if cluster.InitDone(cluster.EventKind(e.Kind), e.Detail) {
+				continue
+			}
+			delete(p.running, e.Container)
+			if len(p.running) > 0 {
+				// Another container of the pod runs on: a sidecar
+				// stops after its app (C3).
+				p.mark("label", "exit", e.AtMS, phaseY+phaseH-2.5, 0, s, p.name+": "+what, e.Detail["code"])
 				continue
 			}
 			p.stopListening(e.AtMS, s)

@@ -255,7 +255,10 @@ type Entry struct {
 	// step.
 	Kind string `json:"kind"`
 	Pod  string `json:"pod,omitempty"`
-	Node string `json:"node,omitempty"`
+	// Container is the container of the pod a cluster event is about,
+	// if it is about one.
+	Container string `json:"container,omitempty"`
+	Node      string `json:"node,omitempty"`
 	// Detail holds the event's fields.
 	Detail map[string]string `json:"detail,omitempty"`
 	// Endpoints are the endpoints of a cluster event that has them

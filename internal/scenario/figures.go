@@ -113,7 +113,7 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 	pods := map[string]*podTimes{}
 	var names []string
 	for _, e := range events {
-		run.Timeline = append(run.Timeline, results.Entry{AtMS: at(e.Time), Source: results.SourceCluster, Kind: string(e.Kind), Pod: e.Pod, Node: e.Node, Detail: withObject(e), Endpoints: e.Endpoints})
+		run.Timeline = append(run.Timeline, results.Entry{AtMS: at(e.Time), Source: results.SourceCluster, Kind: string(e.Kind), Pod: e.Pod, Container: e.Container, Node: e.Node, Detail: withObject(e), Endpoints: e.Endpoints})
 		if e.Kind == cluster.ContainerStarted {
 			if n, _ := strconv.Atoi(e.Fields["restart"]); n > 0 {
 				run.Restarts++
@@ -123,6 +123,10 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 			continue
 		}
 		p := pods[e.Pod]
+		if cluster.OfSidecar(e.Fields) {
+			// Not the pod's server.
+			continue
+		}
 		switch e.Kind {
 		case cluster.PodTerminating:
 			if p == nil {

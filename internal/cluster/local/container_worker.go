@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,20 +28,38 @@ type containerWorker struct {
 	logs    *cluster.LogBuffer
 	backoff cluster.CrashLoopBackOff
 	ended   chan struct{} // closed when run returns, or for a container that never runs
-	// init marks an init container: it runs to its first success (C1).
-	init bool
+	role    role
+	// startedCh is closed when the container has first started: its
+	// startup probe succeeded, or, without one, its process runs.
+	startedCh chan struct{}
 
 	// Guarded by p.mu.
 	status corev1.ContainerStatus
 	inst   *instance // the latest instance; nil before the first
 }
 
+// role is what a container is to its pod.
+type role int
+
+const (
+	// appRole is a container of containers[].
+	appRole role = iota
+	// initRole is an init container that runs to its first success before
+	// the next starts (C1).
+	initRole
+	// sidecarRole is an init container with restartPolicy Always: started
+	// in its place among the init containers, it runs beside the app
+	// containers, restarted whenever it exits, and stops after them (C2,
+	// C3).
+	sidecarRole
+)
+
 // instance is one run of a container: one process, its probes.
 type instance struct {
 	c            *containerWorker
 	proc         *process
 	startedAt    time.Time
-	ctx          context.Context // ends when the process has exited
+	ctx          context.Context // ends when the process's exit is recorded, or the kubelet closes
 	cancel       context.CancelFunc
 	liveCtx      context.Context // the liveness and startup workers' context
 	stopLiveness context.CancelFunc
@@ -57,7 +76,7 @@ func newContainerWorker(p *podWorker, spec *corev1.Container) (*containerWorker,
 		return nil, err
 	}
 	c := &containerWorker{p: p, spec: spec, argv: argv, env: env, stopSig: syscall.SIGTERM,
-		backoff: p.k.cfg.CrashLoopBackOff, ended: make(chan struct{})}
+		backoff: p.k.cfg.CrashLoopBackOff, ended: make(chan struct{}), startedCh: make(chan struct{})}
 	if spec.WorkingDir == "" {
 		spec.WorkingDir = p.k.cfg.WorkingDir
 	}
@@ -116,23 +135,25 @@ func (c *containerWorker) run() {
 				inst.proc.signal(syscall.SIGKILL)
 				<-inst.proc.done
 			}
-			inst.cancel()
+			// The exit is recorded before the instance's context ends, so
+			// that what waits for that (a sidecar's turn) comes after it.
 			code, finishedAt = c.exited(inst)
+			inst.cancel()
 		} else {
 			code, finishedAt = 128, p.k.clock.Now()
 		}
-		if p.ctx.Err() != nil || p.isTerminating() || c.init && code == 0 {
+		if p.ctx.Err() != nil || p.isTerminating() || c.role == initRole && code == 0 {
 			return
 		}
-		// An init container that failed restarts unless the policy is
-		// Never, as under OnFailure (C1).
-		switch p.pod.Spec.RestartPolicy {
-		case corev1.RestartPolicyNever:
+		// A sidecar restarts whatever the pod's policy (C2); an init
+		// container that failed restarts unless the policy is Never, as
+		// under OnFailure (C1).
+		switch policy := p.pod.Spec.RestartPolicy; {
+		case c.role == sidecarRole:
+		case policy == corev1.RestartPolicyNever:
 			return
-		case corev1.RestartPolicyOnFailure:
-			if code == 0 {
-				return
-			}
+		case policy == corev1.RestartPolicyOnFailure && code == 0:
+			return
 		}
 		if !c.waitBackOff(finishedAt) {
 			return
@@ -217,10 +238,13 @@ func (c *containerWorker) start() *instance {
 	// readiness probe a started one is ready (P4, E5).
 	started := c.spec.StartupProbe == nil
 	c.status.Started = &started
-	c.status.Ready = started && c.spec.ReadinessProbe == nil && !c.init
+	c.status.Ready = started && c.spec.ReadinessProbe == nil && c.role != initRole
+	if started {
+		c.startedLocked()
+	}
 	fields := map[string]string{"pid": strconv.Itoa(proc.cmd.Process.Pid), "restart": strconv.Itoa(int(restart)),
 		"pid_namespace": proc.isolation.String()}
-	c.addInit(fields)
+	c.addRole(fields)
 	if reason != "" {
 		fields["pid_namespace_reason"] = reason
 	}
@@ -247,12 +271,25 @@ func (c *containerWorker) start() *instance {
 	return inst
 }
 
-// addInit adds to the fields of an init container's event which of the
+// addRole adds to the fields of an init container's event which of the
 // pod's init containers it is: Init:N/M, as kubectl shows a pod whose init
-// container N of M runs.
-func (c *containerWorker) addInit(fields map[string]string) {
-	if c.init {
+// container N of M runs; a sidecar's say sidecar=true instead.
+func (c *containerWorker) addRole(fields map[string]string) {
+	switch c.role {
+	case initRole:
 		fields["init"] = fmt.Sprintf("%d/%d", slices.Index(c.p.inits, c)+1, len(c.p.inits))
+	case sidecarRole:
+		fields["sidecar"] = "true"
+	}
+}
+
+// startedLocked notes that the container has started, which lets the init
+// containers after a sidecar start (C2).
+func (c *containerWorker) startedLocked() {
+	select {
+	case <-c.startedCh:
+	default:
+		close(c.startedCh)
 	}
 }
 
@@ -282,7 +319,7 @@ func (c *containerWorker) exited(inst *instance) (int32, time.Time) {
 	}
 	// The exit comes before the unreadiness it brings.
 	fields := map[string]string{"code": strconv.Itoa(int(code)), "reason": reason}
-	c.addInit(fields)
+	c.addRole(fields)
 	p.k.record(cluster.Event{Kind: cluster.ContainerExited, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name, Fields: fields})
 	p.mu.Lock()
 	// The kubelet leaves terminated.signal unset: the runtime reports a
@@ -326,6 +363,7 @@ func (c *containerWorker) probeResult(inst *instance, kind probeKind, success bo
 			started := true
 			c.status.Started = &started
 			c.status.Ready = c.spec.ReadinessProbe == nil
+			c.startedLocked()
 		}
 	case readinessProbe:
 		c.status.Ready = success
@@ -353,16 +391,18 @@ func (c *containerWorker) probeResult(inst *instance, kind probeKind, success bo
 	case p.pod.Spec.TerminationGracePeriodSeconds != nil:
 		grace = *p.pod.Spec.TerminationGracePeriodSeconds
 	}
-	c.kill(inst, grace)
+	c.kill(inst, grace, nil)
 }
 
 // kill stops inst as the kubelet's killContainer does (T7): the preStop
-// hook, if any and grace > 0, for at most grace seconds; then the stop
-// signal to the first process, and SIGKILL when what is left of the grace,
-// at least 2 s, has passed (T8, T11). A second kill of the same instance
-// only adds its own SIGKILL deadline, so a shorter grace wins (T3). kill
-// returns when the process has exited, or when the kubelet closes.
-func (c *containerWorker) kill(inst *instance, grace int64) {
+// hook, if any and grace > 0, for at most grace seconds; then, for a
+// sidecar, the wait for its turn: until every instance of after has exited,
+// within what is left of the grace (C3); then the stop signal to the first
+// process, and SIGKILL when what is left of the grace, at least 2 s, has
+// passed (T8, T11). A second kill of the same instance only adds its own
+// SIGKILL deadline, so a shorter grace wins (T3). kill returns when the
+// process has exited, or when the kubelet closes.
+func (c *containerWorker) kill(inst *instance, grace int64, after []*instance) {
 	p := c.p
 	p.mu.Lock()
 	again := inst.killing
@@ -386,13 +426,25 @@ func (c *containerWorker) kill(inst *instance, grace int64) {
 			// Whole seconds count (T7 b).
 			grace -= int64(p.k.clock.Since(start) / time.Second)
 		}
+		fields := map[string]string{"signal": unix.SignalName(c.stopSig)}
+		if len(after) > 0 && grace > 0 {
+			start := p.k.clock.Now()
+			c.waitTurn(after, start.Add(time.Duration(grace)*time.Second))
+			waited := p.k.clock.Since(start)
+			grace -= int64(waited / time.Second)
+			var names []string
+			for _, a := range after {
+				names = append(names, a.c.spec.Name)
+			}
+			fields["after"], fields["waited"] = strings.Join(names, ","), waited.Round(time.Millisecond).String()
+		}
 		grace = max(grace, cluster.MinimumGracePeriodSeconds)
+		fields["grace"] = (time.Duration(grace) * time.Second).String()
 		sent := p.k.clock.Now()
 		// Each event is recorded before its signal goes, so that it
 		// precedes the exit the signal causes in the stream.
 		if !inst.proc.exited() {
-			ev.Kind, ev.Time, ev.Fields = cluster.SignalSent, sent, map[string]string{"signal": unix.SignalName(c.stopSig),
-				"grace": (time.Duration(grace) * time.Second).String()}
+			ev.Kind, ev.Time, ev.Fields = cluster.SignalSent, sent, fields
 			p.k.record(ev)
 			inst.proc.signal(c.stopSig)
 		}
@@ -414,6 +466,24 @@ func (c *containerWorker) kill(inst *instance, grace int64) {
 		select {
 		case <-inst.proc.done:
 		case <-p.ctx.Done():
+		}
+	}
+}
+
+// waitTurn waits until the exit of every instance of after is recorded,
+// until
+// deadline, or until the kubelet closes (waitForTurn in the kubelet).
+func (c *containerWorker) waitTurn(after []*instance, deadline time.Time) {
+	p := c.p
+	t := p.k.clock.NewTimer(deadline.Sub(p.k.clock.Now()))
+	defer t.Stop()
+	for _, a := range after {
+		select {
+		case <-a.ctx.Done():
+		case <-t.C():
+			return
+		case <-p.ctx.Done():
+			return
 		}
 	}
 }

@@ -132,7 +132,7 @@ func TestInitContainerRestarts(t *testing.T) {
 func TestInitContainerFailsPod(t *testing.T) {
 	t.Parallel()
 	k, log := newKubelet(t, KubeletConfig{})
-	pod := initPod("failed", trapScript("TERM"), "exit 3")
+	pod := initPod("failed", trapScript("TERM"), "exit 3", "true")
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	if err := k.SyncPod(pod); err != nil {
 		t.Fatal(err)
@@ -141,8 +141,8 @@ func TestInitContainerFailsPod(t *testing.T) {
 	if e.Fields["phase"] != string(corev1.PodFailed) {
 		t.Errorf("pod ended %v, want phase Failed", e.Fields)
 	}
-	if appStarted(log, i) {
-		t.Error("app started though its init container failed")
+	if appStarted(log, i) || slices.ContainsFunc(log.Events(), of("init-b")) {
+		t.Error("app or init-b started though init-a failed")
 	}
 }
 
@@ -151,7 +151,7 @@ func TestInitContainerFailsPod(t *testing.T) {
 func TestInitContainerTerminated(t *testing.T) {
 	t.Parallel()
 	k, log := newKubelet(t, KubeletConfig{})
-	pod := initPod("deleted", trapScript("TERM"), trapScript("TERM"))
+	pod := initPod("deleted", trapScript("TERM"), trapScript("TERM"), "true")
 	if err := k.SyncPod(pod); err != nil {
 		t.Fatal(err)
 	}
@@ -160,14 +160,14 @@ func TestInitContainerTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, i := waitFor(t, log, 0, cluster.PodTerminated, "deleted")
-	if appStarted(log, i) {
-		t.Error("app started in a pod deleted during its init")
+	if appStarted(log, i) || slices.ContainsFunc(log.Events(), of("init-b")) {
+		t.Error("app or init-b started in a pod deleted during init-a")
 	}
 }
 
-// TestKubeletRefusesWhatItDoesNotRun: a sidecar, a shared PID namespace,
-// and what the API refuses in an init container are refused at admission
-// with the field named, not run as something else.
+// TestKubeletRefusesWhatItDoesNotRun: a shared PID namespace, a postStart
+// hook, and what the API refuses in an init container are refused at
+// admission with the field named, not run as something else.
 func TestKubeletRefusesWhatItDoesNotRun(t *testing.T) {
 	t.Parallel()
 	k, _ := newKubelet(t, KubeletConfig{})
@@ -176,10 +176,13 @@ func TestKubeletRefusesWhatItDoesNotRun(t *testing.T) {
 		field  string
 	}{
 		{func(p *corev1.Pod) {
-			p.Spec.InitContainers[0].RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
-		}, "spec.initContainers[0].restartPolicy: init container init-a is a sidecar"},
+			p.Spec.InitContainers[0].RestartPolicy = ptr.To(corev1.ContainerRestartPolicyOnFailure)
+		}, "spec.initContainers[0].restartPolicy: init container init-a: restartPolicy OnFailure"},
+		{func(p *corev1.Pod) {
+			p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+		}, "spec.containers[0].lifecycle.postStart: "},
 		{func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptr.To(true) }, "spec.shareProcessNamespace: "},
-		{func(p *corev1.Pod) { p.Spec.InitContainers[0].ReadinessProbe = httpProbe("/", 1) }, "spec.initContainers[0]: init container init-a: only a sidecar may have probes"},
+		{func(p *corev1.Pod) { p.Spec.InitContainers[0].ReadinessProbe = httpProbe("/", 1) }, "spec.initContainers[0]: init container init-a: only a sidecar (restartPolicy Always) may have probes"},
 		{func(p *corev1.Pod) { p.Spec.InitContainers[0].Command = nil }, "spec.initContainers[0]: container init-a has no command"},
 	} {
 		pod := initPod("refused", "true", "true")

@@ -374,16 +374,13 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 		k: k, pod: pod, sandbox: sandbox, ip: sandbox.IP().String(), env: env, ctx: ctx, cancel: cancel,
 		terminatingCh: make(chan struct{}), done: make(chan struct{}), statusCh: make(chan struct{}, 1),
 	}
-	if p.inits, err = newContainerWorkers(p, pod.Spec.InitContainers); err == nil {
-		p.containers, err = newContainerWorkers(p, pod.Spec.Containers)
+	if p.inits, err = newContainerWorkers(p, pod.Spec.InitContainers, initRole); err == nil {
+		p.containers, err = newContainerWorkers(p, pod.Spec.Containers, appRole)
 	}
 	if err != nil {
 		cancel()
 		sandbox.Close()
 		return nil, err
-	}
-	for _, c := range p.inits {
-		c.init = true
 	}
 	if len(p.inits) > 0 {
 		for _, c := range p.containers {
@@ -409,13 +406,19 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 	return p, nil
 }
 
-// newContainerWorkers returns the workers of specs, containers of p's pod.
-func newContainerWorkers(p *podWorker, specs []corev1.Container) ([]*containerWorker, error) {
+// newContainerWorkers returns the workers of specs, containers of p's pod
+// in role: appRole for its containers, initRole for its init containers,
+// of which the sidecars get sidecarRole.
+func newContainerWorkers(p *podWorker, specs []corev1.Container, r role) ([]*containerWorker, error) {
 	var workers []*containerWorker
 	for i := range specs {
 		c, err := newContainerWorker(p, &specs[i])
 		if err != nil {
 			return nil, err
+		}
+		c.role = r
+		if r == initRole && isSidecar(c.spec) {
+			c.role = sidecarRole
 		}
 		workers = append(workers, c)
 	}

@@ -148,7 +148,7 @@ func describe(events []cluster.Event) string {
 		if start.IsZero() {
 			start = e.Time
 		}
-		fmt.Fprintf(&b, "\n  +%6.3fs %s %s %v", e.Time.Sub(start).Seconds(), e.Pod, e.Kind, e.Fields)
+		fmt.Fprintf(&b, "\n  +%6.3fs %s %s %s %v", e.Time.Sub(start).Seconds(), e.Pod, e.Container, e.Kind, e.Fields)
 		if e.Kind == cluster.EndpointsPublished || e.Kind == cluster.EndpointsApplied {
 			fmt.Fprintf(&b, " %s %s %s", e.Node, e.Object, e.Endpoints)
 		}

@@ -23,7 +23,7 @@ type podWorker struct {
 	ctx     context.Context // ends at the kubelet's Close, or after the pod terminated
 	cancel  context.CancelFunc
 
-	inits      []*containerWorker // the init containers, run one after the other before containers (C1)
+	inits      []*containerWorker // the init containers and sidecars, started one after the other before containers (C1, C2)
 	containers []*containerWorker
 	kills      sync.WaitGroup // the kill sequences of the pod's termination
 	statusCh   chan struct{}  // a status change waits to be delivered
@@ -58,6 +58,9 @@ func (p *podWorker) run() {
 	case <-p.terminatingCh:
 	case <-p.ctx.Done():
 	case <-allEnded:
+		// The app containers have ended by themselves: the sidecars are
+		// stopped, in their order, with the pod's grace.
+		p.stop(p.specGrace(), false)
 	}
 	// Every container loop ends once the pod is terminating: wait for them,
 	// each bounded by its kill sequence.
@@ -97,20 +100,32 @@ func (p *podWorker) run() {
 }
 
 // initialize runs the init containers one after the other, each to its
-// success, then starts the app containers (C1). If one does not succeed
+// success, and starts each sidecar in its place, going on once it has
+// started; then it starts the app containers (C1, C2). If an init
+// container does not succeed or a sidecar ends before it started
 // (restartPolicy Never, or the pod terminates or the kubelet closes
-// first), no app container runs.
+// first), what comes after it never runs.
 func (p *podWorker) initialize() {
 	defer p.k.wg.Done()
-	for _, c := range p.inits {
+	for i, c := range p.inits {
 		p.k.wg.Add(1)
 		go c.run()
-		<-c.ended
-		p.mu.Lock()
-		t := c.status.State.Terminated
-		p.mu.Unlock()
-		if t == nil || t.ExitCode != 0 {
-			for _, c := range p.containers {
+		ok := false
+		if c.role == sidecarRole {
+			select {
+			case <-c.startedCh:
+				ok = true
+			case <-c.ended:
+			}
+		} else {
+			<-c.ended
+			p.mu.Lock()
+			t := c.status.State.Terminated
+			p.mu.Unlock()
+			ok = t != nil && t.ExitCode == 0
+		}
+		if !ok {
+			for _, c := range slices.Concat(p.inits[i+1:], p.containers) {
 				close(c.ended)
 			}
 			return
@@ -131,9 +146,24 @@ func (p *podWorker) initialize() {
 	}
 }
 
+// specGrace returns the pod's terminationGracePeriodSeconds, or
+// Kubernetes' default.
+func (p *podWorker) specGrace() int64 {
+	if g := p.pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		return *g
+	}
+	return cluster.DefaultTerminationGracePeriodSeconds
+}
+
 // terminate starts the pod's termination with grace seconds, or shortens a
 // termination under way to grace (T3, T5).
-func (p *podWorker) terminate(grace int64) {
+func (p *podWorker) terminate(grace int64) { p.stop(grace, true) }
+
+// stop kills the pod's running containers with grace seconds, or shortens
+// a stop under way to grace (T3). A stop that is not a deletion (deleted
+// false) is the end of a pod whose app containers ended by themselves: it
+// has no pod_terminating event.
+func (p *podWorker) stop(grace int64, deleted bool) {
 	p.mu.Lock()
 	if p.terminating {
 		shorter := grace < p.grace
@@ -149,7 +179,7 @@ func (p *podWorker) terminate(grace int64) {
 			for _, inst := range insts {
 				go func() {
 					defer p.k.wg.Done()
-					inst.c.kill(inst, grace)
+					inst.c.kill(inst, grace, nil)
 				}()
 			}
 		}
@@ -162,18 +192,55 @@ func (p *podWorker) terminate(grace int64) {
 	for _, inst := range insts {
 		inst.stopLiveness()
 	}
+	after := p.stopOrderLocked(insts)
 	p.kills.Add(len(insts))
 	close(p.terminatingCh)
 	p.mu.Unlock()
-	p.k.record(cluster.Event{Kind: cluster.PodTerminating, Namespace: p.pod.Namespace, Pod: p.pod.Name,
-		Fields: map[string]string{"grace": (time.Duration(grace) * time.Second).String()}})
-	// Containers are killed concurrently (T7).
+	if deleted {
+		p.k.record(cluster.Event{Kind: cluster.PodTerminating, Namespace: p.pod.Namespace, Pod: p.pod.Name,
+			Fields: map[string]string{"grace": (time.Duration(grace) * time.Second).String()}})
+	}
+	// Containers are killed concurrently (T7); only a sidecar's signal
+	// waits for its turn (C3).
 	for _, inst := range insts {
 		go func() {
 			defer p.kills.Done()
-			inst.c.kill(inst, grace)
+			inst.c.kill(inst, grace, after[inst])
 		}()
 	}
+}
+
+// stopOrderLocked returns, for each of insts that must wait before its
+// stop signal, the instances it waits for (C3, as newTerminationOrdering in
+// the kubelet): a sidecar waits for every running app container and for
+// the sidecar declared right after it, if that one runs, and so sidecars
+// stop in reverse order, after the app.
+func (p *podWorker) stopOrderLocked(insts []*instance) map[*instance][]*instance {
+	running := map[*containerWorker]*instance{}
+	for _, inst := range insts {
+		running[inst.c] = inst
+	}
+	var apps []*instance
+	for _, c := range p.containers {
+		if inst := running[c]; inst != nil {
+			apps = append(apps, inst)
+		}
+	}
+	after := map[*instance][]*instance{}
+	var later *containerWorker // the sidecar declared after the one at hand
+	for _, c := range slices.Backward(p.inits) {
+		if c.role != sidecarRole {
+			continue
+		}
+		if inst := running[c]; inst != nil {
+			after[inst] = slices.Clip(apps)
+			if l := running[later]; l != nil {
+				after[inst] = append(after[inst], l)
+			}
+		}
+		later = c
+	}
+	return after
 }
 
 // runningLocked returns the instances whose process still runs.
@@ -187,12 +254,14 @@ func (p *podWorker) runningLocked() []*instance {
 	return out
 }
 
-// updateReadyLocked recomputes the Ready condition: every container ready
-// (E5). It records a change.
+// updateReadyLocked recomputes the Ready condition: every app container
+// and sidecar ready (E5, C2). It records a change.
 func (p *podWorker) updateReadyLocked() {
 	ready := p.phase == "" || p.phase == corev1.PodRunning || p.phase == corev1.PodPending
-	for _, c := range p.containers {
-		ready = ready && c.status.Ready
+	for _, c := range slices.Concat(p.inits, p.containers) {
+		// A sidecar's readiness counts; a done init container's does not
+		// (C2).
+		ready = ready && (c.status.Ready || c.role == initRole)
 	}
 	if ready == p.ready {
 		return

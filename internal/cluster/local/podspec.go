@@ -24,38 +24,48 @@ func (e *SpecError) Unwrap() error { return e.Err }
 // kubelet would not run as Kubernetes does, rather than run it as
 // something else, or nil: a container with no local command
 // ([Entrypoint], with the pod's annotations and imageCommands, the
-// kubelet's KubeletConfig.ImageCommands), a sidecar (an init container
-// with restartPolicy Always), a PID namespace shared by the pod's
-// containers, or what the API refuses in an init container (probes,
-// lifecycle hooks).
+// kubelet's KubeletConfig.ImageCommands), a PID namespace shared by the
+// pod's containers, a postStart hook, or what the API refuses in an init
+// container that is not a sidecar (probes, lifecycle hooks).
 func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageCommands map[string][]string) *SpecError {
 	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
 		return &SpecError{"shareProcessNamespace", errors.New("a PID namespace shared by the pod's containers is not run by the embedded kubelet")}
 	}
-	for i := range spec.InitContainers {
-		c := &spec.InitContainers[i]
-		field := fmt.Sprintf("initContainers[%d]", i)
+	check := func(field string, c *corev1.Container, init bool) *SpecError {
+		sidecar := isSidecar(c)
 		var err error
 		switch {
-		case c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways:
-			field, err = field+".restartPolicy", fmt.Errorf("init container %s is a sidecar (restartPolicy Always), which the embedded kubelet does not run yet: list it in containers to run it beside the app, stopped with it at once", c.Name)
-		case c.RestartPolicy != nil:
+		case init && c.RestartPolicy != nil && !sidecar:
 			field, err = field+".restartPolicy", fmt.Errorf("init container %s: restartPolicy %s: an init container's may only be Always", c.Name, *c.RestartPolicy)
-		case c.LivenessProbe != nil || c.ReadinessProbe != nil || c.StartupProbe != nil:
-			err = fmt.Errorf("init container %s: only a sidecar may have probes", c.Name)
-		case c.Lifecycle != nil:
-			field, err = field+".lifecycle", fmt.Errorf("init container %s: only a sidecar may have lifecycle hooks", c.Name)
+		case init && !sidecar && (c.LivenessProbe != nil || c.ReadinessProbe != nil || c.StartupProbe != nil):
+			err = fmt.Errorf("init container %s: only a sidecar (restartPolicy Always) may have probes", c.Name)
+		case init && !sidecar && c.Lifecycle != nil:
+			field, err = field+".lifecycle", fmt.Errorf("init container %s: only a sidecar (restartPolicy Always) may have lifecycle hooks", c.Name)
+		case c.Lifecycle != nil && c.Lifecycle.PostStart != nil:
+			field, err = field+".lifecycle.postStart", fmt.Errorf("container %s: a postStart hook is not run by the embedded kubelet", c.Name)
 		default:
 			_, err = Entrypoint(annotations, c, imageCommands)
 		}
 		if err != nil {
 			return &SpecError{field, err}
 		}
+		return nil
+	}
+	for i := range spec.InitContainers {
+		if err := check(fmt.Sprintf("initContainers[%d]", i), &spec.InitContainers[i], true); err != nil {
+			return err
+		}
 	}
 	for i := range spec.Containers {
-		if _, err := Entrypoint(annotations, &spec.Containers[i], imageCommands); err != nil {
-			return &SpecError{fmt.Sprintf("containers[%d]", i), err}
+		if err := check(fmt.Sprintf("containers[%d]", i), &spec.Containers[i], false); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// isSidecar reports whether init container c is a sidecar: restartPolicy
+// Always (IsRestartableInitContainer in the kubelet).
+func isSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 }
