@@ -36,6 +36,7 @@ type serveFlags struct {
 	podName           string
 	logFormat         target.LogFormat
 	accessLog         bool
+	readyFile         string
 }
 
 // serveEnv binds each flag of `closingtime serve` to its environment
@@ -62,6 +63,7 @@ var serveEnv = []struct {
 	{"pod-name", "POD_NAME", 0},
 	{"log-format", "CT_LOG_FORMAT", 0},
 	{"access-log", "CT_ACCESS_LOG", 0},
+	{"ready-file", "CT_READY_FILE", 0},
 }
 
 func newServeCommand(streams Streams) *cobra.Command {
@@ -93,7 +95,7 @@ per event (docs/serve.md).`,
 // defaults, and returns the struct they are bound to.
 func newServeFlags(fs *pflag.FlagSet) *serveFlags {
 	f := &serveFlags{
-		work:              target.Work{Min: target.DefaultWork},
+		work:              target.Work{{Min: target.DefaultWork}},
 		shutdown:          target.DefaultShutdown,
 		idleTimeout:       target.DefaultIdleTimeout,
 		wrapper:           target.WrapperNone,
@@ -104,7 +106,7 @@ func newServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.Var((*listenValue)(&f.listen), "listen",
 		fmt.Sprintf("address to listen on, host:port (default $POD_IP:%[1]d, or 0.0.0.0:%[1]d without POD_IP)", target.DefaultPort))
 	fs.Var((*durationValue)(&f.startupDelay), "startup-delay", "time between the start and the opening of the port")
-	fs.Var((*workValue)(&f.work), "work", "time a /work request takes: a duration, or a range such as 100ms-300ms")
+	fs.Var((*workValue)(&f.work), "work", "time a /work request takes: a duration, a range such as 100ms-300ms, or parts with their shares of the requests, such as 2s,19s:5%")
 	fs.Var(&enumValue[target.Mode]{&f.shutdown, target.Modes()}, "shutdown",
 		"what to do on SIGTERM: "+joinValues(target.Modes()))
 	fs.Var((*durationValue)(&f.preStopDelay), "pre-stop-delay", "graceful: time to serve on after SIGTERM, readiness failing")
@@ -124,6 +126,7 @@ func newServeFlags(fs *pflag.FlagSet) *serveFlags {
 		"log line format: "+joinValues(target.LogFormats()))
 	fs.Var((*boolValue)(&f.accessLog), "access-log", "log a request event for every request")
 	fs.Lookup("access-log").NoOptDefVal = "true"
+	fs.StringVar(&f.readyFile, "ready-file", "", "file to write once the port is open, and to remove on exit, for an exec probe")
 	for _, b := range serveEnv {
 		fs.Lookup(b.flag).Usage += " ($" + b.env + ")"
 	}
@@ -168,6 +171,7 @@ func (f *serveFlags) config(fs *pflag.FlagSet, lookupEnv func(string) (string, b
 		PodName:           f.podName,
 		LogFormat:         f.logFormat,
 		AccessLog:         f.accessLog,
+		ReadyFile:         f.readyFile,
 	}, nil
 }
 
@@ -197,10 +201,11 @@ func runServe(cmd *cobra.Command, streams Streams, flags *serveFlags) error {
 	return nil
 }
 
-// bareDurations gives the bare numbers in s, a duration or a range of two,
-// the unit unit: with time.Millisecond, "200" becomes "200ms" and "100-300"
-// "100ms-300ms". Anything else, and any s when unit is zero, is returned as
-// it is.
+// bareDurations gives the bare numbers in s, a duration, a range of two,
+// or parts of either with their shares, the unit unit: with
+// time.Millisecond, "200" becomes "200ms", "100-300" "100ms-300ms" and
+// "2000,19000:5%" "2s,19s:5%". Anything else, and any s when unit is zero,
+// is returned as it is.
 func bareDurations(s string, unit time.Duration) string {
 	if unit == 0 {
 		return s
@@ -215,10 +220,20 @@ func bareDurations(s string, unit time.Duration) string {
 		}
 		return time.Duration(f * float64(unit)).String()
 	}
-	if lo, hi, ok := strings.Cut(s, "-"); ok {
-		return withUnit(lo) + "-" + withUnit(hi)
+	parts := strings.Split(s, ",")
+	for i, part := range parts {
+		times, share, shared := strings.Cut(part, ":")
+		if lo, hi, ok := strings.Cut(times, "-"); ok {
+			times = withUnit(lo) + "-" + withUnit(hi)
+		} else {
+			times = withUnit(times)
+		}
+		if shared {
+			times += ":" + share
+		}
+		parts[i] = times
 	}
-	return withUnit(s)
+	return strings.Join(parts, ",")
 }
 
 // unitName names unit in the plural for messages.
@@ -263,28 +278,48 @@ func (d *durationValue) Set(s string) error {
 	return nil
 }
 
-var errWorkAccepted = errors.New("accepted values are a duration such as 200ms, or a range such as 100ms-300ms")
+var errWorkAccepted = errors.New("accepted values are a duration such as 200ms, a range such as 100ms-300ms, " +
+	"or parts with their shares of the requests, such as 2s,19s:5% (the parts without a share split what is left)")
 
-// workValue is a duration or a range of two, "100ms-300ms".
+// workValue is the time a /work request takes: parts separated by commas,
+// each a duration or a range of two, "100ms-300ms", with its share of the
+// requests after a colon, "19s:5%", or without one.
 type workValue target.Work
 
 func (w *workValue) String() string { return target.Work(*w).String() }
 
-func (w *workValue) Type() string { return "duration[-duration]" }
+func (w *workValue) Type() string { return "duration[-duration][:share%],..." }
 
 func (w *workValue) Set(s string) error {
-	lo, hi, isRange := strings.Cut(s, "-")
-	var from, to durationValue
-	if err := from.Set(lo); err != nil {
-		return errWorkAccepted
-	}
-	to = from
-	if isRange {
-		if err := to.Set(hi); err != nil || to < from {
+	var work target.Work
+	for part := range strings.SplitSeq(s, ",") {
+		times, share, shared := strings.Cut(strings.TrimSpace(part), ":")
+		lo, hi, isRange := strings.Cut(times, "-")
+		var from, to durationValue
+		if err := from.Set(lo); err != nil {
 			return errWorkAccepted
 		}
+		to = from
+		if isRange {
+			if err := to.Set(hi); err != nil || to < from {
+				return errWorkAccepted
+			}
+		}
+		p := target.WorkPart{Min: time.Duration(from), Max: time.Duration(to)}
+		if shared {
+			n, ok := strings.CutSuffix(share, "%")
+			pct, err := strconv.ParseFloat(n, 64)
+			if !ok || err != nil || pct <= 0 || pct > 100 {
+				return errWorkAccepted
+			}
+			p.Percent = pct
+		}
+		work = append(work, p)
 	}
-	*w = workValue{Min: time.Duration(from), Max: time.Duration(to)}
+	if err := work.Check(); err != nil {
+		return err
+	}
+	*w = workValue(work)
 	return nil
 }
 

@@ -35,7 +35,7 @@ func TestServeConfig(t *testing.T) {
 			want: func(c *target.Config) {
 				*c = target.Config{
 					Listen: "127.0.0.1:0", StartupDelay: 5 * time.Second,
-					Work:     target.Work{Min: 100 * time.Millisecond, Max: 300 * time.Millisecond},
+					Work:     target.Work{{Min: 100 * time.Millisecond, Max: 300 * time.Millisecond}},
 					Shutdown: target.ModeGraceful, PreStopDelay: 5 * time.Second, DrainTimeout: 20 * time.Second,
 					IdleTimeout: 65 * time.Second, Wrapper: target.WrapperNPM, WrapperDelay: time.Second,
 					Dependency: "http://db:8080/health", DependencyTimeout: 2 * time.Second,
@@ -48,7 +48,7 @@ func TestServeConfig(t *testing.T) {
 			env:  map[string]string{"SHUTDOWN_MODE": "graceful", "STARTUP_DELAY": "5", "WORK_MS": "200"},
 			want: func(c *target.Config) {
 				c.Shutdown, c.StartupDelay = target.ModeGraceful, 5*time.Second
-				c.Work = target.Work{Min: 200 * time.Millisecond, Max: 200 * time.Millisecond}
+				c.Work = target.Work{{Min: 200 * time.Millisecond, Max: 200 * time.Millisecond}}
 			},
 		},
 		{
@@ -56,7 +56,7 @@ func TestServeConfig(t *testing.T) {
 			env:  map[string]string{"STARTUP_DELAY": "5.0", "WORK_MS": "100-300", "CT_IDLE_TIMEOUT": "0.5"},
 			want: func(c *target.Config) {
 				c.StartupDelay, c.IdleTimeout = 5*time.Second, 500*time.Millisecond
-				c.Work = target.Work{Min: 100 * time.Millisecond, Max: 300 * time.Millisecond}
+				c.Work = target.Work{{Min: 100 * time.Millisecond, Max: 300 * time.Millisecond}}
 			},
 		},
 		{
@@ -64,7 +64,7 @@ func TestServeConfig(t *testing.T) {
 			env:  map[string]string{"STARTUP_DELAY": "1m", "WORK_MS": "1s-2s", "CT_DRAIN_TIMEOUT": "1m30s"},
 			want: func(c *target.Config) {
 				c.StartupDelay, c.DrainTimeout = time.Minute, 90*time.Second
-				c.Work = target.Work{Min: time.Second, Max: 2 * time.Second}
+				c.Work = target.Work{{Min: time.Second, Max: 2 * time.Second}}
 			},
 		},
 		{
@@ -83,11 +83,26 @@ func TestServeConfig(t *testing.T) {
 			},
 		},
 		{
+			name: "parts with their shares",
+			args: []string{"--work", "2s, 1s-3s:10%,19s:5%"},
+			want: func(c *target.Config) {
+				c.Work = target.Work{{Min: 2 * time.Second, Max: 2 * time.Second},
+					{Min: time.Second, Max: 3 * time.Second, Percent: 10}, {Min: 19 * time.Second, Max: 19 * time.Second, Percent: 5}}
+			},
+		},
+		{
+			name: "parts of bare numbers",
+			env:  map[string]string{"WORK_MS": "2000,19000:5%"},
+			want: func(c *target.Config) {
+				c.Work = target.Work{{Min: 2 * time.Second, Max: 2 * time.Second}, {Min: 19 * time.Second, Max: 19 * time.Second, Percent: 5}}
+			},
+		},
+		{
 			name: "a flag wins over its variable",
 			args: []string{"--work", "50ms", "--shutdown", "hostage"},
 			env:  map[string]string{"WORK_MS": "300", "SHUTDOWN_MODE": "graceful"},
 			want: func(c *target.Config) {
-				c.Work, c.Shutdown = target.Work{Min: 50 * time.Millisecond, Max: 50 * time.Millisecond}, target.ModeHostage
+				c.Work, c.Shutdown = target.Work{{Min: 50 * time.Millisecond, Max: 50 * time.Millisecond}}, target.ModeHostage
 			},
 		},
 		{
@@ -122,6 +137,8 @@ func TestServeConfig(t *testing.T) {
 			wantErr: []string{`SHUTDOWN_MODE="linger"`, "--shutdown", modes}},
 		{name: "work range backwards", args: []string{"--work", "300ms-100ms"}, wantErr: []string{`"--work"`, "100ms-300ms"}},
 		{name: "work not a duration", args: []string{"--work", "fast"}, wantErr: []string{`"--work"`, "200ms"}},
+		{name: "work share not a percentage", args: []string{"--work", "2s,19s:5"}, wantErr: []string{`"--work"`, "2s,19s:5%"}},
+		{name: "work shares over 100%", args: []string{"--work", "2s:60%,19s:50%"}, wantErr: []string{"shares sum to 110%, over 100%"}},
 		{name: "work a bare number on the command line", args: []string{"--work", "200"}, wantErr: []string{`"--work"`}},
 		{name: "WORK_MS not a number", env: map[string]string{"WORK_MS": "fast"},
 			wantErr: []string{"WORK_MS", "--work", "bare numbers of milliseconds"}},
@@ -168,7 +185,7 @@ func TestServeConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := target.Config{
-				Work: target.Work{Min: target.DefaultWork}, Shutdown: target.DefaultShutdown,
+				Work: target.Work{{Min: target.DefaultWork}}, Shutdown: target.DefaultShutdown,
 				IdleTimeout: target.DefaultIdleTimeout, Wrapper: target.WrapperNone, WrapperDelay: target.DefaultWrapperDelay,
 				DependencyTimeout: target.DefaultDependencyTimeout, LogFormat: target.LogJSON,
 			}

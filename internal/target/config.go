@@ -116,20 +116,6 @@ const (
 // LogFormats returns every log format, the default first.
 func LogFormats() []LogFormat { return []LogFormat{LogJSON, LogText} }
 
-// Work is the time a /work request takes: uniformly distributed between Min
-// and Max. A zero Max, or one equal to Min, makes every request take Min.
-type Work struct {
-	Min, Max time.Duration
-}
-
-// String formats w as "200ms", or "100ms-300ms" for a range.
-func (w Work) String() string {
-	if w.Max == 0 || w.Max == w.Min {
-		return w.Min.String()
-	}
-	return w.Min.String() + "-" + w.Max.String()
-}
-
 // Config configures the lab server. The zero Config is valid: a server on
 // port DefaultPort of every interface whose /work answers at once and which
 // leaves at once on SIGTERM, logging JSON to nowhere.
@@ -144,7 +130,7 @@ type Config struct {
 	// means none.
 	StartupDelay time.Duration
 
-	// Work is the time each /work request takes. Zero means none.
+	// Work is the time each /work request takes. Empty means none.
 	Work Work
 
 	// Shutdown is what the server does on SIGTERM. Empty means
@@ -207,6 +193,14 @@ type Config struct {
 	// AccessLog adds a "request" event for every request.
 	AccessLog bool
 
+	// ReadyFile, if set, is a file the server writes once its port is
+	// open, holding its pod name, and removes when it exits by itself: a
+	// readiness signal for an exec probe such as `test -f`, as seed 003's
+	// model server wrote /tmp/start_success. The pods of the embedded
+	// cluster share this machine's files: give each its own path, with
+	// $(POD_NAME) in it.
+	ReadyFile string
+
 	// Log receives the log lines. Nil means they are discarded. A wrapper's
 	// child writes its own log lines, and those of its child, to it as well.
 	Log io.Writer
@@ -226,9 +220,6 @@ func (c Config) withDefaults() (Config, error) {
 	c.WrapperDelay = cmp.Or(c.WrapperDelay, DefaultWrapperDelay)
 	c.DependencyTimeout = cmp.Or(c.DependencyTimeout, DefaultDependencyTimeout)
 	c.Listen = cmp.Or(c.Listen, fmt.Sprintf(":%d", DefaultPort))
-	if c.Work.Max == 0 {
-		c.Work.Max = c.Work.Min
-	}
 	if c.PodName == "" {
 		name, err := os.Hostname()
 		if err != nil {
@@ -264,14 +255,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CrashCode < 0 || c.CrashCode > 255 {
 		errs = append(errs, fmt.Errorf("crash code %d out of 1-255", c.CrashCode))
 	}
-	if c.Work.Max < c.Work.Min {
-		errs = append(errs, fmt.Errorf("work range %v-%v ends before it starts", c.Work.Min, c.Work.Max))
+	if err := c.Work.Check(); err != nil {
+		errs = append(errs, err)
 	}
 	for _, d := range []struct {
 		name string
 		d    time.Duration
 	}{
-		{"startup delay", c.StartupDelay}, {"work", c.Work.Min}, {"pre-stop delay", c.PreStopDelay},
+		{"startup delay", c.StartupDelay}, {"pre-stop delay", c.PreStopDelay},
 		{"drain timeout", c.DrainTimeout}, {"idle timeout", c.IdleTimeout}, {"wrapper delay", c.WrapperDelay},
 		{"dependency timeout", c.DependencyTimeout}, {"crash after", c.CrashAfter},
 	} {
@@ -304,6 +295,7 @@ type settings struct {
 	CrashAfter        string    `json:"crash_after"`
 	LogFormat         LogFormat `json:"log_format"`
 	AccessLog         bool      `json:"access_log"`
+	ReadyFile         string    `json:"ready_file"`
 }
 
 // LogValue logs the settings as a group, under the names of their JSON.
@@ -336,5 +328,6 @@ func (c Config) settings() settings {
 		CrashAfter:        c.CrashAfter.String(),
 		LogFormat:         c.LogFormat,
 		AccessLog:         c.AccessLog,
+		ReadyFile:         c.ReadyFile,
 	}
 }

@@ -79,6 +79,13 @@ func (s *server) run(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	s.log.Info("listening", "address", ln.Addr().String())
+	if s.cfg.ReadyFile != "" {
+		if err := os.WriteFile(s.cfg.ReadyFile, []byte(s.cfg.PodName+"\n"), 0o644); err != nil {
+			ln.Close()
+			return 0, fmt.Errorf("ready file: %w", err)
+		}
+		defer os.Remove(s.cfg.ReadyFile)
+	}
 
 	switch s.cfg.Shutdown {
 	case ModeGraceful:

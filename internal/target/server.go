@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -86,14 +85,11 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// serveWork takes the work time, uniform in Config.Work, and answers 200.
+// serveWork takes a work time drawn from Config.Work, and answers 200.
 // It gives up without an answer if the request's context is done first.
 func (s *server) serveWork(w http.ResponseWriter, r *http.Request) {
 	s.work.arrive(time.Now())
-	d := s.cfg.Work.Min
-	if span := s.cfg.Work.Max - s.cfg.Work.Min; span > 0 {
-		d += rand.N(span + 1)
-	}
+	d := s.cfg.Work.draw()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,7 +92,7 @@ func TestEndpoints(t *testing.T) {
 			t.Parallel()
 			addr, log := runInProcess(t, target.Config{
 				Shutdown:          tt.mode,
-				Work:              target.Work{Min: 20 * time.Millisecond},
+				Work:              target.Work{{Min: 20 * time.Millisecond}},
 				Dependency:        tt.dependency,
 				DependencyTimeout: 300 * time.Millisecond,
 				PodName:           "pod-e",
@@ -143,7 +146,10 @@ func TestRunInvalidConfig(t *testing.T) {
 		{"unknown wrapper", target.Config{Wrapper: "bash"}, `unknown wrapper "bash"`},
 		{"unknown log format", target.Config{LogFormat: "xml"}, `unknown log format "xml"`},
 		{"wrapper without command", target.Config{Wrapper: target.WrapperNPM}, "without a command"},
-		{"work range backwards", target.Config{Work: target.Work{Min: time.Second, Max: time.Millisecond}}, "ends before it starts"},
+		{"work range backwards", target.Config{Work: target.Work{{Min: time.Second, Max: time.Millisecond}}}, "ends before it starts"},
+		{"work shares over 100%", target.Config{Work: target.Work{{Min: time.Second, Percent: 60}, {Min: time.Second, Percent: 50}}}, "shares sum to 110%, over 100%"},
+		{"work shares short of 100%", target.Config{Work: target.Work{{Min: time.Second, Percent: 60}, {Min: time.Second, Percent: 30}}}, "not 100%"},
+		{"work shares leave nothing", target.Config{Work: target.Work{{Min: time.Second, Percent: 100}, {Min: time.Second}}}, "leave nothing"},
 		{"negative delay", target.Config{StartupDelay: -time.Second}, "negative startup delay"},
 		{"crash code too large", target.Config{CrashCode: 256}, "crash code 256"},
 		{"dependency not http", target.Config{Dependency: "ftp://db"}, "not an http or https URL"},
@@ -157,5 +163,35 @@ func TestRunInvalidConfig(t *testing.T) {
 				t.Errorf("Run: error %v, want one containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestReadyFile: the ready file exists, with the pod's name, once the port
+// is open, and is gone once the server has exited.
+func TestReadyFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "start_success")
+	ctx, cancel := context.WithCancel(context.Background())
+	var log syncBuffer
+	ran := make(chan error, 1)
+	go func() {
+		_, err := target.Run(ctx, target.Config{Listen: "127.0.0.1:0", PodName: "pod-r", ReadyFile: path, StartupDelay: time.Second, Log: &log})
+		ran <- err
+	}()
+	if _, err := os.Stat(path); err == nil {
+		t.Error("ready file written before the start-up delay ended")
+	}
+	if !eventually(func() bool { return strings.Contains(log.String(), `"listening"`) }) {
+		cancel()
+		t.Fatalf("no listening event (Run: %v) in %q", <-ran, log.String())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != "pod-r\n" {
+		t.Errorf("ready file after listening: %q, %v; want the pod's name", b, err)
+	}
+	cancel()
+	<-ran
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ready file after the exit: %v, want it gone", err)
 	}
 }

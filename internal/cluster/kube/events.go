@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -204,9 +205,17 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool, now time.Time) ([]
 	var out []cluster.Event
 	var started []string
 	ev := func(kind cluster.EventKind, container string, fields map[string]string) {
+		if init := cluster.InitFields(&pod.Spec, container); init != nil {
+			if fields == nil {
+				fields = map[string]string{}
+			}
+			maps.Copy(fields, init)
+		}
 		out = append(out, cluster.Event{Kind: kind, Namespace: pod.Namespace, Pod: pod.Name, Container: container,
 			Node: pod.Spec.NodeName, Fields: fields})
 	}
+	// Init containers and sidecars first, as the kubelet starts them.
+	statuses := slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses)
 	if created {
 		ev(cluster.PodCreated, "", nil)
 		if ref := metav1.GetControllerOf(pod); ref != nil {
@@ -239,7 +248,7 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool, now time.Time) ([]
 		ev(cluster.ContainerExited, name, exitFields(end))
 		cs.exits, cs.exitedAt = n+1, now
 	}
-	for _, s := range pod.Status.ContainerStatuses {
+	for _, s := range statuses {
 		cs := prev.containers[s.Name]
 		n, last := s.RestartCount, s.LastTerminationState.Terminated
 		lastN := n - 1 // the instance of the last state
@@ -261,10 +270,8 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool, now time.Time) ([]
 				started = append(started, s.Name)
 			}
 		}
-		prev.containers[s.Name] = cs
-	}
-	for _, s := range pod.Status.ContainerStatuses {
-		cs := prev.containers[s.Name]
+		// Each container's exit before the next one's start: an init
+		// container ends before the next starts.
 		if t := s.State.Terminated; t != nil && cs.exits <= s.RestartCount {
 			exit(&cs, s.Name, s.RestartCount, t)
 		}
@@ -280,7 +287,7 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool, now time.Time) ([]
 			ev(cluster.PodUnready, "", nil)
 		}
 	}
-	for _, s := range pod.Status.ContainerStatuses {
+	for _, s := range statuses {
 		cs := prev.containers[s.Name]
 		if w := s.State.Waiting; w != nil && w.Reason == crashLoopBackOff && s.LastTerminationState.Terminated != nil && cs.backOffs <= s.RestartCount {
 			cs.backOffs = s.RestartCount + 1

@@ -522,6 +522,43 @@ func TestPodEventsStartError(t *testing.T) {
 	}
 }
 
+// TestPodEventsInitContainers: the statuses of init containers and
+// sidecars are events too, before the app container's, and say which
+// they are, as the embedded kubelet's do (cluster.InitFields).
+func TestPodEventsInitContainers(t *testing.T) {
+	p := pod("a", "node-1")
+	p.Spec.InitContainers = []corev1.Container{{Name: "setup"}, {Name: "proxy", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+	now := metav1.Now()
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
+	prev := &podState{containers: map[string]containerState{}}
+	var got []string
+	for _, st := range [][3]corev1.ContainerState{
+		{running, waiting, waiting},
+		{{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}, running, waiting},
+		{{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}, running, running},
+	} {
+		q := p.DeepCopy()
+		q.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "setup", State: st[0]}, {Name: "proxy", State: st[1]}}
+		q.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: st[2]}}
+		events, _ := podEvents(prev, q, false, now.Time)
+		for _, e := range events {
+			if e.Container != "" {
+				got = append(got, fmt.Sprintf("%s %s init=%s sidecar=%s", e.Kind, e.Container, e.Fields["init"], e.Fields["sidecar"]))
+			}
+		}
+	}
+	want := []string{
+		"container_started setup init=1/2 sidecar=",
+		"container_exited setup init=1/2 sidecar=",
+		"container_started proxy init= sidecar=true",
+		"container_started app init= sidecar=",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestBackOffDelay reads the back-off from the kubelet's message, as
 // k8s.io/kubernetes doBackOff writes it (a Go duration: 5m0s at the
 // maximum), and nothing from another message.

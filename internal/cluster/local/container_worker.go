@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"maps"
 	"strconv"
 	"strings"
 	"syscall"
@@ -182,8 +182,7 @@ func (c *containerWorker) waitBackOff(finishedAt time.Time) bool {
 			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", wait+now.Sub(finishedAt), c.spec.Name, p.pod.Name, p.pod.Namespace, p.pod.UID)}}
 		p.statusChangedLocked()
 		p.mu.Unlock()
-		p.k.record(cluster.Event{Kind: cluster.BackOff, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name,
-			Fields: map[string]string{"delay": wait.String()}})
+		c.record(cluster.BackOff, time.Time{}, map[string]string{"delay": wait.String()})
 		t := p.k.clock.NewTimer(wait)
 		select {
 		case <-t.C():
@@ -212,7 +211,6 @@ func (c *containerWorker) start() *instance {
 		restart++
 	}
 	proc, reason, err := startProcess(&p.k.wg, &p.k.iso, p.sandbox, p.k.clock, c.argv, c.env, c.spec.WorkingDir, c.logs, restart)
-	ev := cluster.Event{Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name}
 	if err != nil {
 		// containerd reports a failed start as exit 128, StartError.
 		now := metav1.NewTime(p.k.clock.Now())
@@ -222,8 +220,7 @@ func (c *containerWorker) start() *instance {
 		c.status.RestartCount = restart
 		c.inst = &instance{c: c, proc: &process{done: closedChan}}
 		p.statusChangedLocked()
-		ev.Kind, ev.Fields = cluster.ContainerStartFailed, map[string]string{"error": err.Error()}
-		p.k.record(ev)
+		c.record(cluster.ContainerStartFailed, time.Time{}, map[string]string{"error": err.Error()})
 		return nil
 	}
 	inst := &instance{c: c, proc: proc, startedAt: p.k.clock.Now()}
@@ -244,12 +241,10 @@ func (c *containerWorker) start() *instance {
 	}
 	fields := map[string]string{"pid": strconv.Itoa(proc.cmd.Process.Pid), "restart": strconv.Itoa(int(restart)),
 		"pid_namespace": proc.isolation.String()}
-	c.addRole(fields)
 	if reason != "" {
 		fields["pid_namespace_reason"] = reason
 	}
-	ev.Kind, ev.Fields = cluster.ContainerStarted, fields
-	p.k.record(ev)
+	c.record(cluster.ContainerStarted, time.Time{}, fields)
 	// The start comes before the readiness it brings.
 	p.updateReadyLocked()
 	p.statusChangedLocked()
@@ -271,16 +266,18 @@ func (c *containerWorker) start() *instance {
 	return inst
 }
 
-// addRole adds to the fields of an init container's event which of the
-// pod's init containers it is: Init:N/M, as kubectl shows a pod whose init
-// container N of M runs; a sidecar's say sidecar=true instead.
-func (c *containerWorker) addRole(fields map[string]string) {
-	switch c.role {
-	case initRole:
-		fields["init"] = fmt.Sprintf("%d/%d", slices.Index(c.p.inits, c)+1, len(c.p.inits))
-	case sidecarRole:
-		fields["sidecar"] = "true"
+// record records an event of kind of the container, at a time if it is
+// not zero, with fields and, for an init container or a sidecar, its
+// cluster.InitFields.
+func (c *containerWorker) record(kind cluster.EventKind, at time.Time, fields map[string]string) {
+	p := c.p
+	if init := cluster.InitFields(&p.pod.Spec, c.spec.Name); init != nil {
+		if fields == nil {
+			fields = map[string]string{}
+		}
+		maps.Copy(fields, init)
 	}
+	p.k.record(cluster.Event{Kind: kind, Time: at, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name, Fields: fields})
 }
 
 // startedLocked notes that the container has started, which lets the init
@@ -318,9 +315,7 @@ func (c *containerWorker) exited(inst *instance) (int32, time.Time) {
 		reason = "Completed"
 	}
 	// The exit comes before the unreadiness it brings.
-	fields := map[string]string{"code": strconv.Itoa(int(code)), "reason": reason}
-	c.addRole(fields)
-	p.k.record(cluster.Event{Kind: cluster.ContainerExited, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name, Fields: fields})
+	c.record(cluster.ContainerExited, time.Time{}, map[string]string{"code": strconv.Itoa(int(code)), "reason": reason})
 	p.mu.Lock()
 	// The kubelet leaves terminated.signal unset: the runtime reports a
 	// signal death as 128+signal only (T14).
@@ -338,9 +333,7 @@ func (c *containerWorker) exited(inst *instance) (int32, time.Time) {
 // probeFailed records a failed run of a probe with handler h, the latest
 // of failures in a row, with what the probe said.
 func (c *containerWorker) probeFailed(kind probeKind, h corev1.ProbeHandler, failures int, output string) {
-	p := c.p
-	p.k.record(cluster.Event{Kind: cluster.ProbeFailed, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name,
-		Fields: map[string]string{"probe": string(kind), "target": c.probeTarget(h), "failures": strconv.Itoa(failures), "output": output}})
+	c.record(cluster.ProbeFailed, time.Time{}, map[string]string{"probe": string(kind), "target": c.probeTarget(h), "failures": strconv.Itoa(failures), "output": output})
 }
 
 // probeResult stores a probe's new result for inst and acts on it (P5–P8).
@@ -350,8 +343,7 @@ func (c *containerWorker) probeResult(inst *instance, kind probeKind, success bo
 	if success {
 		result = "success"
 	}
-	p.k.record(cluster.Event{Kind: cluster.ProbeResult, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name,
-		Fields: map[string]string{"probe": string(kind), "result": result, "output": output}})
+	c.record(cluster.ProbeResult, time.Time{}, map[string]string{"probe": string(kind), "result": result, "output": output})
 	p.mu.Lock()
 	if c.inst != inst || inst.proc.exited() {
 		p.mu.Unlock()
@@ -378,8 +370,7 @@ func (c *containerWorker) probeResult(inst *instance, kind probeKind, success bo
 	// A failed liveness or startup probe kills the container, which the
 	// restart policy then restarts (P6, P7). The grace is the probe's, else
 	// the pod's (T7 a).
-	p.k.record(cluster.Event{Kind: cluster.LivenessKill, Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name,
-		Fields: map[string]string{"probe": string(kind)}})
+	c.record(cluster.LivenessKill, time.Time{}, map[string]string{"probe": string(kind)})
 	grace := int64(cluster.DefaultTerminationGracePeriodSeconds)
 	probe := c.spec.LivenessProbe
 	if kind == startupProbe {
@@ -408,21 +399,19 @@ func (c *containerWorker) kill(inst *instance, grace int64, after []*instance) {
 	again := inst.killing
 	inst.killing = true
 	p.mu.Unlock()
-	ev := cluster.Event{Namespace: p.pod.Namespace, Pod: p.pod.Name, Container: c.spec.Name}
 	// Every wait counts from the moment its event is stamped with, so
 	// that a late goroutine does not push the deadlines back.
 	var deadline time.Time
 	if !again {
 		if c.spec.Lifecycle != nil && c.spec.Lifecycle.PreStop != nil && grace > 0 {
 			start := p.k.clock.Now()
-			ev.Kind, ev.Time = cluster.PreStopStarted, start
-			p.k.record(ev)
+			c.record(cluster.PreStopStarted, start, nil)
 			err := c.preStop(inst, start, time.Duration(grace)*time.Second)
-			ev.Kind, ev.Time, ev.Fields = cluster.PreStopFinished, time.Time{}, nil
+			var fields map[string]string
 			if err != nil {
-				ev.Fields = map[string]string{"error": err.Error()}
+				fields = map[string]string{"error": err.Error()}
 			}
-			p.k.record(ev)
+			c.record(cluster.PreStopFinished, time.Time{}, fields)
 			// Whole seconds count (T7 b).
 			grace -= int64(p.k.clock.Since(start) / time.Second)
 		}
@@ -444,8 +433,7 @@ func (c *containerWorker) kill(inst *instance, grace int64, after []*instance) {
 		// Each event is recorded before its signal goes, so that it
 		// precedes the exit the signal causes in the stream.
 		if !inst.proc.exited() {
-			ev.Kind, ev.Time, ev.Fields = cluster.SignalSent, sent, fields
-			p.k.record(ev)
+			c.record(cluster.SignalSent, sent, fields)
 			inst.proc.signal(c.stopSig)
 		}
 		deadline = sent.Add(time.Duration(grace) * time.Second)
@@ -459,8 +447,7 @@ func (c *containerWorker) kill(inst *instance, grace int64, after []*instance) {
 	case <-p.ctx.Done():
 	case <-t.C():
 		if !inst.proc.exited() {
-			ev.Kind, ev.Time, ev.Fields = cluster.Killed, time.Time{}, nil
-			p.k.record(ev)
+			c.record(cluster.Killed, time.Time{}, nil)
 			inst.proc.signal(syscall.SIGKILL)
 		}
 		select {

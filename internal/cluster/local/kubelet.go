@@ -417,7 +417,7 @@ func newContainerWorkers(p *podWorker, specs []corev1.Container, r role) ([]*con
 			return nil, err
 		}
 		c.role = r
-		if r == initRole && isSidecar(c.spec) {
+		if r == initRole && cluster.IsSidecar(c.spec) {
 			c.role = sidecarRole
 		}
 		workers = append(workers, c)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
 // A SpecError is a field of a pod's spec that the embedded kubelet can't
@@ -32,7 +34,7 @@ func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageComm
 		return &SpecError{"shareProcessNamespace", errors.New("a PID namespace shared by the pod's containers is not run by the embedded kubelet")}
 	}
 	check := func(field string, c *corev1.Container, init bool) *SpecError {
-		sidecar := isSidecar(c)
+		sidecar := cluster.IsSidecar(c)
 		var err error
 		switch {
 		case init && c.RestartPolicy != nil && !sidecar:
@@ -62,10 +64,4 @@ func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageComm
 		}
 	}
 	return nil
-}
-
-// isSidecar reports whether init container c is a sidecar: restartPolicy
-// Always (IsRestartableInitContainer in the kubelet).
-func isSidecar(c *corev1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 }

@@ -1,0 +1,29 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// IsSidecar reports whether init container c is a sidecar: its
+// restartPolicy is Always (IsRestartableInitContainer in the kubelet).
+func IsSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// InitFields returns the fields that say which of spec's init containers
+// the container named name is, for its events: init=N/M for the Nth of M
+// init containers, as kubectl shows a pod whose init container N runs
+// (Init:N/M); sidecar=true for a sidecar; nil for an app container.
+func InitFields(spec *corev1.PodSpec, name string) map[string]string {
+	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == name })
+	switch {
+	case i < 0:
+		return nil
+	case IsSidecar(&spec.InitContainers[i]):
+		return map[string]string{"sidecar": "true"}
+	}
+	return map[string]string{"init": fmt.Sprintf("%d/%d", i+1, len(spec.InitContainers))}
+}
