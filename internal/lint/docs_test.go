@@ -65,7 +65,10 @@ func docsIndex(rules []Rule) string {
 		"`Containerfile`, variants such as `Dockerfile.prod` and `Containerfile.dev`, and `*.Dockerfile`; not " +
 		"`Dockerfile.dockerignore`) and supervisord configurations (`*.conf`, `*.ini` with `[program:…]` sections); " +
 		"a directory with a kustomization is built, and one with a `Chart.yaml` rendered (with the `--values` files). A file named as an argument " +
-		"is a Dockerfile or supervisord configuration by the same names, and manifests otherwise.\n\n" +
+		"is a Dockerfile or supervisord configuration by the same names, and manifests otherwise. A workload whose container " +
+		"runs `supervisord -c FILE` (or `supervisord`, which reads `supervisord.conf`) is matched, for " +
+		"[supervisord-over-grace](supervisord-over-grace.md), with the configurations of that base name: the files read, " +
+		"and the keys of a ConfigMap among the manifests, as when the configuration is mounted from one.\n\n" +
 		"A JSON or YAML file found in a directory that holds no Kubernetes object is not a manifest, and is skipped " +
 		"with a note on standard error that lists it: a `package.json`, a `tsconfig.json`, a Helm values file, the " +
 		"`--results` of `closingtime rollout`. A file holds a Kubernetes object, or means to, when one of its documents " +

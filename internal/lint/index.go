@@ -2,6 +2,7 @@ package lint
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -32,7 +33,12 @@ type index struct {
 	hpas        []*hpa
 	dockerfiles []*dockerfile
 	programs    []*program
-	measured    []Measurement
+	// supervised are the programs of every supervisord configuration of
+	// the input, for the workloads that run supervisord: each index has
+	// them, where only the first reports on programs; and those of the
+	// group's ConfigMaps, which no rule reports on as programs.
+	supervised []*program
+	measured   []Measurement
 }
 
 // workload is an object that runs pods from a pod template.
@@ -77,10 +83,10 @@ type hpa struct {
 // clusters). The Dockerfiles and programs go in the first.
 func newIndexes(in Input) []*index {
 	groups := clusters(in.Objects)
-	ixs := []*index{{dockerfiles: in.dockerfiles, programs: in.programs}}
+	ixs := []*index{{dockerfiles: in.dockerfiles, programs: in.programs, supervised: slices.Clip(in.programs)}}
 	for i, objs := range groups {
 		if i > 0 {
-			ixs = append(ixs, &index{})
+			ixs = append(ixs, &index{supervised: slices.Clip(in.programs)})
 		}
 		ixs[i].addObjects(objs)
 	}
@@ -170,6 +176,15 @@ func (ix *index) addObjects(objs []manifest.Object) {
 			ix.addWorkload(&workload{obj: o, template: &corev1.PodTemplateSpec{ObjectMeta: v.ObjectMeta, Spec: v.Spec}})
 		case *corev1.Service:
 			ix.services = append(ix.services, &service{obj: o, svc: v})
+		case *corev1.ConfigMap:
+			// A supervisord configuration mounted from a ConfigMap: its
+			// programs are matched to the workloads that run supervisord,
+			// by the key's name.
+			for _, key := range slices.Sorted(maps.Keys(v.Data)) {
+				if IsSupervisordName(key) {
+					ix.supervised = append(ix.supervised, parseSupervisord(key, []byte(v.Data[key]))...)
+				}
+			}
 		case *policyv1.PodDisruptionBudget:
 			ix.pdbs = append(ix.pdbs, &pdb{obj: o, pdb: v})
 		case *autoscalingv2.HorizontalPodAutoscaler:
@@ -251,6 +266,15 @@ func (w *workload) replicaCount() int32 {
 		return cluster.DefaultReplicas
 	}
 	return *w.replicas
+}
+
+// grace returns the pod's terminationGracePeriodSeconds with its default,
+// and, for messages, " (the default)" when it is the default.
+func (w *workload) grace() (seconds int64, source string) {
+	if g := w.template.Spec.TerminationGracePeriodSeconds; g != nil {
+		return *g, ""
+	}
+	return cluster.DefaultTerminationGracePeriodSeconds, " (the default)"
 }
 
 // replicasField describes where replicaCount comes from, for messages.

@@ -196,6 +196,10 @@ var allRules = []*Rule{
 	&hpaPDBBlocksDrain,
 	&supervisordNoExec,
 	&supervisordStopWaitSecs,
+	&supervisordOverGrace,
+	&drainOverGrace,
+	&proxyNotSidecar,
+	&sidecarPreStopSleep,
 }
 
 // Linter checks manifests against a set of rules. It is safe for concurrent

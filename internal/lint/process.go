@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
 
 // process returns the argument vector of the container's first process
@@ -122,4 +124,16 @@ func preStopSeconds(c corev1.Container) (seconds int64, known bool) {
 		return sleepSeconds(h.Exec.Command)
 	}
 	return 0, false
+}
+
+// sidecars returns the native sidecars of spec: its init containers with
+// restartPolicy Always.
+func sidecars(spec corev1.PodSpec) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range spec.InitContainers {
+		if cluster.IsSidecar(&c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

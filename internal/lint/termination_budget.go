@@ -2,8 +2,7 @@ package lint
 
 import (
 	"fmt"
-
-	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"slices"
 )
 
 // ExitSlackSeconds is the time the termination budget leaves a server to
@@ -31,19 +30,17 @@ func checkTerminationBudget(ix *index) []finding {
 			continue
 		}
 		spec := w.template.Spec
-		grace, graceSource := int64(cluster.DefaultTerminationGracePeriodSeconds), " (the default)"
-		if spec.TerminationGracePeriodSeconds != nil {
-			grace, graceSource = *spec.TerminationGracePeriodSeconds, ""
-		}
+		grace, graceSource := w.grace()
 		if grace == 0 {
 			continue // termination-grace-zero
 		}
 		// The pod's grace period covers every container's preStop hook,
-		// which run at the same time (pkg/kubelet/kuberuntime
-		// kuberuntime_container.go, killContainersWithSyncResult).
+		// a native sidecar's too, which run at the same time
+		// (pkg/kubelet/kuberuntime kuberuntime_container.go,
+		// killContainersWithSyncResult).
 		var preStop int64
 		container := ""
-		for _, c := range spec.Containers {
+		for _, c := range slices.Concat(spec.Containers, sidecars(spec)) {
 			if s, _ := preStopSeconds(c); s > preStop {
 				preStop, container = s, c.Name
 			}

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestDrainOverGrace(t *testing.T) { testRule(t, &drainOverGrace) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestProxyNotSidecar(t *testing.T) { testRule(t, &proxyNotSidecar) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestSidecarPreStopSleep(t *testing.T) { testRule(t, &sidecarPreStopSleep) }

@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestSupervisordOverGrace(t *testing.T) { testRule(t, &supervisordOverGrace) }
