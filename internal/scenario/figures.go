@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/netip"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -303,7 +304,7 @@ func withObject(e cluster.Event) map[string]string {
 func logEvent(pod string, l cluster.LogLine, at func(time.Time) float64) (results.Entry, bool) {
 	var fields map[string]any
 	if json.Unmarshal([]byte(l.Text), &fields) != nil {
-		return results.Entry{}, false
+		return supervisordEvent(pod, l, at)
 	}
 	name, _ := fields["event"].(string)
 	ts, _ := fields["time"].(string)
@@ -322,15 +323,53 @@ func logEvent(pod string, l cluster.LogLine, at func(time.Time) float64) (result
 	return results.Entry{AtMS: at(t), Source: results.SourcePod, Kind: name, Pod: pod, Detail: detail}, true
 }
 
+// supervisordLine matches a line of supervisord's own log: its time, level
+// and message.
+var supervisordLine = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ (.*)$`)
+
+// supervisordEvent reads a line of supervisord's log
+// (docs/local-cluster.md § supervisord) into a timeline entry, at the time the kubelet read it:
+// supervisord writes its local time without a zone. The steps of a stop
+// are "received SIGTERM" (supervisord_signal), "waiting for a, b to die"
+// (programs_stopping), "stopped: NAME (exit status N)" or "(terminated by
+// SIGKILL)" (program_stopped), and "spawned: 'NAME'" (program_started).
+func supervisordEvent(pod string, l cluster.LogLine, at func(time.Time) float64) (results.Entry, bool) {
+	m := supervisordLine.FindStringSubmatch(l.Text)
+	if m == nil {
+		return results.Entry{}, false
+	}
+	e := results.Entry{AtMS: at(l.Time), Source: results.SourcePod, Pod: pod}
+	msg := m[1]
+	switch {
+	case strings.HasPrefix(msg, "received SIG"):
+		sig, _, _ := strings.Cut(strings.TrimPrefix(msg, "received "), " ")
+		e.Kind, e.Detail = "supervisord_signal", map[string]string{"signal": sig}
+	case strings.HasPrefix(msg, "waiting for ") && strings.HasSuffix(msg, " to die"):
+		names := strings.TrimSuffix(strings.TrimPrefix(msg, "waiting for "), " to die")
+		e.Kind, e.Detail = "programs_stopping", map[string]string{"programs": strings.ReplaceAll(names, " ", "")}
+	case strings.HasPrefix(msg, "stopped: "):
+		name, how, _ := strings.Cut(strings.TrimPrefix(msg, "stopped: "), " ")
+		e.Kind, e.Detail = "program_stopped", map[string]string{"program": name, "how": strings.Trim(how, "()")}
+	case strings.HasPrefix(msg, "spawned: '"):
+		name, _, _ := strings.Cut(strings.TrimPrefix(msg, "spawned: '"), "'")
+		e.Kind, e.Detail = "program_started", map[string]string{"program": name}
+	default:
+		return results.Entry{}, false
+	}
+	return e, true
+}
+
 // loggedSigterm returns when a pod's log, lines, says that it received
 // SIGTERM (a "sigterm" event of `closingtime serve`, or "wrapper_signal"
-// of its wrapper, which as the container's first process gets the signal)
+// of its wrapper, or supervisord's "received SIGTERM", which as the
+// container's first process get the signal)
 // at or after start; zero if it does not.
 func loggedSigterm(lines []cluster.LogLine, start time.Time) time.Time {
 	for _, l := range lines {
 		var logged time.Time // the time the line says
 		at := func(t time.Time) float64 { logged = t; return 0 }
-		if e, ok := logEvent("", l, at); ok && (e.Kind == "sigterm" || e.Kind == "wrapper_signal") && !logged.Before(start) {
+		if e, ok := logEvent("", l, at); ok && (e.Kind == "sigterm" || e.Kind == "wrapper_signal" || e.Kind == "supervisord_signal" && e.Detail["signal"] == "SIGTERM") &&
+			!logged.Before(start) {
 			return logged
 		}
 	}

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -410,5 +411,43 @@ func TestRunningOf(t *testing.T) {
 	want := []results.RunningPod{{Name: "app-a1-1", Node: "node-1", IP: "10.0.1.1", Ready: true}, {Name: "app-a1-2", Node: "node-2", IP: "10.0.2.1"}}
 	if got := runningOf(events, "app"); !cmp.Equal(got, want) {
 		t.Errorf("runningOf = %+v, want %+v", got, want)
+	}
+}
+
+// TestSupervisordEvents reads the steps of a stop from supervisord's log
+// lines, at the time the kubelet read them, and leaves its other lines
+// out.
+func TestSupervisordEvents(t *testing.T) {
+	read := time.Date(2026, 12, 2, 16, 1, 41, 0, time.UTC)
+	at := func(t time.Time) float64 { return float64(t.Sub(read).Milliseconds()) }
+	var got []string
+	for i, text := range []string{
+		"2026-12-02 16:01:39,680 INFO supervisord started with pid 1",
+		"2026-12-02 16:01:40,687 INFO spawned: 'envoy' with pid 5682",
+		"2026-12-02 16:01:41,693 WARN received SIGTERM indicating exit request",
+		"2026-12-02 16:01:41,693 INFO waiting for envoy, grpc to die",
+		"2026-12-02 16:01:42,226 INFO stopped: grpc (exit status 0)",
+		"2026-12-02 16:01:45,570 WARN stopped: envoy (terminated by SIGKILL)",
+		`{"time":"2026-12-02T16:01:41.7Z","event":"sigterm"}`,
+	} {
+		e, ok := logEvent("ocr-1", cluster.LogLine{Time: read.Add(time.Duration(i) * time.Second), Text: text}, at)
+		if ok {
+			got = append(got, fmt.Sprintf("%.0f %s %v", e.AtMS, e.Kind, e.Detail))
+		}
+	}
+	want := []string{
+		"1000 program_started map[program:envoy]",
+		"2000 supervisord_signal map[signal:SIGTERM]",
+		"3000 programs_stopping map[programs:envoy,grpc]",
+		"4000 program_stopped map[how:exit status 0 program:grpc]",
+		"5000 program_stopped map[how:terminated by SIGKILL program:envoy]",
+		"700 sigterm map[]",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("entries:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	lines := []cluster.LogLine{{Time: read.Add(2 * time.Second), Text: "2026-12-02 16:01:41,693 WARN received SIGTERM indicating exit request"}}
+	if got := loggedSigterm(lines, read); !got.Equal(read.Add(2 * time.Second)) {
+		t.Errorf("loggedSigterm = %v, want supervisord's SIGTERM", got)
 	}
 }

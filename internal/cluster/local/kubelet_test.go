@@ -229,22 +229,23 @@ func kinds(log *cluster.EventLog, from int, pod string) []cluster.EventKind {
 	return out
 }
 
-// waitLogLine waits until container app of pod has written line.
-func waitLogLine(t *testing.T, k *Kubelet, pod, line string) {
+// waitLogLine waits until container app of pod has written a line that
+// holds text.
+func waitLogLine(t *testing.T, k *Kubelet, pod, text string) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	// One look per round; bounded by waitLimit.
 	for time.Now().Before(deadline) {
 		lines, _ := k.Logs("default", pod, "app")
 		for _, l := range lines {
-			if l.Text == line {
+			if strings.Contains(l.Text, text) {
 				return
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	lines, _ := k.Logs("default", pod, "app")
-	t.Fatalf("pod %s never wrote %q; it wrote %v", pod, line, lines)
+	t.Fatalf("pod %s never wrote %q; it wrote %v", pod, text, lines)
 }
 
 // waitStatus waits until the latest status in statuses satisfies ok and
