@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
+	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/scenario"
 )
 
@@ -129,13 +130,16 @@ func parseDeploymentRef(ref string) (string, error) {
 
 // scenarioRunnable reports why scenario s cannot run on a real cluster, or
 // "" if it can: a dependency runs in this process, out of the pods' reach,
-// and a drain names the embedded cluster's nodes.
+// a drain names the embedded cluster's nodes, and the programs a scenario
+// requires, with the closingtime binary, are this machine's.
 func scenarioRunnable(s *scenario.Scenario) string {
 	switch {
 	case s.Dependency != nil:
 		return "its dependency runs in this process, out of the cluster's reach"
 	case s.Action.Kind == scenario.ActionDrain:
 		return "its drain names a node of the embedded cluster"
+	case len(s.Requires) > 0:
+		return "its pods run " + strings.Join(s.Requires, ", ") + " from this machine, through " + local.CommandEnv
 	}
 	return ""
 }

@@ -160,6 +160,9 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 		if err := checkEntrypoints("lab", scenarios, images); err != nil {
 			return err
 		}
+		if scenarios = installedScenarios(streams.Err, scenarios); len(scenarios) == 0 {
+			return usagef("lab: none of the scenarios can run here: install what they need")
+		}
 	}
 	// Last of the checks: it writes (and removes) a file.
 	if err := flags.out.checkWritable("lab"); err != nil {
@@ -242,6 +245,22 @@ func realClusterScenarios(w io.Writer, scenarios []*scenario.Scenario, note stri
 	for _, s := range scenarios {
 		if why := scenarioRunnable(s); why != "" {
 			fmt.Fprintf(w, "lab: %s %s: %s\n", s.Name, note, why)
+			continue
+		}
+		runnable = append(runnable, s)
+	}
+	return runnable
+}
+
+// installedScenarios returns those of scenarios whose pods find on this
+// machine the programs they require (scenario.Scenario.Missing), and
+// writes a line on w for each of the others: what it lacks, and how to
+// install it.
+func installedScenarios(w io.Writer, scenarios []*scenario.Scenario) []*scenario.Scenario {
+	var runnable []*scenario.Scenario
+	for _, s := range scenarios {
+		if missing := s.Missing(); len(missing) > 0 {
+			fmt.Fprintf(w, "lab: %s skipped: %s\n", s.Name, strings.Join(missing, "; "))
 			continue
 		}
 		runnable = append(runnable, s)
@@ -384,7 +403,7 @@ func localClusters(exe string, images map[string][]string, shared func(network s
 			Nodes:               s.Nodes,
 			MinPropagationDelay: s.PropagationDelay.Min,
 			MaxPropagationDelay: s.PropagationDelay.Max,
-			Kubelet:             local.KubeletConfig{ImageCommands: commands},
+			Kubelet:             local.KubeletConfig{ImageCommands: commands, Env: []corev1.EnvVar{{Name: local.CommandEnv, Value: exe}}},
 		})
 		if err != nil {
 			return nil, err

@@ -180,3 +180,20 @@ func TestWriteAll(t *testing.T) {
 		t.Errorf("files after writeAll: %v, want a.json and b.html only", left)
 	}
 }
+
+// TestInstalledScenarios: a scenario whose pods need a program this
+// machine lacks is left out, with a line that says what and how to install
+// it; the others run.
+func TestInstalledScenarios(t *testing.T) {
+	t.Parallel()
+	needs := &scenario.Scenario{Name: "needs", Requires: []string{"closingtime-test-missing"}}
+	plain := &scenario.Scenario{Name: "plain"}
+	var w bytes.Buffer
+	got := installedScenarios(&w, []*scenario.Scenario{needs, plain})
+	if len(got) != 1 || got[0] != plain {
+		t.Errorf("installedScenarios = %v, want plain alone", got)
+	}
+	if want := "lab: needs skipped: its pods run closingtime-test-missing, which is not installed here\n"; w.String() != want {
+		t.Errorf("notice %q, want %q", w.String(), want)
+	}
+}

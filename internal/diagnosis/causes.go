@@ -24,6 +24,13 @@ const (
 	// ExitWithoutDrain: the server exited on the stop signal and cut the
 	// requests in flight.
 	ExitWithoutDrain results.Cause = "exit-without-drain"
+	// DrainDeadline: the server drained, and its own drain deadline cut
+	// the request before it ended.
+	DrainDeadline results.Cause = "drain-deadline"
+	// SupervisedUnsignalled: supervisord stopped a program that ran the
+	// server through a shell; the shell took the stop signal, supervisord
+	// exited, and the server, never signalled, died with the container.
+	SupervisedUnsignalled results.Cause = "supervisord-unsignalled"
 	// WrapperExit: a wrapper that ran as the container's first process
 	// (npm, sh -c) exited on the stop signal and took the server with it.
 	WrapperExit results.Cause = "wrapper-exit"
@@ -92,6 +99,12 @@ var causes = []Info{
 	{ExitWithoutDrain, "cut in flight: the server exited on the stop signal without draining",
 		"on SIGTERM, stop accepting, finish the requests in flight and close idle keep-alive connections before exiting (package graceful)",
 		"", "2-readiness"},
+	{DrainDeadline, "cut at the drain deadline: the server drained, and its own drain timeout ended before the request did",
+		"give the server's drain timeout the longest request, and the pod's grace period the preStop, the drain and a few seconds to exit",
+		"drain-over-grace", "seed003-drain-12s"},
+	{SupervisedUnsignalled, "cut in flight: supervisord's stop signal never reached the server: a shell between took it, supervisord exited, and the server died with the container",
+		"end the program's command with exec (command=sh -c \"… && exec server\"), or set stopasgroup=true, so that the server gets the signal and drains",
+		"supervisord-no-exec", "seed003-supervisord-sh"},
 	{WrapperExit, "cut in flight: a PID 1 wrapper (npm, sh -c) exited on the stop signal and took the server with it",
 		"run the server as the container's first process (exec form, exec in scripts), or an init that forwards signals (tini)",
 		"shell-pid1", "A-npm-pid1"},

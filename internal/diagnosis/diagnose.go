@@ -334,6 +334,11 @@ func cut(ph *podHistory, r *results.Request) results.Cause {
 			return KilledSlowDrain
 		case x.liveness:
 			return LivenessRestart
+		case x.terminating && math.Abs(r.FailedMS-ph.drainDeadline) <= exitBefore:
+			return DrainDeadline
+		case x.terminating && ph.supervised && ph.logs && !ph.sigtermLogged:
+			// The server logs its signal; it logged none.
+			return SupervisedUnsignalled
 		case x.terminating && ph.wrapper != "":
 			return WrapperExit
 		case x.terminating && reused && r.AtMS >= ph.signalAt && x.at-r.FailedMS > closedBeforeExit:

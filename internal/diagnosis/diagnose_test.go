@@ -198,6 +198,31 @@ func TestDiagnoseCauses(t *testing.T) {
 		request: request("r", load.Closed, -100, -100, 6, oldIP+":8080", 0, 0),
 		want:    ExitWithoutDrain,
 	}, {
+		name: "cut at the server's own drain deadline",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).log(-5000, "listening", old, map[string]string{"address": oldIP + ":8080"}).
+				log(1, "sigterm", old, nil).log(3003, "drained", old, map[string]string{"outcome": "deadline"}).stopped(old, 0, 0, 3005, 143, false)
+		},
+		request: request("r", load.Closed, -2000, -2000, 3002, oldIP+":8080", 0, 0),
+		want:    DrainDeadline,
+	}, {
+		name: "cut in flight by supervisord's exit: its program's shell took the signal, the server never logged one",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).log(-5000, "listening", old, map[string]string{"address": oldIP + ":8080"}).
+				log(2, "supervisord_signal", old, map[string]string{"signal": "SIGTERM"}).
+				log(1300, "program_stopped", old, map[string]string{"program": "grpc", "how": "terminated by SIGTERM"}).stopped(old, 0, 0, 1400, 0, false)
+		},
+		request: request("r", load.Closed, -500, -500, 1402, oldIP+":8080", 0, 0),
+		want:    SupervisedUnsignalled,
+	}, {
+		name: "supervisord's program drained, and its exit cut: not a signal lost on the way",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).log(-5000, "listening", old, map[string]string{"address": oldIP + ":8080"}).
+				log(2, "supervisord_signal", old, map[string]string{"signal": "SIGTERM"}).log(3, "sigterm", old, nil).stopped(old, 0, 0, 1400, 0, false)
+		},
+		request: request("r", load.Closed, -500, -500, 1402, oldIP+":8080", 0, 0),
+		want:    ExitWithoutDrain,
+	}, {
 		name: "cut by the exit of a wrapper",
 		run: func() *timeline {
 			return new(timeline).running(old, oldIP).log(-5000, "wrapper_started", old, map[string]string{"wrapper": "npm"}).

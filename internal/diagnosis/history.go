@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/utils/ptr"
@@ -79,6 +80,13 @@ type podHistory struct {
 	// exiting event) and its container's exit has not come yet; never
 	// otherwise.
 	exiting float64
+	// drainDeadline is when the server logged that its drain deadline
+	// closed what was left (closingtime serve's drained event, outcome
+	// deadline); never otherwise.
+	drainDeadline float64
+	// supervised: the container's first process is supervisord, which
+	// logged receiving the stop signal.
+	supervised bool
 }
 
 // at returns the pod's state at t: that of the last step at or before t;
@@ -285,7 +293,7 @@ func newHistory(run *results.Run) *history {
 func (h *history) pod(name string) *podHistory {
 	ph := h.pods[name]
 	if ph == nil {
-		ph = &podHistory{name: name, signalAt: never, terminatingAt: never, exiting: never}
+		ph = &podHistory{name: name, signalAt: never, terminatingAt: never, exiting: never, drainDeadline: never}
 		h.pods[name] = ph
 		h.order = append(h.order, name)
 	}
@@ -371,6 +379,11 @@ func (h *history) add(e *results.Entry) {
 			s.State, s.SinceMS = name, e.AtMS
 		}
 	}
+	if e.Source == results.SourcePod && (strings.HasPrefix(e.Kind, "program") || e.Kind == "supervisord_signal") {
+		// supervisord's own lines, not the server's.
+		ph.supervised = ph.supervised || e.Kind == "supervisord_signal"
+		return
+	}
 	if e.Source == results.SourcePod {
 		ph.logs = true
 		switch e.Kind {
@@ -406,6 +419,11 @@ func (h *history) add(e *results.Entry) {
 				s.signalled = true
 				ph.signalAt = e.AtMS
 			}
+		case "drained":
+			if e.Detail["outcome"] == "deadline" {
+				ph.drainDeadline = e.AtMS
+			}
+			return
 		case "wrapper_started", "wrapper_exiting":
 			ph.wrapper = e.Detail["wrapper"]
 		case "exiting":

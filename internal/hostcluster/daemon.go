@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -87,7 +89,8 @@ func Run(ctx context.Context, cfg Config, log io.Writer) error {
 		return fmt.Errorf("find the closingtime binary for the pods: %w", err)
 	}
 	agents, err := nodeagent.StartNodes(ctx, nodeagent.NodesConfig{Kubeconfig: st.Kubeconfig, KubeletTLS: kubeletTLS, Nodes: nodes,
-		Kubelet: local.KubeletConfig{ImageCommands: imageCommands(exe, images)}, NodePorts: true, Logf: logf})
+		Kubelet:   local.KubeletConfig{ImageCommands: imageCommands(exe, images), Env: []corev1.EnvVar{{Name: local.CommandEnv, Value: exe}}},
+		NodePorts: true, Logf: logf})
 	if err != nil {
 		return err
 	}

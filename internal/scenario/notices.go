@@ -249,7 +249,7 @@ func waitingNotice(elapsed time.Duration, ready, want, running int32, last strin
 		msg += ", waiting for the Deployment to be available and the Service to answer"
 	}
 	if last != "" {
-		msg += "; its last answer: " + clip(last)
+		msg += "; its last failure: " + clip(last)
 	}
 	return msg + fmt.Sprintf("; gives up after %s", limit)
 }

@@ -309,7 +309,7 @@ func TestRunnerNotices(t *testing.T) {
 		// Every pod ready, /work slower than the run's response timeout,
 		// though well within the default: the Service never answers.
 		{name: "slow answers", args: []string{"serve", "--work", "1s"}, traffic: Traffic{Path: "/work", ResponseTimeout: 200 * time.Millisecond}, limit: noticeInterval + 2*time.Second,
-			want: []string{"s: 2 of 2 pods ready, waiting for the Service to answer 10 requests in a row; its last answer: no complete response within 200ms of connecting, the response timeout; gives up after 12s"},
+			want: []string{"s: 2 of 2 pods ready, waiting for the Service to answer 10 requests in a row; its last failure: no complete response within 200ms of connecting, the response timeout; gives up after 12s"},
 			why:  "wait for the service to answer: wait for http://app.default:80/work to answer 10 requests in a row: context deadline exceeded (last failure: no complete response within 200ms of connecting, the response timeout)"},
 	}
 	for _, tt := range tests {
@@ -416,8 +416,8 @@ func TestWaitingNotice(t *testing.T) {
 		{1, 0, "", "deploying for 10s: 1 of 3 pods ready; gives up after 5m0s"},
 		{1, 2, "", "deploying for 10s: 1 of 3 pods ready, 2 running but not ready (readiness or startup probe not passed); gives up after 5m0s"},
 		{3, 0, "", "deploying for 10s: 3 of 3 pods ready, waiting for the Deployment to be available and the Service to answer; gives up after 5m0s"},
-		{3, 0, timeout, "deploying for 10s: 3 of 3 pods ready, waiting for the Service to answer 10 requests in a row; its last answer: " + timeout + "; gives up after 5m0s"},
-		{2, 0, "status 503 Service Unavailable", "deploying for 10s: 2 of 3 pods ready; its last answer: status 503 Service Unavailable; gives up after 5m0s"},
+		{3, 0, timeout, "deploying for 10s: 3 of 3 pods ready, waiting for the Service to answer 10 requests in a row; its last failure: " + timeout + "; gives up after 5m0s"},
+		{2, 0, "status 503 Service Unavailable", "deploying for 10s: 2 of 3 pods ready; its last failure: status 503 Service Unavailable; gives up after 5m0s"},
 	} {
 		if got := waitingNotice(10*time.Second, tt.ready, 3, tt.running, tt.last, 5*time.Minute); got != tt.want {
 			t.Errorf("waitingNotice(%d ready, %d running, last %q) = %q, want %q", tt.ready, tt.running, tt.last, got, tt.want)

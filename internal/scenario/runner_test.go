@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/diagnosis"
@@ -35,7 +38,8 @@ func newRunner(t *testing.T) *Runner {
 				Nodes:               s.Nodes,
 				MinPropagationDelay: s.PropagationDelay.Min,
 				MaxPropagationDelay: s.PropagationDelay.Max,
-				Kubelet:             local.KubeletConfig{WorkingDir: dir, ImageCommands: map[string][]string{Image: {binary}}},
+				Kubelet: local.KubeletConfig{WorkingDir: dir, ImageCommands: map[string][]string{Image: {binary}},
+					Env: []corev1.EnvVar{{Name: local.CommandEnv, Value: binary}}},
 			})
 			if err != nil {
 				return nil, err
@@ -431,4 +435,43 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 			}
 		})},
 	})
+}
+
+// TestRunnerSeed003 runs the seed-003 group quick and checks each pair:
+// a drain budget shorter than the requests cuts them at its deadline, and
+// one that covers them cuts none; a supervisord program that runs the
+// server through a shell without exec loses the stop signal and the
+// server dies mid-request, and with exec it drains. The supervisord pair
+// needs Debian's supervisord, which .ci/run installs: without it, the
+// test runs the drain pair alone, unless CLOSINGTIME_REQUIRE_SUPERVISORD=1.
+func TestRunnerSeed003(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs rollouts under load")
+	}
+	t.Parallel()
+	none := firstRun(func(t *testing.T, run results.Run) {
+		if n := run.Totals.Failed(); n != 0 {
+			t.Errorf("%d failed, want none; totals %+v", n, run.Totals)
+		}
+	})
+	cut := func(cause results.Cause) func(*testing.T, *results.Result) {
+		return firstRun(func(t *testing.T, run results.Run) {
+			if tot := run.Totals; tot.Failed() == 0 || tot.Closed+tot.Reset < tot.Failed()/2 {
+				t.Errorf("totals %+v: want failures, most of them cut in flight", tot)
+			}
+			causes(false, []results.Cause{cause}, diagnosis.RoutingRace, diagnosis.ExitWithoutDrain)(t, run)
+		})
+	}
+	checks := []catalogCheck{
+		{name: "seed003-drain-12s", check: cut(diagnosis.DrainDeadline)},
+		{name: "seed003-drain-24s", check: none},
+	}
+	if _, err := exec.LookPath("supervisord"); err == nil || os.Getenv("CLOSINGTIME_REQUIRE_SUPERVISORD") == "1" {
+		checks = append(checks,
+			catalogCheck{name: "seed003-supervisord-sh", check: cut(diagnosis.SupervisedUnsignalled)},
+			catalogCheck{name: "seed003-supervisord-exec", check: none})
+	} else {
+		t.Log("no supervisord in PATH: the supervisord pair is left out (apt-get install supervisor)")
+	}
+	checkCatalog(t, checks)
 }

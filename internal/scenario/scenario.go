@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -88,6 +89,10 @@ type Scenario struct {
 	// several scenarios make one comparison: `closingtime lab GROUP` runs
 	// them all (Select).
 	Group string `yaml:"group"`
+	// Requires names the programs the scenario's pods run that the
+	// machine must have beside closingtime, each one of Requirements'
+	// names: supervisord.
+	Requires []string `yaml:"requires"`
 	// Workload holds the manifests to apply.
 	Workload Workload `yaml:"workload"`
 	// Dependency, when set, is a service that the workload's pods depend
@@ -301,6 +306,28 @@ func ReadFile(path string) (*Scenario, error) {
 	})
 }
 
+// Requirements are the programs a scenario may require (Scenario.Requires),
+// each with how to install it.
+var Requirements = map[string]string{
+	"supervisord": "apt-get install supervisor",
+}
+
+// Missing returns, for each program that s requires and this machine's
+// $PATH lacks, a sentence that says so and how to install it.
+func (s *Scenario) Missing() []string {
+	var out []string
+	for _, name := range s.Requires {
+		if _, err := exec.LookPath(name); err != nil {
+			msg := fmt.Sprintf("its pods run %s, which is not installed here", name)
+			if how := Requirements[name]; how != "" {
+				msg += " (" + how + ")"
+			}
+			out = append(out, msg)
+		}
+	}
+	return out
+}
+
 // Parse decodes and checks the scenario file named file. readFiles reads
 // the workload's files; nil means the file may name none. Every problem
 // found is returned, joined, each an *Error or a *manifest.Error naming its
@@ -426,6 +453,11 @@ func (p *parser) check(s *Scenario) {
 	}
 	if s.Workload.Manifest == "" && len(s.Workload.Files) == 0 {
 		p.errorf("workload", "give manifest or files")
+	}
+	for i, name := range s.Requires {
+		if _, ok := Requirements[name]; !ok {
+			p.errorf(fmt.Sprintf("requires[%d]", i), "%q is not one of %s", name, strings.Join(slices.Sorted(maps.Keys(Requirements)), ", "))
+		}
 	}
 	for i, c := range s.Traffic.Clients {
 		if c.Rate < 0 {

@@ -24,6 +24,13 @@ import (
 // every pod has an address of its own without any network set-up.
 const DefaultPodCIDR = "127.77.0.0/16"
 
+// CommandEnv names the variable that closingtime's own clusters (the
+// lab's embedded ones and `closingtime cluster`'s node agents) give every
+// container, through KubeletConfig.Env: the path of the closingtime
+// binary that image closingtime runs, for a process that a container's
+// own program starts, such as a supervisord program's command.
+const CommandEnv = "CLOSINGTIME_COMMAND"
+
 // KubeletConfig configures a [Kubelet]. The zero value runs pods on a node
 // named "node" with Kubernetes' defaults.
 type KubeletConfig struct {
