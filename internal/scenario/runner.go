@@ -338,6 +338,16 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 	for rep := 1; rep <= st.repetitions; rep++ {
 		if rep > 1 {
 			progress(rep, PhaseSettle)
+			if s.Action.Kind == ActionScale {
+				// As an autoscaler scales back and forth, each
+				// repetition scales from the Deployment's own replicas.
+				if err := c.Scale(ctx, deployment.Namespace, deployment.Name, ptr.Deref(deployment.Spec.Replicas, cluster.DefaultReplicas)); err != nil {
+					return nil, fmt.Errorf("scenario %s: scale back before repetition %d: %w", s.Name, rep, err)
+				}
+				if _, err := c.RolloutStatus(ctx, deployment.Namespace, deployment.Name); err != nil {
+					return nil, fmt.Errorf("scenario %s: scale back before repetition %d: %w", s.Name, rep, err)
+				}
+			}
 			if err := sleep(ctx, st.settle); err != nil {
 				return nil, err
 			}

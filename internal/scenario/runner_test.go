@@ -218,6 +218,7 @@ func TestRunnerActions(t *testing.T) {
 		// wantSteps are the kinds of the runner's entries, in order.
 		wantSteps []string
 		check     func(t *testing.T, run results.Run)
+		all       func(t *testing.T, res *results.Result) // a check of every run
 	}{
 		{file: "valid-action-delete-pod.yaml", wantOldPods: 1, wantKind: "pod_deleted", check: func(t *testing.T, run results.Run) {
 			if c := run.Capacity; c == nil || c.Replicas != 3 || c.MinReady != 2 {
@@ -228,7 +229,12 @@ func TestRunnerActions(t *testing.T) {
 				t.Errorf("rollout %v ms, want the time the deleted pod was gone", run.RolloutMS)
 			}
 		}},
-		{file: "valid-action-scale.yaml", wantOldPods: 1, wantKind: "replicaset_scaled"},
+		{file: "valid-action-scale.yaml", wantOldPods: 1, wantKind: "replicaset_scaled", all: func(t *testing.T, res *results.Result) {
+			// The second repetition scales from 3 again.
+			if len(res.Runs) != 2 || len(res.Runs[1].OldPods) != 1 {
+				t.Errorf("%d runs, the second's old pods %+v: want 2 runs, each of one scale-in victim", len(res.Runs), res.Runs[len(res.Runs)-1].OldPods)
+			}
+		}},
 		{file: "valid-action-evict.yaml", wantOldPods: 0, wantKind: "eviction_refused", check: func(t *testing.T, run results.Run) {
 			if e := run.Evictions; e == nil || *e != (results.Evictions{Refused: 1}) {
 				t.Errorf("evictions %+v, want 1 refused", e)
@@ -329,6 +335,9 @@ func TestRunnerActions(t *testing.T) {
 			}
 			if tt.check != nil {
 				tt.check(t, run)
+			}
+			if tt.all != nil {
+				tt.all(t, res)
 			}
 		})
 	}
@@ -439,7 +448,8 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 
 // TestRunnerSeed003 runs the seed-003 group quick and checks each pair:
 // a drain budget shorter than the requests cuts them at its deadline, and
-// one that covers them cuts none; a supervisord program that runs the
+// one that covers them cuts none; a scale-in's victims that exit on
+// SIGTERM cut theirs, and draining ones none; a supervisord program that runs the
 // server through a shell without exec loses the stop signal and the
 // server dies mid-request, and with exec it drains. The supervisord pair
 // needs Debian's supervisord, which .ci/run installs: without it, the
@@ -465,6 +475,8 @@ func TestRunnerSeed003(t *testing.T) {
 	checks := []catalogCheck{
 		{name: "seed003-drain-12s", check: cut(diagnosis.DrainDeadline)},
 		{name: "seed003-drain-24s", check: none},
+		{name: "seed003-scale-in-exit", check: cut(diagnosis.ExitWithoutDrain)},
+		{name: "seed003-scale-in-drain", check: none},
 	}
 	if _, err := exec.LookPath("supervisord"); err == nil || os.Getenv("CLOSINGTIME_REQUIRE_SUPERVISORD") == "1" {
 		checks = append(checks,
