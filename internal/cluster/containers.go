@@ -15,8 +15,9 @@ func IsSidecar(c *corev1.Container) bool {
 
 // InitFields returns the fields that say which of spec's init containers
 // the container named name is, for its events: init=N/M for the Nth of M
-// init containers, as kubectl shows a pod whose init container N runs
-// (Init:N/M); sidecar=true for a sidecar; nil for an app container.
+// init containers, counted from 1 (kubectl's Init:K/M column counts the
+// K that have completed); sidecar=true for a sidecar; nil for an app
+// container.
 func InitFields(spec *corev1.PodSpec, name string) map[string]string {
 	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == name })
 	switch {

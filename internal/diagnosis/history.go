@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/utils/ptr"
@@ -15,6 +14,10 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
+
+// supervisordKinds are the kinds of the timeline entries of supervisord's
+// own log lines (scenario's supervisordEvent).
+var supervisordKinds = map[string]bool{"supervisord_signal": true, "programs_stopping": true, "program_stopped": true, "program_started": true}
 
 // never is the time of what did not happen.
 var never = math.Inf(1)
@@ -85,7 +88,7 @@ type podHistory struct {
 	// deadline); never otherwise.
 	drainDeadline float64
 	// supervised: the container's first process is supervisord, which
-	// logged receiving the stop signal.
+	// logged receiving SIGTERM.
 	supervised bool
 }
 
@@ -379,9 +382,9 @@ func (h *history) add(e *results.Entry) {
 			s.State, s.SinceMS = name, e.AtMS
 		}
 	}
-	if e.Source == results.SourcePod && (strings.HasPrefix(e.Kind, "program") || e.Kind == "supervisord_signal") {
+	if e.Source == results.SourcePod && supervisordKinds[e.Kind] {
 		// supervisord's own lines, not the server's.
-		ph.supervised = ph.supervised || e.Kind == "supervisord_signal"
+		ph.supervised = ph.supervised || e.Kind == "supervisord_signal" && e.Detail["signal"] == "SIGTERM"
 		return
 	}
 	if e.Source == results.SourcePod {

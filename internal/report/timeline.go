@@ -321,8 +321,8 @@ type podTrack struct {
 	listenBars           []chartBar
 	terminate            float64
 	terminated           bool
-	// running are the pod's containers that run, by name, as far as
-	// entries name them.
+	// running are the pod's app containers that run, by name, as far as
+	// entries name them: not its init containers nor its sidecars.
 	running map[string]bool
 }
 
@@ -462,7 +462,7 @@ func podLanes(run results.Run, s timeScale) []chartLane {
 				p.enter(phaseStarting, e.AtMS, s)
 			}
 		case cluster.ContainerStarted:
-			if e.Container != "" {
+			if e.Container != "" && e.Detail["init"] == "" && !cluster.OfSidecar(e.Detail) {
 				if p.running == nil {
 					p.running = map[string]bool{}
 				}
@@ -503,9 +503,9 @@ func podLanes(run results.Run, s timeScale) []chartLane {
 				continue
 			}
 			delete(p.running, e.Container)
-			if len(p.running) > 0 {
-				// Another container of the pod runs on: a sidecar
-				// stops after its app (C3).
+			if cluster.OfSidecar(e.Detail) || len(p.running) > 0 {
+				// A sidecar, or one app container of several: the
+				// pod's server runs on, or is already gone.
 				p.mark("label", "exit", e.AtMS, phaseY+phaseH-2.5, 0, s, p.name+": "+what, e.Detail["code"])
 				continue
 			}

@@ -361,8 +361,8 @@ func supervisordEvent(pod string, l cluster.LogLine, at func(time.Time) float64)
 
 // loggedSigterm returns when a pod's log, lines, says that it received
 // SIGTERM (a "sigterm" event of `closingtime serve`, or "wrapper_signal"
-// of its wrapper, or supervisord's "received SIGTERM", which as the
-// container's first process get the signal)
+// of its wrapper, or supervisord's "received SIGTERM": each, as the
+// container's first process, gets the signal)
 // at or after start; zero if it does not.
 func loggedSigterm(lines []cluster.LogLine, start time.Time) time.Time {
 	for _, l := range lines {

@@ -194,9 +194,10 @@ type Config struct {
 	AccessLog bool
 
 	// ReadyFile, if set, is a file the server writes once its port is
-	// open, holding its pod name, and removes when it exits by itself: a
-	// readiness signal for an exec probe such as `test -f`, as seed 003's
-	// model server wrote /tmp/start_success. The pods of the embedded
+	// open, holding its pod name: a readiness signal for an exec probe
+	// such as `test -f`, as seed 003's model server wrote
+	// /tmp/start_success. The server removes it as it starts (one a
+	// killed instance left behind) and as it exits; a SIGKILL leaves it. The pods of the embedded
 	// cluster share this machine's files: give each its own path, with
 	// $(POD_NAME) in it.
 	ReadyFile string

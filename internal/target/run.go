@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -60,6 +61,12 @@ func (s *server) run(ctx context.Context) (int, error) {
 		defer signal.Stop(sigterm)
 	}
 	s.log.Info("started", "config", s.cfg.settings())
+	if s.cfg.ReadyFile != "" {
+		// One a killed instance left says nothing of this one.
+		if err := os.Remove(s.cfg.ReadyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, fmt.Errorf("ready file: %w", err)
+		}
+	}
 
 	var crash <-chan time.Time
 	if s.cfg.CrashCode != 0 {
@@ -78,7 +85,7 @@ func (s *server) run(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.log.Info("listening", "address", ln.Addr().String())
+	// The ready file is there by the time the port's opening is told.
 	if s.cfg.ReadyFile != "" {
 		if err := os.WriteFile(s.cfg.ReadyFile, []byte(s.cfg.PodName+"\n"), 0o644); err != nil {
 			ln.Close()
@@ -86,6 +93,7 @@ func (s *server) run(ctx context.Context) (int, error) {
 		}
 		defer os.Remove(s.cfg.ReadyFile)
 	}
+	s.log.Info("listening", "address", ln.Addr().String())
 
 	switch s.cfg.Shutdown {
 	case ModeGraceful:

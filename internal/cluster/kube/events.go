@@ -266,16 +266,25 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool, now time.Time) ([]
 		}
 		if r, t := s.State.Running, s.State.Terminated; (r != nil || t != nil) && cs.starts <= n {
 			start(&cs, s.Name, n, t)
-			if r != nil {
+			if r != nil && !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == s.Name }) {
 				started = append(started, s.Name)
 			}
 		}
-		// Each container's exit before the next one's start: an init
-		// container ends before the next starts.
-		if t := s.State.Terminated; t != nil && cs.exits <= s.RestartCount {
-			exit(&cs, s.Name, s.RestartCount, t)
-		}
 		prev.containers[s.Name] = cs
+		// Each container's exit before the next one's start, as an init
+		// container ends before the next starts; a sidecar's after the
+		// app containers', as they stop (C3).
+		if t := s.State.Terminated; t != nil && cs.exits <= s.RestartCount && !cluster.OfSidecar(cluster.InitFields(&pod.Spec, s.Name)) {
+			exit(&cs, s.Name, s.RestartCount, t)
+			prev.containers[s.Name] = cs
+		}
+	}
+	for _, s := range slices.Backward(pod.Status.InitContainerStatuses) {
+		cs := prev.containers[s.Name]
+		if t := s.State.Terminated; t != nil && cs.exits <= s.RestartCount && cluster.OfSidecar(cluster.InitFields(&pod.Spec, s.Name)) {
+			exit(&cs, s.Name, s.RestartCount, t)
+			prev.containers[s.Name] = cs
+		}
 	}
 	// An exit comes before the unreadiness it brings, and both before the
 	// back-off, as the embedded kubelet records them.

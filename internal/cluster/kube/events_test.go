@@ -523,8 +523,9 @@ func TestPodEventsStartError(t *testing.T) {
 }
 
 // TestPodEventsInitContainers: the statuses of init containers and
-// sidecars are events too, before the app container's, and say which
-// they are, as the embedded kubelet's do (cluster.InitFields).
+// sidecars are events too, their starts before the app container's, a
+// sidecar's exit after it, and say which they are, as the embedded
+// kubelet's do (cluster.InitFields).
 func TestPodEventsInitContainers(t *testing.T) {
 	p := pod("a", "node-1")
 	p.Spec.InitContainers = []corev1.Container{{Name: "setup"}, {Name: "proxy", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
@@ -537,6 +538,10 @@ func TestPodEventsInitContainers(t *testing.T) {
 		{running, waiting, waiting},
 		{{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}, running, waiting},
 		{{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}, running, running},
+		// Seen at once, the app's exit and then its sidecar's.
+		{{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}},
+			{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, Reason: "Error", StartedAt: now, FinishedAt: now}},
+			{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, Reason: "Error", StartedAt: now, FinishedAt: now}}},
 	} {
 		q := p.DeepCopy()
 		q.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "setup", State: st[0]}, {Name: "proxy", State: st[1]}}
@@ -553,6 +558,8 @@ func TestPodEventsInitContainers(t *testing.T) {
 		"container_exited setup init=1/2 sidecar=",
 		"container_started proxy init= sidecar=true",
 		"container_started app init= sidecar=",
+		"container_exited app init= sidecar=",
+		"container_exited proxy init= sidecar=true",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("events:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

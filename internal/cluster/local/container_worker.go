@@ -64,6 +64,9 @@ type instance struct {
 	liveCtx      context.Context // the liveness and startup workers' context
 	stopLiveness context.CancelFunc
 	killing      bool // guarded by p.mu: a kill sequence has started
+	// stopped is closed when the kill sequence of the pod's stop has
+	// ended, preStop hook included: what a later sidecar waits for (C3).
+	stopped chan struct{}
 }
 
 func newContainerWorker(p *podWorker, spec *corev1.Container) (*containerWorker, error) {
@@ -223,7 +226,7 @@ func (c *containerWorker) start() *instance {
 		c.record(cluster.ContainerStartFailed, time.Time{}, map[string]string{"error": err.Error()})
 		return nil
 	}
-	inst := &instance{c: c, proc: proc, startedAt: p.k.clock.Now()}
+	inst := &instance{c: c, proc: proc, startedAt: p.k.clock.Now(), stopped: make(chan struct{})}
 	inst.ctx, inst.cancel = context.WithCancel(p.ctx)
 	inst.liveCtx, inst.stopLiveness = context.WithCancel(inst.ctx)
 	c.moveToLastStateLocked()
@@ -457,20 +460,23 @@ func (c *containerWorker) kill(inst *instance, grace int64, after []*instance) {
 	}
 }
 
-// waitTurn waits until the exit of every instance of after is recorded,
-// until
-// deadline, or until the kubelet closes (waitForTurn in the kubelet).
+// waitTurn waits until the kill of every instance of after has ended and
+// its exit is recorded, until deadline, or until the kubelet closes
+// (waitForTurn in the kubelet, whose containerTerminated comes once
+// killContainer, the preStop hook included, has returned).
 func (c *containerWorker) waitTurn(after []*instance, deadline time.Time) {
 	p := c.p
 	t := p.k.clock.NewTimer(deadline.Sub(p.k.clock.Now()))
 	defer t.Stop()
 	for _, a := range after {
-		select {
-		case <-a.ctx.Done():
-		case <-t.C():
-			return
-		case <-p.ctx.Done():
-			return
+		for _, done := range []<-chan struct{}{a.stopped, a.ctx.Done()} {
+			select {
+			case <-done:
+			case <-t.C():
+				return
+			case <-p.ctx.Done():
+				return
+			}
 		}
 	}
 }

@@ -35,6 +35,7 @@ type podWorker struct {
 	ready         bool
 	readySince    metav1.Time
 	terminating   bool
+	deleted       bool          // the stop is, or has become, a deletion
 	terminatingCh chan struct{} // closed when termination starts
 	grace         int64         // the effective grace once terminating
 	phase         corev1.PodPhase
@@ -102,9 +103,9 @@ func (p *podWorker) run() {
 // initialize runs the init containers one after the other, each to its
 // success, and starts each sidecar in its place, going on once it has
 // started; then it starts the app containers (C1, C2). If an init
-// container does not succeed or a sidecar ends before it started
-// (restartPolicy Never, or the pod terminates or the kubelet closes
-// first), what comes after it never runs.
+// container does not succeed (restartPolicy Never, or the pod terminates
+// or the kubelet closes first), or a sidecar ends before it started (the
+// pod terminates or the kubelet closes), what comes after it never runs.
 func (p *podWorker) initialize() {
 	defer p.k.wg.Done()
 	for i, c := range p.inits {
@@ -162,7 +163,7 @@ func (p *podWorker) terminate(grace int64) { p.stop(grace, true) }
 // stop kills the pod's running containers with grace seconds, or shortens
 // a stop under way to grace (T3). A stop that is not a deletion (deleted
 // false) is the end of a pod whose app containers ended by themselves: it
-// has no pod_terminating event.
+// has no pod_terminating event, until a deletion comes.
 func (p *podWorker) stop(grace int64, deleted bool) {
 	p.mu.Lock()
 	if p.terminating {
@@ -171,7 +172,13 @@ func (p *podWorker) stop(grace int64, deleted bool) {
 			p.grace = grace
 		}
 		insts := p.runningLocked()
+		// A pod deleted while it stops its sidecars by itself.
+		deletion := deleted && !p.deleted
+		p.deleted = p.deleted || deleted
 		p.mu.Unlock()
+		if deletion {
+			p.recordTerminating(p.grace)
+		}
 		// The first kill sequence of each container is still waiting for
 		// it; these only add an earlier SIGKILL deadline.
 		if shorter {
@@ -185,7 +192,7 @@ func (p *podWorker) stop(grace int64, deleted bool) {
 		}
 		return
 	}
-	p.terminating, p.grace = true, grace
+	p.terminating, p.grace, p.deleted = true, grace, deleted
 	// Liveness and startup probing stop; readiness goes on until the
 	// containers stop (T6).
 	insts := p.runningLocked()
@@ -197,8 +204,7 @@ func (p *podWorker) stop(grace int64, deleted bool) {
 	close(p.terminatingCh)
 	p.mu.Unlock()
 	if deleted {
-		p.k.record(cluster.Event{Kind: cluster.PodTerminating, Namespace: p.pod.Namespace, Pod: p.pod.Name,
-			Fields: map[string]string{"grace": (time.Duration(grace) * time.Second).String()}})
+		p.recordTerminating(grace)
 	}
 	// Containers are killed concurrently (T7); only a sidecar's signal
 	// waits for its turn (C3).
@@ -206,8 +212,15 @@ func (p *podWorker) stop(grace int64, deleted bool) {
 		go func() {
 			defer p.kills.Done()
 			inst.c.kill(inst, grace, after[inst])
+			close(inst.stopped)
 		}()
 	}
+}
+
+// recordTerminating records the pod's termination, with its grace.
+func (p *podWorker) recordTerminating(grace int64) {
+	p.k.record(cluster.Event{Kind: cluster.PodTerminating, Namespace: p.pod.Namespace, Pod: p.pod.Name,
+		Fields: map[string]string{"grace": (time.Duration(grace) * time.Second).String()}})
 }
 
 // stopOrderLocked returns, for each of insts that must wait before its
@@ -312,8 +325,10 @@ func (p *podWorker) statusLocked() corev1.PodStatus {
 	phase := p.phase
 	if phase == "" {
 		phase = corev1.PodPending
+		// Running once an app container has run, also while the
+		// sidecars stop after the app containers ended by themselves.
 		for _, c := range p.containers {
-			if c.status.State.Running != nil || c.status.RestartCount > 0 {
+			if c.status.State.Running != nil || c.status.RestartCount > 0 || c.inst != nil && c.status.State.Terminated != nil {
 				phase = corev1.PodRunning
 			}
 		}
