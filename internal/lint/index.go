@@ -179,10 +179,10 @@ func (ix *index) addObjects(objs []manifest.Object) {
 		case *corev1.ConfigMap:
 			// A supervisord configuration mounted from a ConfigMap: its
 			// programs are matched to the workloads that run supervisord,
-			// by the key's name.
+			// by the key's name (their file is "ConfigMap NAME/KEY").
 			for _, key := range slices.Sorted(maps.Keys(v.Data)) {
 				if IsSupervisordName(key) {
-					ix.supervised = append(ix.supervised, parseSupervisord(key, []byte(v.Data[key]))...)
+					ix.supervised = append(ix.supervised, parseSupervisord("ConfigMap "+v.Name+"/"+key, []byte(v.Data[key]))...)
 				}
 			}
 		case *policyv1.PodDisruptionBudget:

@@ -25,6 +25,9 @@ type program struct {
 	settings   map[string]setting // by lower-case key
 	ignore     string             // rule IDs of a "; closingtime ignore=" comment in the section
 	drain      *setting           // a "; closingtime.dev/max-request-seconds: N" comment in the section
+	// group is the [group:name] section that lists the program, if one
+	// does: supervisord stops its programs together, at its priority.
+	group *program
 }
 
 // setting is one key's value and line.
@@ -55,11 +58,11 @@ var (
 )
 
 // parseSupervisord returns the [program:…] sections of a supervisord
-// configuration, read as supervisord's INI parser reads them: "key = value"
+// configuration, each with the [group:…] that lists it, read as supervisord's INI parser reads them: "key = value"
 // or "key: value", indented continuation lines, comment lines starting
 // with ";" or "#", and inline comments after " ;".
 func parseSupervisord(file string, data []byte) []*program {
-	var programs []*program
+	var programs, groups []*program
 	var cur *program
 	var last string // the key a continuation line extends
 	for n, raw := range strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n") {
@@ -79,10 +82,14 @@ func parseSupervisord(file string, data []byte) []*program {
 			}
 		case line[0] == '[':
 			cur, last = nil, ""
-			name, ok := strings.CutPrefix(strings.TrimSuffix(line, "]"), "[program:")
-			if ok {
+			header := strings.TrimSuffix(line, "]")
+			if name, ok := strings.CutPrefix(header, "[program:"); ok {
 				cur = &program{file: file, name: strings.TrimSpace(name), line: n + 1, settings: make(map[string]setting)}
 				programs = append(programs, cur)
+			}
+			if name, ok := strings.CutPrefix(header, "[group:"); ok {
+				cur = &program{file: file, name: strings.TrimSpace(name), line: n + 1, settings: make(map[string]setting)}
+				groups = append(groups, cur)
 			}
 		case raw[0] == ' ' || raw[0] == '\t':
 			if cur != nil && last != "" {
@@ -101,6 +108,15 @@ func parseSupervisord(file string, data []byte) []*program {
 			last = strings.ToLower(strings.TrimSpace(line[:i]))
 			value := strings.TrimSpace(inlineComment.ReplaceAllString(line[i+1:], ""))
 			cur.settings[last] = setting{value: value, line: n + 1}
+		}
+	}
+	for _, g := range groups {
+		for name := range strings.SplitSeq(g.settings["programs"].value, ",") {
+			for _, p := range programs {
+				if p.name == strings.TrimSpace(name) {
+					p.group = g
+				}
+			}
 		}
 	}
 	return programs

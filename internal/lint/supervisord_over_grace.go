@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,6 +66,74 @@ func stopWait(p *program) (priority, wait int64) {
 	return priority, wait
 }
 
+// configPrograms returns the programs of the one configuration named
+// config that workload w's supervisord reads: the only one of that name,
+// or else the one beside w's manifest or in a ConfigMap w mounts; none if
+// that leaves none or several.
+func configPrograms(ix *index, w *workload, config string) []*program {
+	byFile := map[string][]*program{}
+	var files []string
+	for _, p := range ix.supervised {
+		if path.Base(p.file) != config {
+			continue
+		}
+		if byFile[p.file] == nil {
+			files = append(files, p.file)
+		}
+		byFile[p.file] = append(byFile[p.file], p)
+	}
+	if len(files) > 1 {
+		files = slices.DeleteFunc(files, func(f string) bool {
+			if filepath.Dir(f) == filepath.Dir(w.obj.File) {
+				return false
+			}
+			for _, v := range w.template.Spec.Volumes {
+				if v.ConfigMap != nil && strings.HasPrefix(f, "ConfigMap "+v.ConfigMap.Name+"/") {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if len(files) != 1 {
+		return nil
+	}
+	return byFile[files[0]]
+}
+
+// stopGroup is what supervisord stops at once: a [group:] section's
+// programs, or a program of none, with its longest stopwaitsecs.
+type stopGroup struct {
+	name           string
+	priority, wait int64
+}
+
+// stopGroups returns the groups of programs in the order supervisord stops
+// them: it sorts its groups by priority, in the order of the
+// configuration among equals, and stops them from the end, each once the
+// one before has stopped (supervisord's stop_groups).
+func stopGroups(programs []*program) []stopGroup {
+	var groups []stopGroup
+	index := map[*program]int{} // of a [group:] section's entry
+	for _, p := range programs {
+		priority, wait := stopWait(p)
+		if g := p.group; g != nil {
+			if i, ok := index[g]; ok {
+				groups[i].wait = max(groups[i].wait, wait)
+				continue
+			}
+			priority, _ = stopWait(g)
+			index[g] = len(groups)
+			groups = append(groups, stopGroup{"group:" + g.name, priority, wait})
+			continue
+		}
+		groups = append(groups, stopGroup{p.name, priority, wait})
+	}
+	slices.SortStableFunc(groups, func(a, b stopGroup) int { return cmp.Compare(a.priority, b.priority) })
+	slices.Reverse(groups)
+	return groups
+}
+
 func checkSupervisordOverGrace(ix *index) []finding {
 	var out []finding
 	for _, w := range ix.workloads {
@@ -78,31 +147,16 @@ func checkSupervisordOverGrace(ix *index) []finding {
 			if !ok {
 				continue
 			}
-			var programs []*program
-			for _, p := range ix.supervised {
-				if path.Base(p.file) == config {
-					programs = append(programs, p)
-				}
-			}
+			programs := configPrograms(ix, w, config)
 			if len(programs) == 0 {
 				continue
 			}
-			// supervisord sorts its groups by priority, in the order of the
-			// configuration among equals, and stops them from the end,
-			// each after the one before has stopped (stop_groups).
-			slices.SortStableFunc(programs, func(a, b *program) int {
-				pa, _ := stopWait(a)
-				pb, _ := stopWait(b)
-				return cmp.Compare(pa, pb)
-			})
-			slices.Reverse(programs)
 			preStop, known := preStopSeconds(c)
 			need := preStop
 			var steps []string
-			for _, p := range programs {
-				priority, wait := stopWait(p)
-				need += wait
-				steps = append(steps, fmt.Sprintf("%s (priority %d, stopwaitsecs %d)", p.name, priority, wait))
+			for _, g := range stopGroups(programs) {
+				need += g.wait
+				steps = append(steps, fmt.Sprintf("%s (priority %d, stopwaitsecs %d)", g.name, g.priority, g.wait))
 			}
 			if need <= grace {
 				continue
