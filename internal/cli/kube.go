@@ -139,7 +139,7 @@ func scenarioRunnable(s *scenario.Scenario) string {
 	case s.Action.Kind == scenario.ActionDrain:
 		return "its drain names a node of the embedded cluster"
 	case len(s.Requires) > 0:
-		return "its pods run " + strings.Join(s.Requires, ", ") + " from this machine, through " + local.CommandEnv
+		return "its pods run " + strings.Join(s.Requires, ", ") + " and closingtime from this machine ($" + local.CommandEnv + "), which a real cluster's nodes lack"
 	}
 	return ""
 }

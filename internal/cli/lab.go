@@ -445,8 +445,9 @@ func checkEntrypoints(command string, scenarios []*scenario.Scenario, images map
 				return &usageError{fmt.Errorf("%s: %w", command, &manifest.Error{File: o.File, Line: o.FieldLine(field), Err: fmt.Errorf("%s: %w", o, err)})}
 			}
 			t := &d.Spec.Template
-			if err := local.CheckPodSpec(t.Annotations, &t.Spec, commands); err != nil {
-				return refuse("spec.template.spec."+err.Field, err.Err)
+			if err := local.CheckPodTemplate(t, commands); err != nil {
+				field := "spec.template.spec." + err.Field
+				return refuse(field, fmt.Errorf("%s: %w", field, err.Err))
 			}
 			for i, c := range t.Spec.InitContainers {
 				if err := runnable(t.Annotations, &c, commands, images); err != nil {

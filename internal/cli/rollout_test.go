@@ -44,8 +44,11 @@ func TestRolloutUsage(t *testing.T) {
 		// Refused before any cluster starts, at the container's line,
 		// with the two ways to give it a command.
 		{name: "container without command", args: []string{"rollout", "-f", "testdata/rollout-image.yaml", "--local"},
-			wantErr: "closingtime: rollout: testdata/rollout-image.yaml:29: Deployment app: container app has no command and its image \"registry.example/shop:1.4\" maps to no local command: " +
+			wantErr: "closingtime: rollout: testdata/rollout-image.yaml:29: Deployment app: spec.template.spec.containers[0]: container app has no command and its image \"registry.example/shop:1.4\" maps to no local command: " +
 				"map the image with --image-command 'registry.example/shop:1.4=CMD ARGS…', or annotate the pod template with closingtime.dev/command.app: 'CMD ARGS…'\n"},
+		// What the API refuses in a Deployment, at its line.
+		{name: "restartPolicy Never", args: []string{"rollout", "-f", "testdata/rollout-restart-never.yaml", "--local"},
+			wantErr: "closingtime: rollout: testdata/rollout-restart-never.yaml:26: Deployment app: spec.template.spec.restartPolicy: unsupported value \"Never\": a Deployment's pods may only have \"Always\"\n"},
 		// A command that is no executable file is refused before any
 		// cluster starts too, with what was looked up where.
 		{name: "command not in PATH", args: []string{"rollout", "-f", "testdata/rollout-image.yaml", "--local", "--image-command", "registry.example/shop:1.4=no-such-app-of-closingtime serve"},

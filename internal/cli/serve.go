@@ -121,7 +121,7 @@ func newServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.Var((*durationValue)(&f.dependencyTimeout), "dependency-timeout", "time /health-deep waits for the dependency")
 	fs.Var((*exitCodeValue)(&f.crashCode), "crash-code", "exit with this code (1-255) after --crash-after; 0: never")
 	fs.Var((*durationValue)(&f.crashAfter), "crash-after", "time from the start to the crash (0: before listening)")
-	fs.StringVar(&f.podName, "pod-name", "", "name on every response and log line (default the host name)")
+	fs.StringVar(&f.podName, "pod-name", "", "name on every response and log line (default $HOSTNAME, which a kubelet sets to the pod's name, else the host name)")
 	fs.Var(&enumValue[target.LogFormat]{&f.logFormat, target.LogFormats()}, "log-format",
 		"log line format: "+joinValues(target.LogFormats()))
 	fs.Var((*boolValue)(&f.accessLog), "access-log", "log a request event for every request")
@@ -151,6 +151,12 @@ func (f *serveFlags) config(fs *pflag.FlagSet, lookupEnv func(string) (string, b
 		}
 	}
 	listen := f.listen
+	// A kubelet sets HOSTNAME to the pod's name; the embedded cluster's
+	// pods share this machine's host name.
+	podName := f.podName
+	if h, _ := lookupEnv("HOSTNAME"); podName == "" {
+		podName = h
+	}
 	if ip, ok := lookupEnv("POD_IP"); ok && ip != "" && listen == "" {
 		listen = net.JoinHostPort(ip, strconv.Itoa(target.DefaultPort))
 	}
@@ -168,7 +174,7 @@ func (f *serveFlags) config(fs *pflag.FlagSet, lookupEnv func(string) (string, b
 		DependencyTimeout: f.dependencyTimeout,
 		CrashCode:         f.crashCode,
 		CrashAfter:        f.crashAfter,
-		PodName:           f.podName,
+		PodName:           podName,
 		LogFormat:         f.logFormat,
 		AccessLog:         f.accessLog,
 		ReadyFile:         f.readyFile,

@@ -101,7 +101,7 @@ var causes = []Info{
 		"", "2-readiness"},
 	{DrainDeadline, "cut at the drain deadline: the server drained, and its own drain timeout ended before the request did",
 		"give the server's drain timeout the longest request, and the pod's grace period the preStop, the drain and a few seconds to exit",
-		"drain-over-grace", "seed003-drain-12s"},
+		"", "seed003-drain-12s"},
 	{SupervisedUnsignalled, "cut in flight: supervisord's stop signal never reached the server: a shell between took it, supervisord exited, and the server died with the container",
 		"end the program's command with exec (command=sh -c \"… && exec server\"), or set stopasgroup=true, so that the server gets the signal and drains",
 		"supervisord-no-exec", "seed003-supervisord-sh"},

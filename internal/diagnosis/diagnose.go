@@ -504,7 +504,12 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			if len(nodes) > 1 {
 				views = "the routing views of " + strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
 			}
-			add("routing-not-converged", fmt.Sprintf("at SIGTERM, %s still sent new connections to it: a preStop delay would have covered the propagation", views))
+			advice := "a preStop delay would have covered the propagation"
+			if o.AfterSigterm != nil && *o.AfterSigterm > 0 && cuts[o.Name] == 0 {
+				// Its server's own delay did: it went on accepting.
+				advice = "it went on accepting them"
+			}
+			add("routing-not-converged", fmt.Sprintf("at SIGTERM, %s still sent new connections to it: %s", views, advice))
 		} else if len(h.nodes) == 0 && !ph.signalInferred && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
 			gap := ph.signalAt - *o.LastNewConnectionMS
 			when := sec(gap) + " before SIGTERM"

@@ -42,8 +42,9 @@ func checkPreStopDelayMissing(ix *index) []finding {
 
 // lacksPreStopDelay reports whether prestop-delay-missing reports
 // container c of w: a Service sends it traffic, and it has no preStop hook
-// or one that does not wait.
+// or one that does not wait, nor a server that waits on its own (a
+// pre-stop delay its flags or env set, such as the graceful library's).
 func lacksPreStopDelay(w *workload, c corev1.Container) bool {
 	seconds, known := preStopSeconds(c)
-	return len(w.services) > 0 && known && seconds == 0
+	return len(w.services) > 0 && known && seconds == 0 && serverPreStop(c) == 0
 }

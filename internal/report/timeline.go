@@ -322,8 +322,10 @@ type podTrack struct {
 	terminate            float64
 	terminated           bool
 	// running are the pod's app containers that run, by name, as far as
-	// entries name them: not its init containers nor its sidecars.
-	running map[string]bool
+	// entries name them: not its init containers nor its sidecars;
+	// sidecars counts the sidecars that run.
+	running  map[string]bool
+	sidecars int
 }
 
 // Lane rows, relative to the lane's top.
@@ -462,7 +464,11 @@ func podLanes(run results.Run, s timeScale) []chartLane {
 				p.enter(phaseStarting, e.AtMS, s)
 			}
 		case cluster.ContainerStarted:
-			if e.Container != "" && e.Detail["init"] == "" && !cluster.OfSidecar(e.Detail) {
+			switch {
+			case e.Container == "" || e.Detail["init"] != "":
+			case cluster.OfSidecar(e.Detail):
+				p.sidecars++
+			default:
 				if p.running == nil {
 					p.running = map[string]bool{}
 				}
@@ -502,6 +508,9 @@ func podLanes(run results.Run, s timeScale) []chartLane {
 			if cluster.InitDone(cluster.EventKind(e.Kind), e.Detail) {
 				continue
 			}
+			if cluster.OfSidecar(e.Detail) {
+				p.sidecars--
+			}
 			delete(p.running, e.Container)
 			if cluster.OfSidecar(e.Detail) || len(p.running) > 0 {
 				// A sidecar, or one app container of several: the
@@ -510,6 +519,12 @@ func podLanes(run results.Run, s timeScale) []chartLane {
 				continue
 			}
 			p.stopListening(e.AtMS, s)
+			if p.terminated && p.sidecars > 0 {
+				// The sidecars stop after the app (C3): the lane goes on
+				// to the pod's end.
+				p.mark("label", "exit", e.AtMS, phaseY+phaseH-2.5, 0, s, p.name+": "+what, e.Detail["code"])
+				continue
+			}
 			if p.terminated {
 				p.close(e.AtMS, s)
 				p.ended = true

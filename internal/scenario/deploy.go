@@ -64,9 +64,9 @@ func setupOf(events []cluster.Event, d string) (exits []string, failed, ready, k
 		}
 		switch e.Kind {
 		case cluster.ContainerExited:
-			exits = append(exits, fmt.Sprintf("pod %s: container %s exited with code %s", e.Pod, e.Container, e.Fields["code"]))
+			exits = append(exits, fmt.Sprintf("pod %s: %s %s exited with code %s", e.Pod, containerKind(e.Fields), e.Container, e.Fields["code"]))
 		case cluster.ContainerStartFailed:
-			exits = append(exits, fmt.Sprintf("pod %s: container %s failed to start: %s", e.Pod, e.Container, e.Fields["error"]))
+			exits = append(exits, fmt.Sprintf("pod %s: %s %s failed to start: %s", e.Pod, containerKind(e.Fields), e.Container, e.Fields["error"]))
 			failed++
 		}
 	}
@@ -132,4 +132,16 @@ func explanationOf(ctx context.Context, c cluster.Backend, events []cluster.Even
 		d.notices(e)
 	}
 	return d.explanation()
+}
+
+// containerKind names what a container event's fields say the container
+// is: "init container", "sidecar" or "container".
+func containerKind(fields map[string]string) string {
+	switch {
+	case fields["init"] != "":
+		return "init container"
+	case cluster.OfSidecar(fields):
+		return "sidecar"
+	}
+	return "container"
 }

@@ -46,7 +46,7 @@ func TestSetupOf(t *testing.T) {
 		{Kind: cluster.ContainerStartFailed, Pod: "app-a1b2c-1", Container: "app", Fields: map[string]string{"error": `exec: "myapp": executable file not found in $PATH`}},
 	}
 	exits, failed, ready, known := setupOf(events, "app")
-	want := []string{"pod app-a1b2c-2: container init exited with code 1", "pod app-a1b2c-2: container app exited with code 2",
+	want := []string{"pod app-a1b2c-2: init container init exited with code 1", "pod app-a1b2c-2: container app exited with code 2",
 		`pod app-a1b2c-1: container app failed to start: exec: "myapp": executable file not found in $PATH`}
 	if !cmp.Equal(exits, want) || failed != 1 || ready != 1 || known != 3 {
 		t.Errorf("setupOf = %q (%d failed starts), %d ready of %d known; want %q (1 failed start), 1 ready of 3", exits, failed, ready, known, want)

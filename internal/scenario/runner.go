@@ -144,6 +144,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 
 // settings are a scenario's timings after defaults and quick overrides.
 type settings struct {
+	description               string
 	repetitions               int
 	warmUp, after, settle, rl time.Duration
 	// duration and timeout are the action's.
@@ -151,10 +152,11 @@ type settings struct {
 }
 
 func (r *Runner) settings(s *Scenario) settings {
-	st := settings{repetitions: s.Repetitions, warmUp: s.WarmUp, after: s.After, settle: s.Settle, rl: s.Limits.Run,
+	st := settings{description: s.Description, repetitions: s.Repetitions, warmUp: s.WarmUp, after: s.After, settle: s.Settle, rl: s.Limits.Run,
 		duration: s.Action.Duration, timeout: s.Action.Timeout}
 	if r.cfg.Quick {
 		q := s.Quick
+		st.description = cmp.Or(q.Description, st.description)
 		st.repetitions = cmp.Or(q.Repetitions, st.repetitions)
 		st.warmUp = cmp.Or(q.WarmUp, st.warmUp)
 		st.after = cmp.Or(q.After, st.after)
@@ -184,7 +186,7 @@ func (r *Runner) settings(s *Scenario) settings {
 // the deploy at once) or fewer pods than its replicas are ready.
 func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err error) {
 	st := r.settings(s)
-	res = &results.Result{Name: s.Name, Description: s.Description, Seed: s.Seed, Action: s.Action.Kind}
+	res = &results.Result{Name: s.Name, Description: st.description, Seed: s.Seed, Action: s.Action.Kind}
 	// now is the run's latest progress, which notices repeat.
 	var mu sync.Mutex
 	now := Progress{Scenario: s.Name, Repetitions: st.repetitions}

@@ -241,6 +241,9 @@ type Limits struct {
 // Quick holds the settings that replace the others in a quick run, where
 // set. It shortens periods; it must not hide the scenario's phenomenon.
 type Quick struct {
+	// Description replaces the scenario's when the quick settings change
+	// the numbers it gives.
+	Description string `yaml:"description"`
 	// Repetitions, WarmUp, After and Settle replace the scenario's own
 	// when positive.
 	Repetitions int           `yaml:"repetitions"`

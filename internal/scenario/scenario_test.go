@@ -68,8 +68,8 @@ func TestParseDefaults(t *testing.T) {
 		want  settings
 	}{
 		{name: "defaults", s: inline, want: settings{repetitions: DefaultRepetitions, warmUp: DefaultWarmUp, after: DefaultAfter, settle: DefaultSettle, rl: DefaultRunLimit}},
-		{name: "set", s: files, want: settings{repetitions: 2, warmUp: 1e9, after: 2e9, settle: 3e9, rl: 60e9}},
-		{name: "quick", s: files, quick: true, want: settings{repetitions: 1, warmUp: 1e9, after: 2e9, settle: 3e9, rl: 60e9}},
+		{name: "set", s: files, want: settings{description: files.Description, repetitions: 2, warmUp: 1e9, after: 2e9, settle: 3e9, rl: 60e9}},
+		{name: "quick", s: files, quick: true, want: settings{description: files.Description, repetitions: 1, warmUp: 1e9, after: 2e9, settle: 3e9, rl: 60e9}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

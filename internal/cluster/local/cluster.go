@@ -465,7 +465,7 @@ func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 		case *appsv1.Deployment:
 			// Refuse at once what no kubelet could run, rather than
 			// fail each pod the Deployment makes.
-			if err := CheckPodSpec(o.Spec.Template.Annotations, &o.Spec.Template.Spec, c.imageCommands); err != nil {
+			if err := CheckPodTemplate(&o.Spec.Template, c.imageCommands); err != nil {
 				return fmt.Errorf("apply Deployment %s: spec.template.spec.%s: %w", o.Name, err.Field, err.Err)
 			}
 		case *corev1.Service, *policyv1.PodDisruptionBudget:

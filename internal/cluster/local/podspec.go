@@ -22,6 +22,17 @@ func (e *SpecError) Error() string { return "spec." + e.Field + ": " + e.Err.Err
 
 func (e *SpecError) Unwrap() error { return e.Err }
 
+// CheckPodTemplate returns the first field of a Deployment's pod template
+// that the embedded cluster would not run as Kubernetes does, or nil: what
+// CheckPodSpec refuses, and a restartPolicy other than Always, which the
+// API refuses in a Deployment.
+func CheckPodTemplate(t *corev1.PodTemplateSpec, imageCommands map[string][]string) *SpecError {
+	if p := t.Spec.RestartPolicy; p != "" && p != corev1.RestartPolicyAlways {
+		return &SpecError{"restartPolicy", fmt.Errorf("unsupported value %q: a Deployment's pods may only have %q", p, corev1.RestartPolicyAlways)}
+	}
+	return CheckPodSpec(t.Annotations, &t.Spec, imageCommands)
+}
+
 // CheckPodSpec returns the first field of a pod's spec that the embedded
 // kubelet would not run as Kubernetes does, rather than run it as
 // something else, or nil: a container with no local command
