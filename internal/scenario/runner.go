@@ -142,7 +142,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	return &Runner{cfg: cfg}, nil
 }
 
-// settings are a scenario's timings after defaults and quick overrides.
+// settings are a scenario's description and timings after defaults and
+// quick overrides.
 type settings struct {
 	description               string
 	repetitions               int
