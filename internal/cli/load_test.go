@@ -75,6 +75,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		{name: "bad output", args: []string{"load", "http://127.0.0.1:1/", "-o", "yaml"}, wantErr: "invalid --output"},
 		{name: "zero duration", args: []string{"load", "http://127.0.0.1:1/", "--duration", "0s"}, wantErr: "load: invalid --duration 0s: must be positive"},
 		{name: "zero connections", args: []string{"load", "http://127.0.0.1:1/", "--connections", "0"}, wantErr: "load: invalid --connections 0: must be positive"},
+		{name: "negative max idle", args: []string{"load", "http://127.0.0.1:1/", "--client", "keep-alive", "--max-idle=-3s"}, wantErr: "load: invalid --max-idle -3s"},
 		{name: "zero retry attempts", args: []string{"load", "http://127.0.0.1:1/", "--retry", "--retry-attempts", "0"}, wantErr: "load: invalid --retry-attempts 0: must be positive"},
 		{name: "jsonl and events", args: []string{"load", "http://127.0.0.1:1/", "-o", "jsonl", "--events", "e.jsonl"}, wantErr: "give --events or -o jsonl, not both"},
 		{name: "negative wait", args: []string{"load", "http://127.0.0.1:1/", "--wait-serving=-1s"}, wantErr: "invalid --wait-serving -1s"},
@@ -97,7 +98,7 @@ func TestLoadJSON(t *testing.T) {
 	events := filepath.Join(t.TempDir(), "events.jsonl")
 	status, stdout, stderr := runCLI(context.Background(), "load", srv.URL+"/work",
 		"--client", "new-conn=40", "--client", "keep-alive=20", "--connections", "2",
-		"--duration", "500ms", "-o", "json", "--events", events)
+		"--max-idle", "3s", "--max-lifetime", "1m", "--duration", "500ms", "-o", "json", "--events", events)
 	if status != ExitOK {
 		t.Fatalf("exit status %d: %s", status, stderr)
 	}
@@ -117,6 +118,10 @@ func TestLoadJSON(t *testing.T) {
 		if c.Kind != want.kind || c.Rate != want.rate || c.Totals[load.OK] != want.ok || c.Pods["pod-a"] != want.ok {
 			t.Errorf("client %d: %s %v/s totals %v pods %v, want %s %v/s with ok=%d from pod-a", i, c.Kind, c.Rate, c.Totals, c.Pods, want.kind, want.rate, want.ok)
 		}
+	}
+	if nc, ka := report.Clients[0], report.Clients[1]; nc.MaxIdleMS != 0 || nc.MaxLifetimeMS != 0 || ka.MaxIdleMS != 3000 || ka.MaxLifetimeMS != 60000 {
+		t.Errorf("pool limits: new-conn %v/%v ms, keep-alive %v/%v ms; want none for new-conn, 3000/60000 for keep-alive",
+			nc.MaxIdleMS, nc.MaxLifetimeMS, ka.MaxIdleMS, ka.MaxLifetimeMS)
 	}
 	f, err := os.Open(events)
 	if err != nil {

@@ -151,7 +151,8 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	traffic := scenario.Traffic{Service: flags.service, Path: flags.path,
 		ConnectTimeout: flags.connectTimeout, ResponseTimeout: flags.responseTimeout}
 	for _, c := range clients {
-		traffic.Clients = append(traffic.Clients, scenario.Client{Kind: c.Kind, Rate: c.Rate, Connections: c.Connections})
+		traffic.Clients = append(traffic.Clients, scenario.Client{Kind: c.Kind, Rate: c.Rate, Connections: c.Connections,
+			MaxIdle: c.MaxIdle, MaxLifetime: c.MaxLifetime})
 	}
 	if flags.retry {
 		traffic.Retry = &scenario.Retry{}

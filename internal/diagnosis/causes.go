@@ -112,7 +112,7 @@ var causes = []Info{
 		"handle SIGTERM in the server; as PID 1 a process without a handler ignores it (or run under an init such as tini)",
 		"", "B-no-handler"},
 	{KilledKeepAliveHostage, "cut by SIGKILL: busy keep-alive connections kept the draining server alive to the end of the grace period",
-		"while draining, answer with Connection: close (HTTP/2: GOAWAY) so that clients leave kept-alive connections (package graceful)",
+		"while draining, answer with Connection: close (HTTP/2: GOAWAY) so that clients leave kept-alive connections (package graceful); in the client, give pooled connections a maximum lifetime shorter than the grace period less the longest request, as an idle timeout never retires a busy one",
 		"", "C-graceful-keepalive"},
 	{KilledSlowDrain, "cut by SIGKILL: the drain took longer than the grace period left for it",
 		"make terminationGracePeriodSeconds cover the preStop delay, the longest request and the exit, or bound the drain below it",

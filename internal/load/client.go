@@ -37,8 +37,9 @@ type Dialer func(ctx context.Context, network, address string) (net.Conn, error)
 // reader.
 //
 // A client with a pool keeps at most cap(pool) connections open and reuses
-// them (keep-alive); one without dials a connection for each request, asks
-// the server to close it after the response, and closes it.
+// them (keep-alive), as a caller's connection pool does, with its limits
+// (see [Limits]); one without dials a connection for each request, asks the
+// server to close it after the response, and closes it.
 //
 // A client is an http.RoundTripper so that retry.Transport can wrap it.
 // RoundTrip reads and discards the response body: the response it returns
@@ -48,6 +49,7 @@ type client struct {
 	address         string // host:port
 	connectTimeout  time.Duration
 	responseTimeout time.Duration
+	limits          Limits
 
 	// pool holds one token per connection slot: an idle connection, or
 	// nil for a slot with no connection yet. Nil for a client that dials
@@ -64,8 +66,9 @@ type conn struct {
 	// requests the connection carries.
 	addr     netip.AddrPort
 	addrRead bool
-	// made is when the connection was made.
-	made time.Time
+	// made is when the connection was made; idle, when its last response
+	// ended.
+	made, idle time.Time
 	// requests is the number of requests sent on the connection.
 	requests int
 }
@@ -78,7 +81,8 @@ var (
 )
 
 func newConn(nc net.Conn) *conn {
-	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer), made: time.Now()}
+	now := time.Now()
+	cn := &conn{Conn: nc, br: readers.Get().(*bufio.Reader), bw: writers.Get().(*bufio.Writer), made: now, idle: now}
 	cn.br.Reset(nc)
 	cn.bw.Reset(nc)
 	return cn
@@ -135,8 +139,8 @@ func (cn *conn) close() {
 	writers.Put(cn.bw)
 }
 
-func newClient(dial Dialer, address string, connectTimeout, responseTimeout time.Duration, connections int) *client {
-	c := &client{dial: dial, address: address, connectTimeout: connectTimeout, responseTimeout: responseTimeout}
+func newClient(dial Dialer, address string, connectTimeout, responseTimeout time.Duration, connections int, limits Limits) *client {
+	c := &client{dial: dial, address: address, connectTimeout: connectTimeout, responseTimeout: responseTimeout, limits: limits}
 	if connections > 0 {
 		c.pool = make(chan *conn, connections)
 		for range connections {
@@ -204,8 +208,8 @@ func (c *client) exchange(cn *conn, req *http.Request, a *attempt) (*http.Respon
 }
 
 // acquire returns a connection: for a pooled client, an idle one that the
-// server has not closed, or a new one if a slot is free; for the other, a
-// new one. It gives up at deadline.
+// server has not closed and the client's limits let it reuse, or a new one
+// if a slot is free; for the other, a new one. It gives up at deadline.
 func (c *client) acquire(deadline time.Time) (*conn, error) {
 	if c.pool == nil {
 		return c.connect(deadline)
@@ -223,11 +227,12 @@ func (c *client) acquire(deadline time.Time) (*conn, error) {
 		}
 	}
 	if cn != nil {
-		if idleAlive(cn) {
+		// A connection the server closed while it was idle is dropped
+		// without a request sent on it, as net/http and Node do; one the
+		// client's limits retire, too.
+		if c.limits.reusable(cn, time.Now()) && idleAlive(cn) {
 			return cn, nil
 		}
-		// The server closed it while it was idle: a client drops such a
-		// connection without sending on it, as net/http and Node do.
 		cn.close()
 	}
 	cn, err := c.connect(deadline)
@@ -250,7 +255,8 @@ func (c *client) connect(deadline time.Time) (*conn, error) {
 // release returns cn to the pool if it can carry another request, and
 // closes it otherwise.
 func (c *client) release(cn *conn, reusable bool) {
-	if c.pool == nil || !reusable {
+	cn.idle = time.Now()
+	if c.pool == nil || !reusable || !c.limits.reusable(cn, cn.idle) {
 		cn.close()
 		if c.pool != nil {
 			c.pool <- nil
@@ -259,6 +265,30 @@ func (c *client) release(cn *conn, reusable bool) {
 	}
 	cn.SetDeadline(time.Time{})
 	c.pool <- cn
+}
+
+// Limits are the limits of a keep-alive client's pool on reusing a
+// connection, as a caller's pool sets them (reactor-netty's maxIdleTime and
+// maxLifeTime, HikariCP's idleTimeout and maxLifetime). Zero means no
+// limit: a connection is reused for as long as the server keeps it open.
+type Limits struct {
+	// MaxIdle retires a connection that stayed idle in the pool longer:
+	// the next request dials a new one. A connection kept busy is never
+	// idle that long, so this limit never retires it.
+	MaxIdle time.Duration
+	// MaxLifetime retires a connection once it is that old, after the
+	// response it carries then, or before reuse if it aged idle: the next
+	// request dials a new one, which the Service routes afresh.
+	MaxLifetime time.Duration
+}
+
+// reusable reports whether the limits let cn, idle since cn.idle, carry
+// another request at now.
+func (l Limits) reusable(cn *conn, now time.Time) bool {
+	if l.MaxLifetime > 0 && now.Sub(cn.made) >= l.MaxLifetime {
+		return false
+	}
+	return l.MaxIdle <= 0 || now.Sub(cn.idle) <= l.MaxIdle
 }
 
 // close closes the idle connections of the pool. It must be called only

@@ -136,7 +136,7 @@ func roundTrip(t *testing.T, c *client, address, id string) []attempt {
 }
 
 func testClient(address string, connections int) *client {
-	return newClient((&net.Dialer{}).DialContext, address, time.Second, 500*time.Millisecond, connections)
+	return newClient((&net.Dialer{}).DialContext, address, time.Second, 500*time.Millisecond, connections, Limits{})
 }
 
 // TestClasses provokes each class with a real socket and checks how the
@@ -386,7 +386,7 @@ func TestPoolWaitTimesOut(t *testing.T) {
 	}))
 	defer srv.Close()
 	address := srv.Listener.Addr().String()
-	c := newClient((&net.Dialer{}).DialContext, address, 100*time.Millisecond, 5*time.Second, 1)
+	c := newClient((&net.Dialer{}).DialContext, address, 100*time.Millisecond, 5*time.Second, 1, Limits{})
 	defer c.close()
 	var busy sync.WaitGroup
 	defer busy.Wait()
@@ -400,4 +400,63 @@ func TestPoolWaitTimesOut(t *testing.T) {
 	if a.class != ConnectTimeout || !errors.Is(a.err, os.ErrDeadlineExceeded) {
 		t.Errorf("request waiting for the only connection: %s (%v), want connect-timeout", a.class, a.err)
 	}
+}
+
+// TestPoolLimits: a keep-alive client's idle limit retires a connection
+// that waited in the pool longer, never one kept busy; its lifetime limit
+// retires a connection once it is that old, busy or not.
+func TestPoolLimits(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(srv.Close) // after the parallel subtests
+	address := srv.Listener.Addr().String()
+	const limit = 300 * time.Millisecond
+	// send sends a request every 50 ms until the client has been in use
+	// for 4 limits, and returns the number of connections it used.
+	send := func(t *testing.T, c *client) int {
+		conns := 0
+		for start := time.Now(); time.Since(start) < 4*limit; time.Sleep(limit / 6) {
+			a := roundTrip(t, c, address, "r")[0]
+			if a.class != OK {
+				t.Fatalf("%s (%v), want ok", a.class, a.err)
+			}
+			if a.connRequests == 0 {
+				conns++
+			}
+		}
+		return conns
+	}
+	newPooled := func(limits Limits) *client {
+		return newClient((&net.Dialer{}).DialContext, address, time.Second, time.Second, 1, limits)
+	}
+
+	t.Run("idle", func(t *testing.T) {
+		t.Parallel()
+		c := newPooled(Limits{MaxIdle: limit})
+		defer c.close()
+		if n := send(t, c); n != 1 {
+			t.Errorf("a connection kept busy: %d connections, want 1, never retired by the idle limit", n)
+		}
+		time.Sleep(2 * limit)
+		if a := roundTrip(t, c, address, "after-idle")[0]; a.connRequests != 0 {
+			t.Errorf("after %v idle, the request went on a connection that had carried %d requests, want a new one", 2*limit, a.connRequests)
+		}
+	})
+	t.Run("lifetime", func(t *testing.T) {
+		t.Parallel()
+		c := newPooled(Limits{MaxIdle: limit, MaxLifetime: limit})
+		defer c.close()
+		if n := send(t, c); n < 2 {
+			t.Errorf("over 4 lifetimes, %d connections, want a new one at least once a lifetime", n)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		t.Parallel()
+		c := newPooled(Limits{})
+		defer c.close()
+		send(t, c)
+		time.Sleep(2 * limit)
+		if a := roundTrip(t, c, address, "after-idle")[0]; a.connRequests == 0 {
+			t.Error("without limits, the idle connection was not reused")
+		}
+	})
 }

@@ -107,6 +107,9 @@ type Client struct {
 	// waits for a free connection when all are busy. Zero means
 	// DefaultConnections. Ignored for NewConn.
 	Connections int
+	// Limits retire a KeepAlive client's connections; zero means none.
+	// Ignored for NewConn.
+	Limits
 }
 
 // Config configures a [Generator].
@@ -209,16 +212,19 @@ func New(cfg Config) (*Generator, error) {
 		if cl.Connections < 0 {
 			return nil, fmt.Errorf("%s connections %d: must not be negative", cl.Kind, cl.Connections)
 		}
+		if cl.MaxIdle < 0 || cl.MaxLifetime < 0 {
+			return nil, fmt.Errorf("%s max idle %v, max lifetime %v: must not be negative", cl.Kind, cl.MaxIdle, cl.MaxLifetime)
+		}
 		connections := 0
 		if cl.Kind == KeepAlive {
 			cl.Connections = cmp.Or(cl.Connections, DefaultConnections)
 			connections = cl.Connections
 		} else {
-			cl.Connections = 0
+			cl.Connections, cl.Limits = 0, Limits{}
 		}
 		s := &stream{Client: cl, index: i, template: template, recorder: newRecorder(cl)}
-		s.client = newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections)
-		s.fresh = newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, 0)
+		s.client = newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits)
+		s.fresh = newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, 0, Limits{})
 		s.rt = s.client
 		if cfg.Retry != nil {
 			s.rt = &retry.Transport{Base: s.client, Fresh: s.fresh, Policy: *cfg.Retry}

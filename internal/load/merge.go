@@ -61,6 +61,7 @@ func Merge(reports ...*Report) (*Report, error) {
 			c := clients[j]
 			c.report.Rate += cr.Rate
 			c.report.Connections += cr.Connections
+			c.report.MaxIdleMS, c.report.MaxLifetimeMS = cr.MaxIdleMS, cr.MaxLifetimeMS
 			c.report.Totals.add(&cr.Totals)
 			c.report.Absorbed.add(&cr.Absorbed)
 			for _, s := range cr.Seconds {

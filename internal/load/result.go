@@ -214,6 +214,10 @@ type ClientReport struct {
 	Kind        Kind    `json:"kind"`
 	Rate        float64 `json:"rate"`
 	Connections int     `json:"connections,omitempty"`
+	// MaxIdleMS and MaxLifetimeMS are a keep-alive client's [Limits];
+	// zero for none.
+	MaxIdleMS     float64 `json:"maxIdleMs,omitempty"`
+	MaxLifetimeMS float64 `json:"maxLifetimeMs,omitempty"`
 	// Totals counts every request by class.
 	Totals Counts `json:"totals"`
 	// Absorbed counts the requests that failed and then succeeded on a
@@ -386,16 +390,18 @@ func (r *recorder) report() ClientReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cr := ClientReport{
-		Kind:        r.client.Kind,
-		Rate:        r.client.Rate,
-		Connections: r.client.Connections,
-		Totals:      r.totals,
-		Absorbed:    r.absorbed,
-		Seconds:     []Second{},
-		Latency:     r.latency.percentiles(),
-		ScheduleLag: r.lag.percentiles(),
-		Pods:        maps.Clone(r.pods),
-		Statuses:    maps.Clone(r.statuses),
+		Kind:          r.client.Kind,
+		Rate:          r.client.Rate,
+		Connections:   r.client.Connections,
+		MaxIdleMS:     ms(r.client.MaxIdle),
+		MaxLifetimeMS: ms(r.client.MaxLifetime),
+		Totals:        r.totals,
+		Absorbed:      r.absorbed,
+		Seconds:       []Second{},
+		Latency:       r.latency.percentiles(),
+		ScheduleLag:   r.lag.percentiles(),
+		Pods:          maps.Clone(r.pods),
+		Statuses:      maps.Clone(r.statuses),
 
 		LatencyHistogram:     r.latency.encode(),
 		ScheduleLagHistogram: r.lag.encode(),

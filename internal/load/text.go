@@ -26,6 +26,12 @@ func WriteText(w io.Writer, r *Report) error {
 		if c.Connections > 0 {
 			fmt.Fprintf(&b, ", %d connections", c.Connections)
 		}
+		if c.MaxIdleMS > 0 {
+			fmt.Fprintf(&b, ", max idle %v", DurationMS(c.MaxIdleMS))
+		}
+		if c.MaxLifetimeMS > 0 {
+			fmt.Fprintf(&b, ", max lifetime %v", DurationMS(c.MaxLifetimeMS))
+		}
 		b.WriteByte('\n')
 		for _, s := range c.Seconds {
 			if s.Counts.Failed() > 0 {

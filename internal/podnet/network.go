@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -415,10 +416,14 @@ func (s *netnsSandbox) DialContext(ctx context.Context, network, address string)
 
 // Close deletes the veth, which takes eth0 with it at once, closes the
 // namespace and frees the address. Later calls return the first one's
-// result.
+// result. It first lets the FINs of the pod's last connections leave
+// (awaitFINs), as a real runtime's slower teardown does.
 func (s *netnsSandbox) Close() error {
 	s.once.Do(func() {
 		n := s.node
+		if s.ns != nil {
+			s.awaitFINs()
+		}
 		var errs []error
 		if link, err := n.nl.LinkByName(s.host); err == nil {
 			errs = append(errs, n.nl.LinkDel(link))
@@ -435,6 +440,41 @@ func (s *netnsSandbox) Close() error {
 	return s.err
 }
 
+// finWait bounds how long a sandbox's teardown waits for the FINs of its
+// pod's last connections to be acknowledged.
+const finWait = time.Second
+
+// awaitFINs waits, for at most finWait, until no TCP connection of the
+// pod's namespace has a FIN of its own unacknowledged (FIN_WAIT1, CLOSING,
+// LAST_ACK). A process's exit closes its connections, but the FINs it
+// sends wait in the kernel's receive backlog of the veth's other end, which
+// a loaded machine works off later, and deleting the veth drops them: the
+// clients would never learn that their connections ended, and would time
+// out where a cluster's would see them closed. Kubernetes' runtimes take
+// longer to tear a pod's network down (a CNI plugin's DEL), so the FINs
+// leave first there. Nothing to wait for, or a namespace that cannot be
+// asked, returns at once.
+func (s *netnsSandbox) awaitFINs() {
+	h, err := handle(s.ns, unix.NETLINK_INET_DIAG)
+	if err != nil {
+		return
+	}
+	defer h.Close()
+	unacknowledged := func(sk *netlink.Socket) bool {
+		switch sk.State {
+		case netlink.TCP_FIN_WAIT1, netlink.TCP_CLOSING, netlink.TCP_LAST_ACK:
+			return true
+		}
+		return false
+	}
+	for deadline := time.Now().Add(finWait); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		sockets, err := h.SocketDiagTCP(unix.AF_INET)
+		if err != nil || !slices.ContainsFunc(sockets, unacknowledged) {
+			return
+		}
+	}
+}
+
 // NodePodCIDR returns the pod range of node n (from 1 to MaxNodes) of a
 // cluster whose pod range is cidr, an IPv4 /16 or larger: its n-th /24.
 func NodePodCIDR(cidr netip.Prefix, n int) netip.Prefix {
@@ -442,11 +482,15 @@ func NodePodCIDR(cidr netip.Prefix, n int) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{base[0], base[1], byte(n), 0}), 24)
 }
 
-// handle returns a netlink handle whose socket is in ns.
-func handle(ns *Netns) (*netlink.Handle, error) {
+// handle returns a netlink handle whose sockets, of the netlink families
+// given (NETLINK_ROUTE if none), are in ns.
+func handle(ns *Netns, families ...int) (*netlink.Handle, error) {
+	if len(families) == 0 {
+		families = []int{unix.NETLINK_ROUTE}
+	}
 	var h *netlink.Handle
 	var err error
-	if derr := ns.Do(func() { h, err = netlink.NewHandle(unix.NETLINK_ROUTE) }); derr != nil {
+	if derr := ns.Do(func() { h, err = netlink.NewHandle(families...) }); derr != nil {
 		return nil, derr
 	}
 	if err != nil {

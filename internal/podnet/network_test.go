@@ -152,6 +152,50 @@ func TestClosedSandboxStopsAnswering(t *testing.T) {
 	}
 }
 
+// TestLastFINsLeave: connections that a pod closes just before its
+// sandbox goes end for their clients with a FIN, never a hang: the
+// teardown lets the FINs out first.
+func TestLastFINsLeave(t *testing.T) {
+	nw := newNetwork(t, 2)
+	const conns = 100
+	for round := range 5 {
+		s, ns := sandbox(t, nw.Nodes()[0])
+		ln, err := ns.Listen("tcp", "0.0.0.0:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var clients, servers []net.Conn
+		for range conns {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			c, err := nw.Nodes()[1].DialContext(ctx, "tcp", netip.AddrPortFrom(s.IP(), 8080).String())
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			clients, servers = append(clients, c), append(servers, sc)
+		}
+		for _, sc := range servers {
+			sc.Close()
+		}
+		ln.Close()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range clients {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err = c.Read(make([]byte, 1))
+			c.Close()
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("round %d, connection %d: the client's read after the pod closed its connection and went: %v, want EOF", round, i, err)
+			}
+		}
+	}
+}
+
 func TestStartRunsInTheSandbox(t *testing.T) {
 	nw := newNetwork(t, 1)
 	s, ns := sandbox(t, nw.Nodes()[0])

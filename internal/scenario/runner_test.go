@@ -111,6 +111,19 @@ func checkCatalog(t *testing.T, checks []catalogCheck) {
 }
 
 // firstRun adapts a check of a result's first run to a catalogCheck's.
+// logFailures logs each failed request of run as the diagnosis explains
+// it, so that a failing check says what failed, when and why.
+func logFailures(t *testing.T, run results.Run) {
+	t.Helper()
+	if run.Diagnosis == nil {
+		return
+	}
+	for _, r := range run.Diagnosis.Requests {
+		t.Logf("request %s at %.0f ms: %s (%s), connected %.0f ms, failed %.0f ms, pod %q, cause %s",
+			r.ID, r.AtMS, r.Class, r.Error, r.ConnectMS, r.FailedMS, r.Pod, r.Cause)
+	}
+}
+
 func firstRun(check func(t *testing.T, run results.Run)) func(t *testing.T, res *results.Result) {
 	return func(t *testing.T, res *results.Result) { check(t, res.Runs[0]) }
 }
@@ -449,7 +462,10 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 // TestRunnerSeed003 runs the seed-003 group quick and checks each pair:
 // a drain budget shorter than the requests cuts them at its deadline, and
 // one that covers them cuts none; a scale-in's victims that exit on
-// SIGTERM cut theirs, and draining ones none; a supervisord program that runs the
+// SIGTERM cut theirs, and draining ones none; a caller's pool that reaps
+// only idle connections keeps its busy ones on a scale-in's victims that
+// serve them on until SIGKILL cuts them, and one with a maximum lifetime
+// leaves them in time; a supervisord program that runs the
 // server through a shell without exec loses the stop signal and the
 // server dies mid-request, and with exec it drains. The supervisord pair
 // needs Debian's supervisord, which .ci/run installs: without it, the
@@ -462,6 +478,7 @@ func TestRunnerSeed003(t *testing.T) {
 	none := firstRun(func(t *testing.T, run results.Run) {
 		if n := run.Totals.Failed(); n != 0 {
 			t.Errorf("%d failed, want none; totals %+v", n, run.Totals)
+			logFailures(t, run)
 		}
 	})
 	cut := func(cause results.Cause) func(*testing.T, *results.Result) {
@@ -477,6 +494,8 @@ func TestRunnerSeed003(t *testing.T) {
 		{name: "seed003-drain-24s", check: none},
 		{name: "seed003-scale-in-exit", check: cut(diagnosis.ExitWithoutDrain)},
 		{name: "seed003-scale-in-drain", check: none},
+		{name: "seed003-pool-idle", check: cut(diagnosis.KilledKeepAliveHostage)},
+		{name: "seed003-pool-lifetime", check: none},
 	}
 	if _, err := exec.LookPath("supervisord"); err == nil || os.Getenv("CLOSINGTIME_REQUIRE_SUPERVISORD") == "1" {
 		checks = append(checks,

@@ -175,6 +175,10 @@ type Client struct {
 	// Connections is a keep-alive client's pool size; zero means
 	// load.DefaultConnections.
 	Connections int `yaml:"connections"`
+	// MaxIdle and MaxLifetime are a keep-alive client's pool limits
+	// (load.Limits); zero means none.
+	MaxIdle     time.Duration `yaml:"maxIdle"`
+	MaxLifetime time.Duration `yaml:"maxLifetime"`
 }
 
 // Retry is the client's retry policy; zero fields are package retry's
@@ -468,6 +472,18 @@ func (p *parser) check(s *Scenario) {
 		}
 		if c.Connections < 0 {
 			p.errorf(fmt.Sprintf("traffic.clients[%d].connections", i), "%d is negative", c.Connections)
+		}
+		for _, limit := range []struct {
+			field string
+			d     time.Duration
+		}{{"maxIdle", c.MaxIdle}, {"maxLifetime", c.MaxLifetime}} {
+			field := fmt.Sprintf("traffic.clients[%d].%s", i, limit.field)
+			switch {
+			case limit.d < 0:
+				p.errorf(field, "%v is negative", limit.d)
+			case limit.d != 0 && c.Kind != load.KeepAlive:
+				p.errorf(field, "only a keep-alive client has a pool to limit")
+			}
 		}
 	}
 	if s.Traffic.Path != "" && !strings.HasPrefix(s.Traffic.Path, "/") {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -116,6 +117,10 @@ func TestFromManifestsErrors(t *testing.T) {
 			wantField: "workload", wantErr: "no Service to send the traffic through: add one whose selector matches the pods of Deployment web (app: web)"},
 		{name: "path", paths: []string{deploy}, traffic: Traffic{Path: "work"},
 			wantField: "traffic.path", wantErr: `want a path that starts with /, such as "/work"`},
+		{name: "pool limit without a pool", paths: []string{deploy}, traffic: Traffic{Clients: []Client{{Kind: load.NewConn, MaxLifetime: time.Minute}}},
+			wantField: "traffic.clients[0].maxLifetime", wantErr: "only a keep-alive client has a pool to limit"},
+		{name: "negative pool limit", paths: []string{deploy}, traffic: Traffic{Clients: []Client{{Kind: load.KeepAlive, MaxIdle: -time.Second}}},
+			wantField: "traffic.clients[0].maxIdle", wantErr: "-1s is negative"},
 		{name: "valid", paths: []string{deploy, api}, traffic: Traffic{Service: "api", Path: "/work"}},
 	}
 	for _, tt := range tests {

@@ -71,7 +71,8 @@ func (l localTraffic) Run(ctx context.Context, cfg load.Config, started func()) 
 func loadConfig(t Traffic, target string, limit time.Duration) load.Config {
 	var clients []load.Client
 	for _, c := range t.Clients {
-		clients = append(clients, load.Client{Kind: c.Kind, Rate: c.Rate, Connections: c.Connections})
+		clients = append(clients, load.Client{Kind: c.Kind, Rate: c.Rate, Connections: c.Connections,
+			Limits: load.Limits{MaxIdle: c.MaxIdle, MaxLifetime: c.MaxLifetime}})
 	}
 	var policy *retry.Policy
 	if t.Retry != nil {

@@ -387,8 +387,12 @@ func loadArgs(cfg load.Config, waitServing time.Duration) ([]string, error) {
 	dur("--response-timeout", cfg.ResponseTimeout)
 	for _, c := range cfg.Clients {
 		args = append(args, "--client", c.Kind.String()+"="+strconv.FormatFloat(c.Rate, 'g', -1, 64))
-		if c.Kind == load.KeepAlive && c.Connections > 0 {
-			args = append(args, "--connections", strconv.Itoa(c.Connections))
+		if c.Kind == load.KeepAlive {
+			if c.Connections > 0 {
+				args = append(args, "--connections", strconv.Itoa(c.Connections))
+			}
+			dur("--max-idle", c.MaxIdle)
+			dur("--max-lifetime", c.MaxLifetime)
 		}
 	}
 	if r := cfg.Retry; r != nil {

@@ -203,7 +203,8 @@ func TestLoadPods(t *testing.T) {
 	defer cancel()
 	rctx, stop := context.WithCancel(ctx)
 	cfg := load.Config{URL: srv.URL + "/work", Duration: time.Minute,
-		Clients: []load.Client{{Kind: load.NewConn, Rate: 40}, {Kind: load.KeepAlive, Rate: 60, Connections: 4}}}
+		Clients: []load.Client{{Kind: load.NewConn, Rate: 40}, {Kind: load.KeepAlive, Rate: 60, Connections: 4,
+			Limits: load.Limits{MaxIdle: 3 * time.Second, MaxLifetime: time.Minute}}}}
 	startedAt := time.Time{}
 	report, events, err := lp.Run(rctx, cfg, func() {
 		startedAt = time.Now()
@@ -224,7 +225,7 @@ func TestLoadPods(t *testing.T) {
 		t.Fatalf("%d load pods created, want 2", len(specs))
 	}
 	wantArgs := []string{"load", srv.URL + "/work", "-o", "jsonl", "--wait-serving", "2m0s", "--duration", "1m0s",
-		"--client", "new-conn=20", "--client", "keep-alive=30", "--connections", "2"}
+		"--client", "new-conn=20", "--client", "keep-alive=30", "--connections", "2", "--max-idle", "3s", "--max-lifetime", "1m0s"}
 	for _, p := range specs {
 		ctr := p.Spec.Containers[0]
 		if !slices.Equal(ctr.Args, wantArgs) || ctr.Image != "closingtime:test" || p.Spec.RestartPolicy != corev1.RestartPolicyNever ||
