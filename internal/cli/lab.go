@@ -403,7 +403,7 @@ func localClusters(exe string, images map[string][]string, shared func(network s
 			Nodes:               s.Nodes,
 			MinPropagationDelay: s.PropagationDelay.Min,
 			MaxPropagationDelay: s.PropagationDelay.Max,
-			Kubelet:             local.KubeletConfig{ImageCommands: commands, Env: []corev1.EnvVar{{Name: local.CommandEnv, Value: exe}}},
+			Kubelet:             local.KubeletConfig{ImageCommands: commands, PauseCommand: []string{exe, "pause"}, Env: []corev1.EnvVar{{Name: local.CommandEnv, Value: exe}}},
 		})
 		if err != nil {
 			return nil, err

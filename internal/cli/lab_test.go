@@ -47,8 +47,6 @@ func TestLabUsage(t *testing.T) {
 		// Refused before any cluster starts, at the container's line.
 		{name: "container without command", args: []string{"lab", "-f", "testdata/lab-image.yaml"},
 			wantErr: "lab: testdata/rollout-image.yaml:29: Deployment app: spec.template.spec.containers[0]: container app has no command and its image \"registry.example/shop:1.4\" maps to no local command: map the image with --image-command"},
-		{name: "shared PID namespace", args: []string{"lab", "-f", "testdata/lab-shared-pid.yaml"},
-			wantErr: "lab: testdata/rollout-shared-pid.yaml:27: Deployment app: spec.template.spec.shareProcessNamespace: a PID namespace shared by the pod's containers is not run by the embedded kubelet"},
 		{name: "names and files", args: []string{"lab", "1-plain", "-f", "x.yaml"}, wantErr: "not both"},
 		{name: "invalid file", args: []string{"lab", "-f", "../scenario/testdata/invalid-scale.yaml"},
 			wantErr: "invalid-scale.yaml:4: action.replicas: scale needs replicas"},

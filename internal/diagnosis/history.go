@@ -562,8 +562,9 @@ func (h *history) add(e *results.Entry) {
 
 // ownPIDNamespace reports whether a container_started event's
 // pid_namespace says the process ran in a PID namespace of its own, as
-// PID 1.
-func ownPIDNamespace(ns string) bool { return ns != "" && ns != "none" }
+// PID 1: not "none" (the kubelet's namespace) nor "pod" (the pod's
+// shared one, whose PID 1 is its pause process).
+func ownPIDNamespace(ns string) bool { return ns != "" && ns != "none" && ns != "pod" }
 
 // timeDetail reads a Go duration of an event's detail, in milliseconds.
 func timeDetail(s string) (float64, error) {

@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) error {
 		return fmt.Errorf("find the closingtime binary for the pods: %w", err)
 	}
 	agents, err := nodeagent.StartNodes(ctx, nodeagent.NodesConfig{Kubeconfig: st.Kubeconfig, KubeletTLS: kubeletTLS, Nodes: nodes,
-		Kubelet:   local.KubeletConfig{ImageCommands: imageCommands(exe, images), Env: []corev1.EnvVar{{Name: local.CommandEnv, Value: exe}}},
+		Kubelet:   local.KubeletConfig{ImageCommands: imageCommands(exe, images), PauseCommand: []string{exe, "pause"}, Env: []corev1.EnvVar{{Name: local.CommandEnv, Value: exe}}},
 		NodePorts: true, Logf: logf})
 	if err != nil {
 		return err

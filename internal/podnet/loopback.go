@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"runtime"
 )
 
 // LoopbackNode is a node whose pods share the machine's network, each with
@@ -59,6 +60,21 @@ type loopbackSandbox struct {
 
 func (s *loopbackSandbox) IP() netip.Addr            { return s.ip }
 func (s *loopbackSandbox) Start(cmd *exec.Cmd) error { return cmd.Start() }
+
+// Do runs fn on a thread of its own, given back to the runtime after, not
+// ended: a thread's end would send the processes fn started their
+// parent-death signal.
+func (s *loopbackSandbox) Do(fn func()) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		fn()
+	}()
+	<-done
+	return nil
+}
 func (s *loopbackSandbox) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	return s.node.DialContext(ctx, network, address)
 }

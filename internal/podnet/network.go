@@ -409,6 +409,9 @@ func (s *netnsSandbox) IP() netip.Addr { return s.ip }
 // Start starts cmd in the pod's namespace; see [Netns.Start].
 func (s *netnsSandbox) Start(cmd *exec.Cmd) error { return s.ns.Start(cmd) }
 
+// Do runs fn on the namespace's thread; see [Netns.Do].
+func (s *netnsSandbox) Do(fn func()) error { return s.ns.Do(fn) }
+
 // DialContext connects from the pod's namespace; see [Netns.DialContext].
 func (s *netnsSandbox) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	return s.ns.DialContext(ctx, network, address)

@@ -33,6 +33,11 @@ type Sandbox interface {
 	IP() netip.Addr
 	// Start starts cmd in the pod's network; see exec.Cmd.Start.
 	Start(cmd *exec.Cmd) error
+	// Do runs fn on a thread in the pod's network, locked to it for the
+	// call: a process that fn starts is in the pod's network, and fn may
+	// change what the thread's children inherit (a PID namespace to join)
+	// if it changes it back before it returns.
+	Do(fn func()) error
 	// DialContext connects from inside the pod, as a process of the pod
 	// would; see [Netns.DialContext].
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)

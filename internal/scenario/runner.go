@@ -673,12 +673,26 @@ func (a *actor) settled(ctx context.Context, from int) (time.Time, error) {
 			return time.Time{}, err
 		}
 	}
-	if _, err := c.RolloutStatus(ctx, d.Namespace, d.Name); err != nil {
-		return time.Time{}, err
-	}
 	want := replicas(d)
 	if a.action.Kind == ActionScale {
 		want = *a.action.Replicas
+		// A scale-in's deletions come after the Deployment's status says
+		// it is complete: wait for as many as it removes, so that the
+		// terminations below are the victims'.
+		if err := waitFor(ctx, a.rec, func(events []cluster.Event) bool {
+			deleted := 0
+			for _, e := range events[from:] {
+				if e.Kind == cluster.PodDeleted {
+					deleted++
+				}
+			}
+			return int32(deleted) >= replicas(d)-want
+		}); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if _, err := c.RolloutStatus(ctx, d.Namespace, d.Name); err != nil {
+		return time.Time{}, err
 	}
 	// A Deployment whose rollout completed can lose readiness afterwards,
 	// as in an outage: wait until it has it back.

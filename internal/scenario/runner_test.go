@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
@@ -111,6 +113,26 @@ func checkCatalog(t *testing.T, checks []catalogCheck) {
 }
 
 // firstRun adapts a check of a result's first run to a catalogCheck's.
+// noneFailed checks that no request of run failed.
+func noneFailed(t *testing.T, run results.Run) {
+	if n := run.Totals.Failed(); n != 0 {
+		t.Errorf("%d failed, want none; totals %+v", n, run.Totals)
+		logFailures(t, run)
+	}
+}
+
+// cutInFlight returns a check that requests of the run failed, most of
+// them cut in flight, each for cause (or one of also).
+func cutInFlight(cause results.Cause, also ...results.Cause) func(*testing.T, results.Run) {
+	return func(t *testing.T, run results.Run) {
+		if tot := run.Totals; tot.Failed() == 0 || tot.Closed+tot.Reset < tot.Failed()/2 {
+			t.Errorf("totals %+v: want failures, most of them cut in flight", tot)
+			logOutcome(t, run)
+		}
+		causes(false, []results.Cause{cause}, also...)(t, run)
+	}
+}
+
 // logFailures logs each failed request of run as the diagnosis explains
 // it, so that a failing check says what failed, when and why.
 func logFailures(t *testing.T, run results.Run) {
@@ -121,6 +143,22 @@ func logFailures(t *testing.T, run results.Run) {
 	for _, r := range run.Diagnosis.Requests {
 		t.Logf("request %s at %.0f ms: %s (%s), connected %.0f ms, failed %.0f ms, pod %q, cause %s",
 			r.ID, r.AtMS, r.Class, r.Error, r.ConnectMS, r.FailedMS, r.Pod, r.Cause)
+	}
+}
+
+// logOutcome logs how run's old pods ended and which pods answered, so
+// that a check that wanted failures and saw none says what happened.
+func logOutcome(t *testing.T, run results.Run) {
+	t.Helper()
+	for _, p := range run.OldPods {
+		t.Logf("old pod %s: SIGTERM at %v ms, %v requests after it, exit %d %.0f ms after its termination began",
+			p.Name, ptr.Deref(p.SigtermMS, -1), ptr.Deref(p.AfterSigterm, -1), p.ExitCode, p.DrainMS)
+	}
+	for _, c := range run.Clients {
+		t.Logf("%s client: responses by pod %v", c.Kind, c.Pods)
+	}
+	for _, e := range run.Timeline {
+		t.Logf("%+v", e)
 	}
 }
 
@@ -462,10 +500,7 @@ func TestRunnerCatalogDisruptions(t *testing.T) {
 // TestRunnerSeed003 runs the seed-003 group quick and checks each pair:
 // a drain budget shorter than the requests cuts them at its deadline, and
 // one that covers them cuts none; a scale-in's victims that exit on
-// SIGTERM cut theirs, and draining ones none; a caller's pool that reaps
-// only idle connections keeps its busy ones on a scale-in's victims that
-// serve them on until SIGKILL cuts them, and one with a maximum lifetime
-// leaves them in time; a supervisord program that runs the
+// SIGTERM cut theirs, and draining ones none; a supervisord program that runs the
 // server through a shell without exec loses the stop signal and the
 // server dies mid-request, and with exec it drains. The supervisord pair
 // needs Debian's supervisord, which .ci/run installs: without it, the
@@ -475,27 +510,15 @@ func TestRunnerSeed003(t *testing.T) {
 		t.Skip("runs rollouts under load")
 	}
 	t.Parallel()
-	none := firstRun(func(t *testing.T, run results.Run) {
-		if n := run.Totals.Failed(); n != 0 {
-			t.Errorf("%d failed, want none; totals %+v", n, run.Totals)
-			logFailures(t, run)
-		}
-	})
+	none := firstRun(noneFailed)
 	cut := func(cause results.Cause) func(*testing.T, *results.Result) {
-		return firstRun(func(t *testing.T, run results.Run) {
-			if tot := run.Totals; tot.Failed() == 0 || tot.Closed+tot.Reset < tot.Failed()/2 {
-				t.Errorf("totals %+v: want failures, most of them cut in flight", tot)
-			}
-			causes(false, []results.Cause{cause}, diagnosis.RoutingRace, diagnosis.ExitWithoutDrain)(t, run)
-		})
+		return firstRun(cutInFlight(cause, diagnosis.RoutingRace, diagnosis.ExitWithoutDrain))
 	}
 	checks := []catalogCheck{
 		{name: "seed003-drain-12s", check: cut(diagnosis.DrainDeadline)},
 		{name: "seed003-drain-24s", check: none},
 		{name: "seed003-scale-in-exit", check: cut(diagnosis.ExitWithoutDrain)},
 		{name: "seed003-scale-in-drain", check: none},
-		{name: "seed003-pool-idle", check: cut(diagnosis.KilledKeepAliveHostage)},
-		{name: "seed003-pool-lifetime", check: none},
 	}
 	if _, err := exec.LookPath("supervisord"); err == nil || os.Getenv("CLOSINGTIME_REQUIRE_SUPERVISORD") == "1" {
 		checks = append(checks,
@@ -505,4 +528,20 @@ func TestRunnerSeed003(t *testing.T) {
 		t.Log("no supervisord in PATH: the supervisord pair is left out (apt-get install supervisor)")
 	}
 	checkCatalog(t, checks)
+}
+
+// TestRunnerSeed003Pool runs the seed-003 pool pair quick, apart from the
+// rest of the group, whose traffic would starve its keep-alive client: a
+// caller's pool that reaps only idle connections keeps its busy ones on a
+// scale-in's victims, which serve them on until SIGKILL cuts them, and one
+// with a maximum lifetime leaves them in time.
+func TestRunnerSeed003Pool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs scale-ins under load")
+	}
+	t.Parallel()
+	checkCatalog(t, []catalogCheck{
+		{name: "seed003-pool-idle", check: firstRun(cutInFlight(diagnosis.KilledKeepAliveHostage))},
+		{name: "seed003-pool-lifetime", check: firstRun(noneFailed)},
+	})
 }

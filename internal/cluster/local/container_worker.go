@@ -213,7 +213,7 @@ func (c *containerWorker) start() *instance {
 	if c.inst != nil {
 		restart++
 	}
-	proc, reason, err := startProcess(&p.k.wg, &p.k.iso, p.sandbox, p.k.clock, c.argv, c.env, c.spec.WorkingDir, c.logs, restart)
+	proc, reason, err := startProcess(&p.k.wg, &p.k.iso, p.sandbox, p.shared, p.k.clock, c.argv, c.env, c.spec.WorkingDir, c.logs, restart)
 	if err != nil {
 		// containerd reports a failed start as exit 128, StartError.
 		now := metav1.NewTime(p.k.clock.Now())

@@ -50,7 +50,7 @@ func TestExecutable(t *testing.T) {
 		}
 	}
 	// The kubelet starts a container by the same resolution.
-	if _, _, err := startProcess(nil, &isolator{}, nil, nil, []string{"./myapp"}, nil, dir, nil, 0); err == nil || !strings.Contains(err.Error(), "is a directory") {
+	if _, _, err := startProcess(nil, &isolator{}, nil, nil, nil, []string{"./myapp"}, nil, dir, nil, 0); err == nil || !strings.Contains(err.Error(), "is a directory") {
 		t.Errorf("startProcess(./myapp) = %v, want the error of Executable", err)
 	}
 }

@@ -165,9 +165,10 @@ func TestInitContainerTerminated(t *testing.T) {
 	}
 }
 
-// TestKubeletRefusesWhatItDoesNotRun: a shared PID namespace, a postStart
-// hook, and what the API refuses in an init container are refused at
-// admission with the field named, not run as something else.
+// TestKubeletRefusesWhatItDoesNotRun: a postStart hook, what the API
+// refuses in an init container, and a shared PID namespace where the
+// kubelet has no pause process are refused at admission with the field
+// named, not run as something else.
 func TestKubeletRefusesWhatItDoesNotRun(t *testing.T) {
 	t.Parallel()
 	k, _ := newKubelet(t, KubeletConfig{})

@@ -51,6 +51,11 @@ type KubeletConfig struct {
 	// ImageCommands maps an image to the local command that stands for its
 	// entrypoint, for containers without a command.
 	ImageCommands map[string][]string
+	// PauseCommand is the command of the pause process that holds the PID
+	// namespace of a pod with shareProcessNamespace as its PID 1, such as
+	// closingtime's own `closingtime pause`. A kubelet without one refuses
+	// such pods.
+	PauseCommand []string
 	// Env are variables every container gets before its own, as the
 	// kubelet adds the Service environment variables: a container's own
 	// variable of the same name wins, and its values, command and args
@@ -383,6 +388,13 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 	}
 	if p.inits, err = newContainerWorkers(p, pod.Spec.InitContainers, initRole); err == nil {
 		p.containers, err = newContainerWorkers(p, pod.Spec.Containers, appRole)
+	}
+	if share := pod.Spec.ShareProcessNamespace; err == nil && share != nil && *share {
+		if len(k.cfg.PauseCommand) == 0 {
+			err = &SpecError{"shareProcessNamespace", errors.New("this kubelet has no pause process to hold a shared PID namespace (KubeletConfig.PauseCommand)")}
+		} else {
+			p.shared, err = startPause(&k.wg, &k.iso, sandbox, k.cfg.PauseCommand)
+		}
 	}
 	if err != nil {
 		cancel()

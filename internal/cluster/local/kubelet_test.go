@@ -233,10 +233,17 @@ func kinds(log *cluster.EventLog, from int, pod string) []cluster.EventKind {
 // holds text.
 func waitLogLine(t *testing.T, k *Kubelet, pod, text string) {
 	t.Helper()
+	waitContainerLine(t, k, pod, "app", text)
+}
+
+// waitContainerLine waits until container of pod has written a line that
+// holds text.
+func waitContainerLine(t *testing.T, k *Kubelet, pod, container, text string) {
+	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	// One look per round; bounded by waitLimit.
 	for time.Now().Before(deadline) {
-		lines, _ := k.Logs("default", pod, "app")
+		lines, _ := k.Logs("default", pod, container)
 		for _, l := range lines {
 			if strings.Contains(l.Text, text) {
 				return
@@ -244,8 +251,8 @@ func waitLogLine(t *testing.T, k *Kubelet, pod, text string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	lines, _ := k.Logs("default", pod, "app")
-	t.Fatalf("pod %s never wrote %q; it wrote %v", pod, text, lines)
+	lines, _ := k.Logs("default", pod, container)
+	t.Fatalf("container %s of pod %s never wrote %q; it wrote %v", container, pod, text, lines)
 }
 
 // waitStatus waits until the latest status in statuses satisfies ok and

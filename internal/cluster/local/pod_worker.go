@@ -18,6 +18,7 @@ type podWorker struct {
 	k       *Kubelet
 	pod     *corev1.Pod // the admitted version; its spec does not change
 	sandbox podnet.Sandbox
+	shared  *sharedPID // the PID namespace of a pod with shareProcessNamespace; nil for another
 	ip      string
 	env     []corev1.EnvVar // the kubelet's variables: KubeletConfig.Env, then the Services'
 	ctx     context.Context // ends at the kubelet's Close, or after the pod terminated
@@ -71,8 +72,11 @@ func (p *podWorker) run() {
 	// A kill sequence outlives its container when the container exits
 	// during the preStop hook: the kubelet waits for the hook (T7).
 	p.kills.Wait()
-	// Every container has stopped: the sandbox goes, and with it the
-	// pod's address (C6).
+	// Every container has stopped: the sandbox goes, its pause process
+	// and with it the pod's address (C6).
+	if p.shared != nil {
+		p.shared.stop()
+	}
 	fields := map[string]string{}
 	if err := p.sandbox.Close(); err != nil {
 		fields["error"] = "remove the pod's network: " + err.Error()

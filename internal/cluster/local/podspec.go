@@ -1,7 +1,6 @@
 package local
 
 import (
-	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,13 +36,10 @@ func CheckPodTemplate(t *corev1.PodTemplateSpec, imageCommands map[string][]stri
 // kubelet would not run as Kubernetes does, rather than run it as
 // something else, or nil: a container with no local command
 // ([Entrypoint], with the pod's annotations and imageCommands, the
-// kubelet's KubeletConfig.ImageCommands), a PID namespace shared by the
-// pod's containers, a postStart hook, or what the API refuses in an init
+// kubelet's KubeletConfig.ImageCommands), a postStart hook, or what the
+// API refuses in an init
 // container that is not a sidecar (probes, lifecycle hooks).
 func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageCommands map[string][]string) *SpecError {
-	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
-		return &SpecError{"shareProcessNamespace", errors.New("a PID namespace shared by the pod's containers is not run by the embedded kubelet")}
-	}
 	check := func(field string, c *corev1.Container, init bool) *SpecError {
 		sidecar := cluster.IsSidecar(c)
 		var err error

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/utils/clock"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
@@ -32,6 +33,10 @@ const (
 	// isolateNone runs it as a process group of the kubelet's namespace:
 	// its first process is not PID 1 and PID 1's signal rules do not apply.
 	isolateNone
+	// isolatePod runs it in its pod's PID namespace, whose PID 1 is the
+	// pod's pause process (shareProcessNamespace): its first process is
+	// not PID 1 either (I6).
+	isolatePod
 )
 
 func (i isolation) String() string {
@@ -40,6 +45,8 @@ func (i isolation) String() string {
 		return "pid"
 	case isolateUserPID:
 		return "user+pid"
+	case isolatePod:
+		return "pod"
 	}
 	return "none"
 }
@@ -154,11 +161,11 @@ type process struct {
 }
 
 // startProcess starts argv in dir with env, in sandbox's network, isolated
-// as iso allows, and
+// as iso allows, or in shared, the pod's PID namespace, if not nil, and
 // captures its standard output and error into logs, as lines of instance
 // restart. Its goroutines, which end when every process of the container
 // is gone, are counted in wg.
-func startProcess(wg *sync.WaitGroup, iso *isolator, sandbox podnet.Sandbox, clk clock.PassiveClock, argv, env []string, dir string, logs *cluster.LogBuffer, restart int32) (*process, string, error) {
+func startProcess(wg *sync.WaitGroup, iso *isolator, sandbox podnet.Sandbox, shared *sharedPID, clk clock.PassiveClock, argv, env []string, dir string, logs *cluster.LogBuffer, restart int32) (*process, string, error) {
 	var pipes [4]*os.File // stdout r, w, stderr r, w
 	for i := 0; i < 4; i += 2 {
 		r, w, err := os.Pipe()
@@ -173,13 +180,24 @@ func startProcess(wg *sync.WaitGroup, iso *isolator, sandbox podnet.Sandbox, clk
 		closeAll(pipes[:])
 		return nil, "", err
 	}
-	cmd, level, reason, err := iso.start(sandbox, func() *exec.Cmd {
+	newCmd := func() *exec.Cmd {
 		cmd := exec.Command(path, argv[1:]...)
 		cmd.Args[0] = argv[0]
 		cmd.Env, cmd.Dir = env, dir
 		cmd.Stdout, cmd.Stderr = pipes[1], pipes[3]
 		return cmd
-	})
+	}
+	var (
+		cmd    *exec.Cmd
+		level  isolation
+		reason string
+	)
+	if shared != nil {
+		cmd = newCmd()
+		level, reason, err = shared.start(sandbox, cmd)
+	} else {
+		cmd, level, reason, err = iso.start(sandbox, newCmd)
+	}
 	// The child has its own copies of the write ends; the kubelet keeps
 	// only the read ends, so that they end when the container's processes
 	// are gone.
@@ -217,9 +235,9 @@ func closeAll(files []*os.File) {
 }
 
 // wait reaps the process, records its exit, and kills what it left behind:
-// in a PID namespace the kernel has killed the rest when its first process
-// exited (I3); without one, the kubelet kills the process group, as
-// the container's end would.
+// in a PID namespace of its own the kernel has killed the rest when its
+// first process exited (I3); without one, or in the pod's, the kubelet
+// kills the process group, as the container's end would.
 func (p *process) wait(clk clock.PassiveClock) {
 	p.cmd.Wait()
 	p.finishedAt = clk.Now()
@@ -231,7 +249,7 @@ func (p *process) wait(clk clock.PassiveClock) {
 	default:
 		p.exitCode = int32(ws.ExitStatus())
 	}
-	if p.isolation == isolateNone {
+	if p.isolation == isolateNone || p.isolation == isolatePod {
 		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	close(p.done)
@@ -264,5 +282,103 @@ func captureLog(wg, streams *sync.WaitGroup, clk clock.PassiveClock, logs *clust
 	defer r.Close()
 	if err := logs.Capture(r, clk, stream, restart); err != nil {
 		logs.Add(cluster.LogLine{Time: clk.Now(), Stream: stream, Restart: restart, Text: "closingtime: read log: " + err.Error()})
+	}
+}
+
+// sharedPID is the PID namespace that the containers of a pod with
+// shareProcessNamespace share, held by the pod's pause process, its PID 1,
+// as Kubernetes' pause container holds it (I6).
+type sharedPID struct {
+	pause *exec.Cmd
+	// exited is closed once the pause process has been reaped.
+	exited chan struct{}
+	// ns is the namespace, open for setns; -1 where the kubelet could
+	// make none of its own (reason says why), and the containers run in
+	// the kubelet's PID namespace, where none is PID 1 either.
+	ns     int
+	reason string
+}
+
+// startPause starts the pause process of a pod whose containers share a
+// PID namespace: command, in sandbox's network, as the first process of a
+// PID namespace where iso allows one. Its reaper goroutine is counted in
+// wg.
+func startPause(wg *sync.WaitGroup, iso *isolator, sandbox podnet.Sandbox, command []string) (*sharedPID, error) {
+	path, err := Executable(command[0], "")
+	if err != nil {
+		return nil, fmt.Errorf("pause process: %w", err)
+	}
+	cmd, level, reason, err := iso.start(sandbox, func() *exec.Cmd {
+		cmd := exec.Command(path, command[1:]...)
+		cmd.Args[0] = command[0]
+		return cmd
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pause process: %w", err)
+	}
+	sh := &sharedPID{pause: cmd, exited: make(chan struct{}), ns: -1}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cmd.Wait()
+		close(sh.exited)
+	}()
+	switch {
+	case level != isolatePID:
+		// A process of many threads, as the kubelet is, cannot join a
+		// user namespace, and so not a PID namespace in one.
+		sh.reason = fmt.Sprintf("the pod's PID namespace is the kubelet's: a namespace of its own needs root (the pause process is isolated by %s; %s)", level, reason)
+	default:
+		if sh.ns, err = syscall.Open(fmt.Sprintf("/proc/%d/ns/pid", cmd.Process.Pid), syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err != nil {
+			sh.stop()
+			return nil, fmt.Errorf("pause process: open its PID namespace: %w", err)
+		}
+	}
+	return sh, nil
+}
+
+// start starts cmd in the shared namespace, from sandbox's thread, which
+// joins the namespace for its children and leaves it again (setns of
+// CLONE_NEWPID changes only where the thread's children go). It returns
+// the isolation cmd got and, for one weaker than isolatePod, why.
+func (sh *sharedPID) start(sandbox podnet.Sandbox, cmd *exec.Cmd) (isolation, string, error) {
+	cmd.SysProcAttr = isolateNone.sysProcAttr()
+	if sh.ns < 0 {
+		return isolateNone, sh.reason, sandbox.Start(cmd)
+	}
+	// No parent-death signal: a process whose parent is outside its PID
+	// namespace sees none (getppid 0), and Go's fork takes that for a
+	// parent already dead. The pause process has one, and the kernel
+	// kills the namespace's processes with it.
+	cmd.SysProcAttr.Pdeathsig = 0
+	var err error
+	derr := sandbox.Do(func() {
+		var home int
+		if home, err = syscall.Open("/proc/thread-self/ns/pid", syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err != nil {
+			return
+		}
+		defer syscall.Close(home)
+		if err = unix.Setns(sh.ns, unix.CLONE_NEWPID); err != nil {
+			err = fmt.Errorf("join the pod's PID namespace: %w", err)
+			return
+		}
+		err = cmd.Start()
+		if serr := unix.Setns(home, unix.CLONE_NEWPID); serr != nil {
+			// The thread's further children would land in the pod's
+			// namespace: a failure of the kernel's that nothing after
+			// can mend.
+			panic("leave a pod's PID namespace: " + serr.Error())
+		}
+	})
+	return isolatePod, "", cmp.Or(derr, err)
+}
+
+// stop kills the pause process, which takes with it any process left in
+// the namespace, waits for it, and closes the namespace.
+func (sh *sharedPID) stop() {
+	sh.pause.Process.Kill()
+	<-sh.exited
+	if sh.ns >= 0 {
+		syscall.Close(sh.ns)
 	}
 }
