@@ -76,6 +76,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		{name: "zero duration", args: []string{"load", "http://127.0.0.1:1/", "--duration", "0s"}, wantErr: "load: invalid --duration 0s: must be positive"},
 		{name: "zero connections", args: []string{"load", "http://127.0.0.1:1/", "--connections", "0"}, wantErr: "load: invalid --connections 0: must be positive"},
 		{name: "negative max idle", args: []string{"load", "http://127.0.0.1:1/", "--client", "keep-alive", "--max-idle=-3s"}, wantErr: "load: invalid --max-idle -3s"},
+		{name: "pool limit without a pool", args: []string{"load", "http://127.0.0.1:1/", "--max-lifetime", "1m"}, wantErr: "load: --max-idle and --max-lifetime limit a keep-alive client's pool: give --client keep-alive too"},
 		{name: "zero retry attempts", args: []string{"load", "http://127.0.0.1:1/", "--retry", "--retry-attempts", "0"}, wantErr: "load: invalid --retry-attempts 0: must be positive"},
 		{name: "jsonl and events", args: []string{"load", "http://127.0.0.1:1/", "-o", "jsonl", "--events", "e.jsonl"}, wantErr: "give --events or -o jsonl, not both"},
 		{name: "negative wait", args: []string{"load", "http://127.0.0.1:1/", "--wait-serving=-1s"}, wantErr: "invalid --wait-serving -1s"},

@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,6 +54,10 @@ func (t trafficFlags) parse(command string) ([]load.Client, error) {
 	clients, err := parseClients(t.clients, t.rate, t.connections, t.limits)
 	if err != nil {
 		return nil, usagef("%s: %w", command, err)
+	}
+	keepAlive := slices.ContainsFunc(clients, func(c load.Client) bool { return c.Kind == load.KeepAlive })
+	if t.limits != (load.Limits{}) && !keepAlive {
+		return nil, usagef("%s: --max-idle and --max-lifetime limit a keep-alive client's pool: give --client keep-alive too", command)
 	}
 	return clients, nil
 }

@@ -61,9 +61,9 @@ type loopbackSandbox struct {
 func (s *loopbackSandbox) IP() netip.Addr            { return s.ip }
 func (s *loopbackSandbox) Start(cmd *exec.Cmd) error { return cmd.Start() }
 
-// Do runs fn on a thread of its own, given back to the runtime after, not
-// ended: a thread's end would send the processes fn started their
-// parent-death signal.
+// Do runs fn on a thread locked to it, given back to the runtime after,
+// not ended: a thread's end would send the processes fn started with a
+// parent-death signal that signal.
 func (s *loopbackSandbox) Do(fn func()) error {
 	done := make(chan struct{})
 	go func() {

@@ -470,11 +470,22 @@ func (s *netnsSandbox) awaitFINs() {
 		}
 		return false
 	}
-	for deadline := time.Now().Add(finWait); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		sockets, err := h.SocketDiagTCP(unix.AF_INET)
-		if err != nil || !slices.ContainsFunc(sockets, unacknowledged) {
-			return
+	// A server that listens on ":port" accepts its IPv4 connections on
+	// IPv6 sockets (v4-mapped): both families are asked.
+	waiting := func() bool {
+		for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+			sockets, err := h.SocketDiagTCP(family)
+			if errors.Is(err, netlink.ErrDumpInterrupted) {
+				return true // the dump changed under way: ask again
+			}
+			if err == nil && slices.ContainsFunc(sockets, unacknowledged) {
+				return true
+			}
 		}
+		return false
+	}
+	for deadline := time.Now().Add(finWait); time.Now().Before(deadline) && waiting(); {
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -676,13 +677,14 @@ func (a *actor) settled(ctx context.Context, from int) (time.Time, error) {
 	want := replicas(d)
 	if a.action.Kind == ActionScale {
 		want = *a.action.Replicas
-		// A scale-in's deletions come after the Deployment's status says
-		// it is complete: wait for as many as it removes, so that the
-		// terminations below are the victims'.
+		// The recording can show the Deployment complete before the
+		// scale-in's deletions: wait for as many of its pods' as the
+		// scale-in removes, so that the terminations below are the
+		// victims'.
 		if err := waitFor(ctx, a.rec, func(events []cluster.Event) bool {
 			deleted := 0
 			for _, e := range events[from:] {
-				if e.Kind == cluster.PodDeleted {
+				if e.Kind == cluster.PodDeleted && strings.HasPrefix(e.Pod, d.Name+"-") {
 					deleted++
 				}
 			}

@@ -99,6 +99,7 @@ const (
 type Cluster struct {
 	clock         clock.Clock
 	imageCommands map[string][]string
+	pauses        bool // the kubelets have a pause command (KubeletConfig.PauseCommand)
 	observeDelay  time.Duration
 	statusDelay   time.Duration
 	log           cluster.EventLog
@@ -168,7 +169,7 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Cluster{
-		clock: cfg.Clock, imageCommands: cfg.Kubelet.ImageCommands, observeDelay: cfg.KubeletObserveDelay, statusDelay: cfg.StatusPushDelay,
+		clock: cfg.Clock, imageCommands: cfg.Kubelet.ImageCommands, pauses: len(cfg.Kubelet.PauseCommand) > 0, observeDelay: cfg.KubeletObserveDelay, statusDelay: cfg.StatusPushDelay,
 		statuses: newDelayQueue(cfg.Clock), ctx: ctx, stop: stop, done: make(chan struct{}), wake: make(chan struct{}, 1),
 		changed: make(chan struct{}), deployments: map[string]*deployment{}, rss: map[string]*appsv1.ReplicaSet{},
 		pods: map[string]*corev1.Pod{}, services: map[string]*corev1.Service{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
@@ -467,6 +468,9 @@ func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 			// fail each pod the Deployment makes.
 			if err := CheckPodTemplate(&o.Spec.Template, c.imageCommands); err != nil {
 				return fmt.Errorf("apply Deployment %s: spec.template.spec.%s: %w", o.Name, err.Field, err.Err)
+			}
+			if share := o.Spec.Template.Spec.ShareProcessNamespace; share != nil && *share && !c.pauses {
+				return fmt.Errorf("apply Deployment %s: spec.template.spec.shareProcessNamespace: %w", o.Name, errNoPause)
 			}
 		case *corev1.Service, *policyv1.PodDisruptionBudget:
 		default:

@@ -89,6 +89,10 @@ type KubeletConfig struct {
 	StatusUpdated func(pod *corev1.Pod)
 }
 
+// errNoPause refuses a pod with shareProcessNamespace on a kubelet without
+// a pause command.
+var errNoPause = errors.New("this kubelet has no pause process to hold a shared PID namespace (KubeletConfig.PauseCommand)")
+
 // PIDNamespaceMode is how a kubelet isolates a container's processes
 // from its own. A container's first process is PID 1, with PID 1's signal
 // rules, only in a PID namespace (I1).
@@ -391,7 +395,7 @@ func (k *Kubelet) admitLocked(pod *corev1.Pod) (*podWorker, error) {
 	}
 	if share := pod.Spec.ShareProcessNamespace; err == nil && share != nil && *share {
 		if len(k.cfg.PauseCommand) == 0 {
-			err = &SpecError{"shareProcessNamespace", errors.New("this kubelet has no pause process to hold a shared PID namespace (KubeletConfig.PauseCommand)")}
+			err = &SpecError{"shareProcessNamespace", errNoPause}
 		} else {
 			p.shared, err = startPause(&k.wg, &k.iso, sandbox, k.cfg.PauseCommand)
 		}

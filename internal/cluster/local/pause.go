@@ -21,6 +21,9 @@ func Pause() {
 		}
 		for {
 			pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil)
+			if err == syscall.EINTR {
+				continue
+			}
 			if pid <= 0 || err != nil {
 				break
 			}

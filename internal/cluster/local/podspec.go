@@ -37,8 +37,8 @@ func CheckPodTemplate(t *corev1.PodTemplateSpec, imageCommands map[string][]stri
 // something else, or nil: a container with no local command
 // ([Entrypoint], with the pod's annotations and imageCommands, the
 // kubelet's KubeletConfig.ImageCommands), a postStart hook, or what the
-// API refuses in an init
-// container that is not a sidecar (probes, lifecycle hooks).
+// API refuses in an init container that is not a sidecar (probes,
+// lifecycle hooks).
 func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageCommands map[string][]string) *SpecError {
 	check := func(field string, c *corev1.Container, init bool) *SpecError {
 		sidecar := cluster.IsSidecar(c)

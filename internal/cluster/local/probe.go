@@ -260,12 +260,14 @@ var errOffHostRedirect = errors.New("redirect to another host")
 // process exits (without a PID namespace, the process group is killed
 // then), and when closingtime dies however it dies (the parent-death
 // signal; without a PID namespace only command's first process has it).
+// In a pod with shareProcessNamespace it runs in the pod's namespace, as
+// the containers do, so that it sees and can signal their processes.
 func (c *containerWorker) exec(ctx context.Context, command []string) ([]byte, error) {
 	if len(command) == 0 {
 		return nil, errors.New("empty command")
 	}
 	var out bytes.Buffer
-	cmd, level, _, err := c.p.k.iso.start(c.p.sandbox, func() *exec.Cmd {
+	newCmd := func() *exec.Cmd {
 		cmd := exec.CommandContext(ctx, command[0], command[1:]...)
 		cmd.Env, cmd.Dir = c.env, c.spec.WorkingDir
 		cmd.WaitDelay = time.Second
@@ -278,12 +280,13 @@ func (c *containerWorker) exec(ctx context.Context, command []string) ([]byte, e
 			return err
 		}
 		return cmd
-	})
+	}
+	cmd, level, _, err := startIsolated(&c.p.k.iso, c.p.shared, c.p.sandbox, newCmd)
 	if err != nil {
 		return nil, err
 	}
 	err = cmd.Wait()
-	if level == isolateNone {
+	if level == isolateNone || level == isolatePod {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	b := out.Bytes()

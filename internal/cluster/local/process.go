@@ -105,6 +105,18 @@ func (s *isolator) start(sandbox podnet.Sandbox, newCmd func() *exec.Cmd) (*exec
 	}
 }
 
+// startIsolated starts a command that newCmd builds in sandbox's network:
+// in shared, the pod's PID namespace, if not nil, else isolated as iso
+// allows. It returns what [isolator.start] does.
+func startIsolated(iso *isolator, shared *sharedPID, sandbox podnet.Sandbox, newCmd func() *exec.Cmd) (*exec.Cmd, isolation, string, error) {
+	if shared == nil {
+		return iso.start(sandbox, newCmd)
+	}
+	cmd := newCmd()
+	level, reason, err := shared.start(sandbox, cmd)
+	return cmd, level, reason, err
+}
+
 func isNamespaceRefusal(err error) bool {
 	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) ||
 		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS)
@@ -187,17 +199,7 @@ func startProcess(wg *sync.WaitGroup, iso *isolator, sandbox podnet.Sandbox, sha
 		cmd.Stdout, cmd.Stderr = pipes[1], pipes[3]
 		return cmd
 	}
-	var (
-		cmd    *exec.Cmd
-		level  isolation
-		reason string
-	)
-	if shared != nil {
-		cmd = newCmd()
-		level, reason, err = shared.start(sandbox, cmd)
-	} else {
-		cmd, level, reason, err = iso.start(sandbox, newCmd)
-	}
+	cmd, level, reason, err := startIsolated(iso, shared, sandbox, newCmd)
 	// The child has its own copies of the write ends; the kubelet keeps
 	// only the read ends, so that they end when the container's processes
 	// are gone.
@@ -301,8 +303,8 @@ type sharedPID struct {
 
 // startPause starts the pause process of a pod whose containers share a
 // PID namespace: command, in sandbox's network, as the first process of a
-// PID namespace where iso allows one. Its reaper goroutine is counted in
-// wg.
+// PID namespace where iso allows one. The goroutine that waits for it is
+// counted in wg.
 func startPause(wg *sync.WaitGroup, iso *isolator, sandbox podnet.Sandbox, command []string) (*sharedPID, error) {
 	path, err := Executable(command[0], "")
 	if err != nil {
@@ -317,6 +319,7 @@ func startPause(wg *sync.WaitGroup, iso *isolator, sandbox podnet.Sandbox, comma
 		return nil, fmt.Errorf("pause process: %w", err)
 	}
 	sh := &sharedPID{pause: cmd, exited: make(chan struct{}), ns: -1}
+	// The goroutine that reaps the pause process once it exits.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -327,7 +330,9 @@ func startPause(wg *sync.WaitGroup, iso *isolator, sandbox podnet.Sandbox, comma
 	case level != isolatePID:
 		// A process of many threads, as the kubelet is, cannot join a
 		// user namespace, and so not a PID namespace in one.
-		sh.reason = fmt.Sprintf("the pod's PID namespace is the kubelet's: a namespace of its own needs root (the pause process is isolated by %s; %s)", level, reason)
+		sh.reason = fmt.Sprintf("the pod's PID namespace is the kubelet's: a namespace of its own needs root (%s; %s)", level, reason)
+		// It holds no namespace: it is not kept.
+		cmd.Process.Kill()
 	default:
 		if sh.ns, err = syscall.Open(fmt.Sprintf("/proc/%d/ns/pid", cmd.Process.Pid), syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err != nil {
 			sh.stop()
