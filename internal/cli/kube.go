@@ -138,8 +138,8 @@ func scenarioRunnable(s *scenario.Scenario) string {
 		return "its dependency runs in this process, out of the cluster's reach"
 	case s.Action.Kind == scenario.ActionDrain:
 		return "its drain names a node of the embedded cluster"
-	case len(s.Requires) > 0:
-		return "its pods run " + strings.Join(s.Requires, ", ") + " and closingtime from this machine ($" + local.CommandEnv + "), which a real cluster's nodes lack"
+	case len(s.Programs()) > 0:
+		return "its pods run " + strings.Join(s.Programs(), ", ") + " and closingtime from this machine ($" + local.CommandEnv + "), which a real cluster's nodes lack"
 	}
 	return ""
 }

@@ -237,6 +237,7 @@ signals and TCP, and finds their causes before they ship.`,
 		newRolloutCommand(streams),
 		newPropagationCommand(streams),
 		newClusterCommand(streams),
+		newProxyCommand(streams),
 		newPauseCommand(),
 	)
 	return root

@@ -135,6 +135,11 @@ func InitDone(kind EventKind, fields map[string]string) bool {
 // beside the pod's server, which stops after it.
 func OfSidecar(fields map[string]string) bool { return fields["sidecar"] == "true" }
 
+// BesideServer reports whether an event's fields say it is of a container
+// beside the pod's server, its first app container: a sidecar, or a
+// later app container (app=N/M), such as a proxy in front of the server.
+func BesideServer(fields map[string]string) bool { return OfSidecar(fields) || fields["app"] != "" }
+
 // A Recorder takes events. Implementations must be safe for concurrent use
 // and must not block for long: components record while they work.
 type Recorder interface {

@@ -21,6 +21,14 @@ const (
 	// sandbox had gone with its address (unanswered), while a node's
 	// routing view still sent new connections to it.
 	RoutingRace results.Cause = "routing-race"
+	// ProxyReadyBeforeApp: the pod's proxy answered 503 for an app that
+	// did not listen yet: the pod took traffic, ready through its proxy,
+	// before its app could serve it.
+	ProxyReadyBeforeApp results.Cause = "proxy-ready-before-app"
+	// ProxyOutlivedApp: the pod's proxy answered 503 for an app that had
+	// stopped listening, or exited, in the pod's termination, while the
+	// proxy still took requests.
+	ProxyOutlivedApp results.Cause = "proxy-outlived-app"
 	// ExitWithoutDrain: the server exited on the stop signal and cut the
 	// requests in flight.
 	ExitWithoutDrain results.Cause = "exit-without-drain"
@@ -96,6 +104,12 @@ var causes = []Info{
 	{RoutingRace, "routing race: a new connection reached a terminating pod that no longer listened, or was gone, while the routing still sent it new connections",
 		"add a preStop delay at least as long as the measured endpoint propagation (closingtime rollout measures it), and keep listening until it ends",
 		"prestop-delay-missing", "2-readiness"},
+	{ProxyReadyBeforeApp, "the pod's proxy answered 503: it took requests before its app listened, the pod counted ready through the proxy",
+		"hold the proxy's listener until the app is ready (start it once the app's readiness file exists: closingtime proxy --hold-file), or probe readiness through the proxy to the app's own readiness endpoint",
+		"", "seed003-scale-out-early"},
+	{ProxyOutlivedApp, "the pod's proxy answered 503: its app had stopped listening or exited in the termination while the proxy still took requests",
+		"stop the proxy after the app: a native sidecar (initContainers with restartPolicy: Always) is signalled only once the app has exited; under supervisord, give the app the higher priority; and make the app drain (a preStop delay, then finish what is in flight) instead of exiting at once",
+		"proxy-not-sidecar", "seed003-proxy-outlives"},
 	{ExitWithoutDrain, "cut in flight: the server exited on the stop signal without draining",
 		"on SIGTERM, stop accepting, finish the requests in flight and close idle keep-alive connections before exiting (package graceful)",
 		"", "2-readiness"},

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/proxy"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
@@ -243,6 +244,11 @@ func cause(h *history, r *results.Request) results.Cause {
 			return LivenessRestart
 		}
 		return NoEndpoint
+	case r.Class == load.HTTP5xx && ph != nil && r.Proxy == proxy.UpstreamRefused:
+		return proxyRefused(ph, ph.at(r.FailedMS))
+	case r.Class == load.HTTP5xx && ph != nil && r.Proxy == proxy.UpstreamReset:
+		// The proxy answered for a connection its app cut.
+		return cut(ph, r)
 	case ph == nil || r.Class == load.ConnectTimeout || r.Class == load.ResponseTimeout || r.Class == load.HTTP5xx:
 		// A 5xx is an answer, and a response that never came tells
 		// nothing of a cut.
@@ -305,6 +311,28 @@ func (h *history) refused(ph *podHistory, s snapshot, r *results.Request) result
 		// An endpoint that nothing listened on: one whose start the
 		// timeline shows late is still pending in it.
 		return NotListening
+	}
+	return Unknown
+}
+
+// proxyRefused gives the cause of a 503 that the proxy of pod ph answered
+// when its app refused the proxy's connection, the pod's state then
+// (the app's, as the pod's server) being s.
+func proxyRefused(ph *podHistory, s snapshot) results.Cause {
+	notListening := s.Listening != nil && !*s.Listening
+	switch {
+	case s.terminating && (s.signalled || !s.running || notListening):
+		return ProxyOutlivedApp
+	case s.terminating:
+		return Unknown
+	case !s.running:
+		if _, exited := ph.lastExitBefore(s.at); exited {
+			return ContainerExited
+		}
+		// Not started yet: the proxy came first.
+		return ProxyReadyBeforeApp
+	case notListening:
+		return ProxyReadyBeforeApp
 	}
 	return Unknown
 }

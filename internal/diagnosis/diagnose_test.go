@@ -13,6 +13,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/proxy"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
@@ -107,6 +108,12 @@ func (tl *timeline) diagnosed(t *testing.T, requests ...results.Request) (*resul
 	return d, got
 }
 
+// proxied returns r as the 503 that pod's proxy answered for reason.
+func proxied(pod string, r results.Request, reason proxy.Reason) results.Request {
+	r.Pod, r.Proxy = pod, reason
+	return r
+}
+
 func request(id string, class load.Class, at, connect, failed float64, addr string, connRequests int, connAge float64) results.Request {
 	return results.Request{ID: id, Client: load.NewConn, AtMS: at, Class: class, ConnectMS: connect, FailedMS: failed, Addr: addr, ConnRequests: connRequests, ConnAgeMS: connAge}
 }
@@ -190,6 +197,45 @@ func TestDiagnoseCauses(t *testing.T) {
 		},
 		request: request("r", load.Refused, 1200, 1200, 1200, "10.96.0.10:80", 0, 0),
 		want:    NoEndpoint,
+	}, {
+		name: "proxy ready before its app: a 503 for an app that had not listened yet",
+		run: func() *timeline {
+			return new(timeline).started(fresh, freshIP, 0, 5000, 10, true).endpoints(10, 5, ready(freshIP))
+		},
+		request: proxied(fresh, request("r", load.HTTP5xx, 1000, 1000, 1001, freshIP+":5000", 0, 0), proxy.UpstreamRefused),
+		want:    ProxyReadyBeforeApp,
+	}, {
+		name: "proxy outlived its app: a 503 for an app gone in the termination",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: proxied(old, request("r", load.HTTP5xx, 300, 300, 301, oldIP+":5000", 0, 0), proxy.UpstreamRefused),
+		want:    ProxyOutlivedApp,
+	}, {
+		name: "a proxy's 503 for a listening app of a terminating pod tells no cause",
+		run: func() *timeline {
+			return new(timeline).started(old, oldIP, 0, 100, 200, true).stopped(old, 1000, 5000, 5, 143, false)
+		},
+		request: proxied(old, request("r", load.HTTP5xx, 1300, 1300, 1301, oldIP+":5000", 0, 0), proxy.UpstreamRefused),
+		want:    Unknown,
+	}, {
+		name: "a proxy's 503 for a connection its app's exit cut",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: proxied(old, request("r", load.HTTP5xx, -100, -100, 6, oldIP+":5000", 0, 0), proxy.UpstreamReset),
+		want:    ExitWithoutDrain,
+	}, {
+		name: "a proxy's 503 of another container beside the app: the app's exit alone counts",
+		run: func() *timeline {
+			tl := new(timeline).started(fresh, freshIP, 0, 1000, 10, true).
+				event(20, cluster.ContainerStarted, fresh, map[string]string{"app": "2/2"}).
+				event(400, cluster.ContainerExited, fresh, map[string]string{"app": "2/2", "code": "1"})
+			sortTimeline(tl.run.Timeline)
+			return tl
+		},
+		request: proxied(fresh, request("r", load.HTTP5xx, 500, 500, 501, freshIP+":5000", 0, 0), proxy.UpstreamRefused),
+		want:    ProxyReadyBeforeApp,
 	}, {
 		name: "cut by an exit without drain",
 		run: func() *timeline {

@@ -438,9 +438,9 @@ func (h *history) add(e *results.Entry) {
 		ph.steps = append(ph.steps, s)
 		return
 	}
-	if cluster.OfSidecar(e.Detail) {
-		// The pod's server is its app container; a sidecar's start,
-		// signal and exit are not its.
+	if cluster.BesideServer(e.Detail) {
+		// The pod's server is its first app container; the start,
+		// signal and exit of a sidecar or a proxy beside it are not its.
 		return
 	}
 	switch cluster.EventKind(e.Kind) {

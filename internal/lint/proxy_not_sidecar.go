@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 var proxyNotSidecar = Rule{
@@ -37,6 +39,24 @@ func imageName(image string) string {
 	return strings.ToLower(name)
 }
 
+// sidecarKind returns what container c runs, if it is a proxy or a log
+// shipper: by its image, by its command's program (envoy run from an
+// image of one's own), or closingtime's own proxy (`closingtime proxy`).
+func sidecarKind(c *corev1.Container) (string, bool) {
+	if kind, ok := sidecarImages[imageName(c.Image)]; ok {
+		return kind, true
+	}
+	if len(c.Command) > 0 {
+		if kind, ok := sidecarImages[strings.ToLower(path.Base(c.Command[0]))]; ok {
+			return kind, true
+		}
+	}
+	if imageName(c.Image) == "closingtime" && len(c.Command) == 0 && len(c.Args) > 0 && c.Args[0] == "proxy" {
+		return "proxy", true
+	}
+	return "", false
+}
+
 func checkProxyNotSidecar(ix *index) []finding {
 	var out []finding
 	for _, w := range ix.workloads {
@@ -45,7 +65,7 @@ func checkProxyNotSidecar(ix *index) []finding {
 			continue
 		}
 		for i, c := range cs {
-			kind, ok := sidecarImages[imageName(c.Image)]
+			kind, ok := sidecarKind(&c)
 			if !ok {
 				continue
 			}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
 // TestEventAddr routes each new connection to one of two servers that set
@@ -108,7 +109,7 @@ func TestAddrPort(t *testing.T) {
 // the endpoint that refused it; a Service with no endpoint refuses with no
 // address, as there is none to name.
 func TestRefusedAddr(t *testing.T) {
-	address := closedPort(t)
+	address := testbinary.ClosedAddr(t)
 	want := netip.MustParseAddrPort(address)
 	for _, connections := range []int{0, 1} {
 		c := testClient(address, connections)

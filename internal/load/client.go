@@ -12,6 +12,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/proxy"
 )
 
 // ErrNoFreeConnection is wrapped by the error of a request that a client
@@ -197,12 +199,19 @@ func (c *client) exchange(cn *conn, req *http.Request, a *attempt) (*http.Respon
 	if err != nil {
 		return nil, a.fail(classifyExchange(err, true), fmt.Errorf("read response: %w", err))
 	}
-	_, err = io.Copy(io.Discard, resp.Body)
+	// A 5xx's body may be a proxy's answer, which says why.
+	var head []byte
+	if resp.StatusCode >= 500 {
+		head, err = io.ReadAll(io.LimitReader(resp.Body, proxyBodyHead))
+	}
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+	}
 	resp.Body.Close()
 	if err != nil {
 		return nil, a.fail(classifyExchange(err, true), fmt.Errorf("read response body: %w", err))
 	}
-	a.done(resp)
+	a.done(resp, head)
 	resp.Body = http.NoBody
 	return resp, nil
 }
@@ -310,6 +319,9 @@ type attempt struct {
 	err    error
 	status int
 	pod    string
+	// proxy is the reason a proxy gave for a 5xx it answered itself; ""
+	// for any other answer.
+	proxy proxy.Reason
 	// addr is the remote address of the attempt's connection, or the one
 	// a failed connect tried (dialedAddr); the zero AddrPort if neither.
 	addr netip.AddrPort
@@ -330,15 +342,22 @@ func (a *attempt) fail(class Class, err error) error {
 	return err
 }
 
-func (a *attempt) done(resp *http.Response) {
+// done records the complete response resp, head the beginning of its
+// body if it is a 5xx.
+func (a *attempt) done(resp *http.Response, head []byte) {
 	a.end = time.Now()
 	a.status = resp.StatusCode
 	a.pod = resp.Header.Get(PodHeader)
 	a.class = OK
 	if resp.StatusCode >= 500 {
 		a.class = HTTP5xx
+		a.proxy = proxy.Recognize(resp.StatusCode, head)
 	}
 }
+
+// proxyBodyHead is how much of a 5xx's body is read for a proxy's reason:
+// more than Envoy's longest.
+const proxyBodyHead = 512
 
 // An attemptLog collects the attempts made for one request, the retries
 // included, in order.

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
 // rawServer accepts connections on a loopback port and hands each to
@@ -66,17 +68,6 @@ func readRequest(br *bufio.Reader) (*http.Request, error) {
 
 func writeOK(conn net.Conn, pod string) {
 	io.WriteString(conn, "HTTP/1.1 200 OK\r\nX-Pod-Name: "+pod+"\r\nContent-Length: 2\r\n\r\nok")
-}
-
-// closedPort returns a loopback address where nothing listens.
-func closedPort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // fullBacklog returns a loopback address whose listener never accepts and
@@ -155,7 +146,7 @@ func TestClasses(t *testing.T) {
 				}
 			})
 		}},
-		{name: "refused", want: Refused, target: closedPort},
+		{name: "refused", want: Refused, target: testbinary.ClosedAddr},
 		{name: "reset", want: Reset, target: func(t *testing.T) string {
 			return rawServer(t, func(conn net.Conn) {
 				readRequest(bufio.NewReader(conn))

@@ -5,14 +5,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/closingtime-dev/closingtime/internal/proxy"
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
 	"github.com/closingtime-dev/closingtime/retry"
 )
 
@@ -351,7 +355,7 @@ func TestFirstFailure(t *testing.T) {
 		t.Fatal("no request absorbed")
 	}
 
-	refused := closedPort(t)
+	refused := testbinary.ClosedAddr(t)
 	results = nil
 	run(t, Config{URL: "http://" + refused + "/", Clients: []Client{{Rate: 100}}, Duration: 30 * time.Millisecond, Retry: policy,
 		OnResult: func(r Result) { results = append(results, r) }})
@@ -394,5 +398,44 @@ func TestDialSeam(t *testing.T) {
 	defer mu.Unlock()
 	if len(dialed) != 10 || dialed[0] != "app.svc.invalid:80" {
 		t.Errorf("dialed %v, want app.svc.invalid:80 ten times", dialed)
+	}
+}
+
+// TestProxyAnswers: a 503 whose body is a proxy's answer (Envoy's, the
+// lab sidecar's) keeps the proxy's reason, in the results, the event
+// lines and the report; a server's own 503 has none.
+func TestProxyAnswers(t *testing.T) {
+	const envoyRefused = "upstream connect error or disconnect/reset before headers. reset reason: connection failure, transport failure reason: delayed connect error: 111"
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		if n.Add(1)%2 == 0 {
+			io.WriteString(w, envoyRefused)
+		} else {
+			io.WriteString(w, "overloaded")
+		}
+	}))
+	t.Cleanup(srv.Close)
+	var events bytes.Buffer
+	report := run(t, Config{URL: srv.URL, Clients: []Client{{Kind: NewConn, Rate: 100}}, Duration: 200 * time.Millisecond, Events: &events})
+	c := report.Clients[0]
+	if got, all := c.ProxyReasons[proxy.UpstreamRefused], c.Totals[HTTP5xx]; got == 0 || got >= all {
+		t.Errorf("proxy reasons %v of %d http5xx: want some, not all, upstream-refused", c.ProxyReasons, all)
+	}
+	sc := bufio.NewScanner(&events)
+	proxied := 0
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.Proxy == proxy.UpstreamRefused {
+			proxied++
+		} else if e.Proxy != "" {
+			t.Errorf("event %+v: proxy %q, want upstream-refused or none", e, e.Proxy)
+		}
+	}
+	if int64(proxied) != c.ProxyReasons[proxy.UpstreamRefused] {
+		t.Errorf("%d event lines with the proxy's reason, want %d", proxied, c.ProxyReasons[proxy.UpstreamRefused])
 	}
 }

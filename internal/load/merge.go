@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/proxy"
 )
 
 // Merge returns the report of the requests of reports taken together, as
@@ -76,6 +78,12 @@ func Merge(reports ...*Report) (*Report, error) {
 			}
 			for status, n := range cr.Statuses {
 				c.report.Statuses[status] += n
+			}
+			for reason, n := range cr.ProxyReasons {
+				if c.report.ProxyReasons == nil {
+					c.report.ProxyReasons = map[proxy.Reason]int64{}
+				}
+				c.report.ProxyReasons[reason] += n
 			}
 			c.latency.h.Merge(latency.h)
 			c.lag.h.Merge(lag.h)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/closingtime-dev/closingtime/internal/proxy"
 )
 
 // A Result is what happened to one request.
@@ -38,6 +40,10 @@ type Result struct {
 	Status int
 	// Pod is the response's X-Pod-Name header.
 	Pod string
+	// Proxy is the reason a proxy in front of the pod's server gave for
+	// a 5xx it answered itself (Envoy's local replies, closingtime
+	// proxy's): what the server behind did; "" for any other answer.
+	Proxy proxy.Reason
 	// Addr is the remote address of the connection the last attempt was
 	// sent on, as the dialer connected it, or, if its connect failed, the
 	// address the dialer tried, when its error (a *net.OpError) names
@@ -79,6 +85,8 @@ type Result struct {
 type Attempt struct {
 	// Class is the attempt's outcome.
 	Class Class
+	// Proxy is the reason a proxy gave for its 5xx, as Result's.
+	Proxy proxy.Reason
 	// Addr is the address its connection reached or its connect tried,
 	// as Result's Addr is.
 	Addr netip.AddrPort
@@ -107,7 +115,7 @@ func (r *Result) Absorbed() bool { return r.Class == OK && r.FirstClass != OK }
 func (r *Result) FailedAttempt() (Attempt, bool) {
 	switch {
 	case r.Class.Failed():
-		return Attempt{Class: r.Class, Addr: r.Addr, ConnRequests: r.ConnRequests, ConnAge: r.ConnAge,
+		return Attempt{Class: r.Class, Proxy: r.Proxy, Addr: r.Addr, ConnRequests: r.ConnRequests, ConnAge: r.ConnAge,
 			Connect: r.Connect, Total: r.Total, Err: r.Err}, true
 	case r.FirstFailure != nil:
 		return *r.FirstFailure, true
@@ -126,14 +134,14 @@ func newResult(kind Kind, id string, at, began time.Time, attempts []attempt, er
 	}
 	last := attempts[len(attempts)-1]
 	r.Class, r.FirstClass = last.class, attempts[0].class
-	r.Status, r.Pod, r.Addr = last.status, last.pod, last.addr
+	r.Status, r.Pod, r.Proxy, r.Addr = last.status, last.pod, last.proxy, last.addr
 	r.ConnRequests, r.ConnAge = last.connRequests, last.connAge
 	r.Connect, r.FirstByte, r.Total = offset(at, last.connect), offset(at, last.firstByte), offset(at, last.end)
 	if err == nil {
 		r.Err = last.err
 	}
 	if first := &attempts[0]; len(attempts) > 1 && first.class.Failed() {
-		r.FirstFailure = &Attempt{Class: first.class, Addr: first.addr, ConnRequests: first.connRequests, ConnAge: first.connAge,
+		r.FirstFailure = &Attempt{Class: first.class, Proxy: first.proxy, Addr: first.addr, ConnRequests: first.connRequests, ConnAge: first.connAge,
 			Connect: offset(at, first.connect), Total: offset(at, first.end), Err: first.err}
 	}
 	return r
@@ -239,6 +247,9 @@ type ClientReport struct {
 	// likely requested a path that the server does not serve. Empty in a
 	// report that does not carry them.
 	Statuses map[int]int64 `json:"statuses,omitempty"`
+	// ProxyReasons counts the http5xx that a proxy in front of the pods
+	// answered itself, by its reason (Result's Proxy).
+	ProxyReasons map[proxy.Reason]int64 `json:"proxyReasons,omitempty"`
 	// LatencyHistogram and ScheduleLagHistogram are the distributions
 	// behind Latency and ScheduleLag: HDR histograms of microseconds, from
 	// 1 µs to one hour with three significant digits, in HdrHistogram's
@@ -348,6 +359,7 @@ type recorder struct {
 	lag      histogram
 	pods     map[string]int64
 	statuses map[int]int64
+	proxied  map[proxy.Reason]int64
 }
 
 func newRecorder(client Client) *recorder {
@@ -358,6 +370,7 @@ func newRecorder(client Client) *recorder {
 		lag:      newHistogram(),
 		pods:     make(map[string]int64),
 		statuses: make(map[int]int64),
+		proxied:  make(map[proxy.Reason]int64),
 	}
 }
 
@@ -379,6 +392,9 @@ func (r *recorder) record(res *Result) {
 	if res.Class == OK || res.Class == HTTP5xx {
 		r.latency.record(res.Total)
 		r.statuses[res.Status]++
+		if res.Proxy != "" {
+			r.proxied[res.Proxy]++
+		}
 		if res.Pod != "" {
 			r.pods[res.Pod]++
 		}
@@ -406,6 +422,9 @@ func (r *recorder) report() ClientReport {
 		LatencyHistogram:     r.latency.encode(),
 		ScheduleLagHistogram: r.lag.encode(),
 	}
+	if len(r.proxied) > 0 {
+		cr.ProxyReasons = maps.Clone(r.proxied)
+	}
 	for _, sec := range slices.Sorted(maps.Keys(r.seconds)) {
 		cr.Seconds = append(cr.Seconds, Second{Time: time.Unix(sec, 0).UTC(), Counts: *r.seconds[sec]})
 	}
@@ -425,7 +444,9 @@ type Event struct {
 	Class       Class   `json:"class"`
 	Status      int     `json:"status,omitempty"`
 	Pod         string  `json:"pod,omitempty"`
-	Addr        string  `json:"addr,omitempty"`
+	// Proxy is Result's, if any.
+	Proxy proxy.Reason `json:"proxy,omitempty"`
+	Addr  string       `json:"addr,omitempty"`
 	// Reused is ConnRequests > 0, for readers that want only that.
 	Reused       bool    `json:"reused,omitempty"`
 	ConnRequests int     `json:"connRequests,omitempty"`
@@ -452,13 +473,14 @@ type EventReprobe struct {
 // An EventAttempt is an [Attempt] in an event line, its durations in
 // milliseconds from the event's time.
 type EventAttempt struct {
-	Class        Class   `json:"class"`
-	Addr         string  `json:"addr,omitempty"`
-	ConnRequests int     `json:"connRequests,omitempty"`
-	ConnAgeMS    float64 `json:"connAgeMs,omitempty"`
-	ConnectMS    float64 `json:"connectMs,omitempty"`
-	TotalMS      float64 `json:"totalMs"`
-	Error        string  `json:"error,omitempty"`
+	Class        Class        `json:"class"`
+	Proxy        proxy.Reason `json:"proxy,omitempty"`
+	Addr         string       `json:"addr,omitempty"`
+	ConnRequests int          `json:"connRequests,omitempty"`
+	ConnAgeMS    float64      `json:"connAgeMs,omitempty"`
+	ConnectMS    float64      `json:"connectMs,omitempty"`
+	TotalMS      float64      `json:"totalMs"`
+	Error        string       `json:"error,omitempty"`
 }
 
 // EventOf returns the event line of r.
@@ -474,6 +496,7 @@ func EventOf(r *Result) Event {
 		Class:        r.Class,
 		Status:       r.Status,
 		Pod:          r.Pod,
+		Proxy:        r.Proxy,
 		Reused:       r.Reused(),
 		ConnRequests: r.ConnRequests,
 		ConnAgeMS:    ms(r.ConnAge),
@@ -485,7 +508,7 @@ func EventOf(r *Result) Event {
 		e.FirstClass = &first
 	}
 	if f := r.FirstFailure; f != nil {
-		e.FirstFailure = &EventAttempt{Class: f.Class, Addr: addrText(f.Addr), ConnRequests: f.ConnRequests, ConnAgeMS: ms(f.ConnAge),
+		e.FirstFailure = &EventAttempt{Class: f.Class, Proxy: f.Proxy, Addr: addrText(f.Addr), ConnRequests: f.ConnRequests, ConnAgeMS: ms(f.ConnAge),
 			ConnectMS: ms(f.Connect), TotalMS: ms(f.Total), Error: errText(f.Err)}
 	}
 	if p := r.Reprobe; p != nil {
@@ -546,6 +569,7 @@ func (e *Event) result() (Result, error) {
 		Class:        e.Class,
 		Status:       e.Status,
 		Pod:          e.Pod,
+		Proxy:        e.Proxy,
 		ConnRequests: e.ConnRequests,
 		ConnAge:      DurationMS(e.ConnAgeMS),
 		Attempts:     e.Attempts,
@@ -567,7 +591,7 @@ func (e *Event) result() (Result, error) {
 		if err != nil {
 			return Result{}, fmt.Errorf("request %s: firstFailure.addr: %w", e.ID, err)
 		}
-		r.FirstFailure = &Attempt{Class: f.Class, Addr: addr, ConnRequests: f.ConnRequests, ConnAge: DurationMS(f.ConnAgeMS),
+		r.FirstFailure = &Attempt{Class: f.Class, Proxy: f.Proxy, Addr: addr, ConnRequests: f.ConnRequests, ConnAge: DurationMS(f.ConnAgeMS),
 			Connect: DurationMS(f.ConnectMS), Total: DurationMS(f.TotalMS), Err: parseErr(f.Error)}
 	}
 	if p := e.Reprobe; p != nil {

@@ -55,6 +55,13 @@ func WriteText(w io.Writer, r *Report) error {
 			}
 			b.WriteByte('\n')
 		}
+		if len(c.ProxyReasons) > 0 {
+			b.WriteString("answered by a proxy, by its reason:")
+			for _, reason := range slices.Sorted(maps.Keys(c.ProxyReasons)) {
+				fmt.Fprintf(&b, " %s=%d", reason, c.ProxyReasons[reason])
+			}
+			b.WriteByte('\n')
+		}
 		if len(c.Pods) > 0 {
 			b.WriteString("responses per pod (X-Pod-Name):")
 			for _, pod := range slices.Sorted(maps.Keys(c.Pods)) {

@@ -43,6 +43,16 @@ var ErrClosed = errors.New("podnet: network namespace closed")
 // namespace).
 var ErrUnsupported = errors.New("podnet: network namespaces are not available")
 
+// Check reports whether this process may make network namespaces: nil if
+// it may, an error that wraps ErrUnsupported if the system refuses.
+func Check() error {
+	n, err := NewNetns()
+	if err == nil {
+		n.Close()
+	}
+	return err
+}
+
 // NewNetns makes a network namespace with nothing in it but a loopback
 // interface, which is down. Close frees it.
 func NewNetns() (*Netns, error) {

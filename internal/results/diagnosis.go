@@ -1,6 +1,9 @@
 package results
 
-import "github.com/closingtime-dev/closingtime/internal/load"
+import (
+	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/proxy"
+)
 
 // Request is a failed or absorbed request of a run, joined to the run's
 // timeline: what the client saw of the attempt that failed (the last one
@@ -21,6 +24,9 @@ type Request struct {
 	Absorbed bool `json:"absorbed,omitempty"`
 	// Error is the attempt's error.
 	Error string `json:"error,omitempty"`
+	// Proxy is the reason a proxy in front of the pod's server gave for
+	// the 5xx it answered itself: what the server behind it did.
+	Proxy proxy.Reason `json:"proxy,omitempty"`
 	// ConnectMS is when the attempt's connection was ready (or its
 	// connect failed, for a connect that failed); FailedMS, when the
 	// attempt failed.

@@ -18,7 +18,8 @@ func TestCatalog(t *testing.T) {
 		"crashloop", "pdb-1-evict", "pdb-2-delete", "pdb-3-rollout", "pdb-4-drain-min-available",
 		"pdb-5-drain-max-unavailable", "probe-liveness-deep", "probe-readiness-deep",
 		"seed003-drain-12s", "seed003-drain-24s", "seed003-pool-idle", "seed003-pool-lifetime",
-		"seed003-scale-in-drain", "seed003-scale-in-exit",
+		"seed003-proxy-last", "seed003-proxy-outlives",
+		"seed003-scale-in-drain", "seed003-scale-in-exit", "seed003-scale-out-early", "seed003-scale-out-held",
 		"seed003-supervisord-exec", "seed003-supervisord-sh",
 		"surge-0-unavailable-1", "surge-1-unavailable-0"}
 	if len(all) != len(want) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/diagnosis"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 	"github.com/closingtime-dev/closingtime/internal/results"
 	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
@@ -528,6 +529,39 @@ func TestRunnerSeed003(t *testing.T) {
 		t.Log("no supervisord in PATH: the supervisord pair is left out (apt-get install supervisor)")
 	}
 	checkCatalog(t, checks)
+}
+
+// TestRunnerSeed003Proxy runs the seed-003 scenarios with a sidecar proxy
+// quick: a proxy signalled with its app outlives it and answers 503 for
+// it, and one stopped after the app's drain lets nothing fail; a proxy
+// ready before its app answers 503 for it at a scale-out, and one held
+// until the app is ready lets nothing fail.
+func TestRunnerSeed003Proxy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs rollouts and scale-outs under load")
+	}
+	if err := podnet.Check(); err != nil {
+		t.Skipf("the proxy reaches its app on the pod's loopback, which needs network namespaces: %v (run as root)", err)
+	}
+	t.Parallel()
+	checkCatalog(t, []catalogCheck{
+		{name: "seed003-proxy-outlives", check: firstRun(proxied(diagnosis.ProxyOutlivedApp, diagnosis.ExitWithoutDrain))},
+		{name: "seed003-proxy-last", check: firstRun(noneFailed)},
+		{name: "seed003-scale-out-early", check: firstRun(proxied(diagnosis.ProxyReadyBeforeApp))},
+		{name: "seed003-scale-out-held", check: firstRun(noneFailed)},
+	})
+}
+
+// proxied returns a check that requests of the run failed, most of them
+// 503s of the pods' proxy, each for cause (or one of also).
+func proxied(cause results.Cause, also ...results.Cause) func(*testing.T, results.Run) {
+	return func(t *testing.T, run results.Run) {
+		if tot := run.Totals; tot.Failed() == 0 || tot.HTTP5xx < tot.Failed()/2 {
+			t.Errorf("totals %+v: want failures, most of them the proxy's 5xx", tot)
+			logOutcome(t, run)
+		}
+		causes(false, []results.Cause{cause}, also...)(t, run)
+	}
 }
 
 // TestRunnerSeed003Pool runs the seed-003 pool pair quick, apart from the

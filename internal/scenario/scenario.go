@@ -20,6 +20,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
+	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
 // Image is the container image that stands for `closingtime` in scenario
@@ -89,9 +90,9 @@ type Scenario struct {
 	// several scenarios make one comparison: `closingtime lab GROUP` runs
 	// them all (Select).
 	Group string `yaml:"group"`
-	// Requires names the programs the scenario's pods run that the
-	// machine must have beside closingtime, each one of Requirements'
-	// names: supervisord.
+	// Requires names what the scenario's pods need of the machine beside
+	// closingtime, each one of Requirements' names: a program they run
+	// (supervisord), or PodNetwork.
 	Requires []string `yaml:"requires"`
 	// Workload holds the manifests to apply.
 	Workload Workload `yaml:"workload"`
@@ -313,17 +314,35 @@ func ReadFile(path string) (*Scenario, error) {
 	})
 }
 
-// Requirements are the programs a scenario may require (Scenario.Requires),
-// each with how to install it.
+// PodNetwork is the requirement of a scenario whose pods' containers talk
+// on their pod's own loopback, as a sidecar proxy reaches its app on
+// 127.0.0.1: each pod needs a network of its own, which the embedded
+// cluster makes only where it may make network namespaces.
+const PodNetwork = "pod-network"
+
+// Requirements are what a scenario may require (Scenario.Requires): the
+// programs, each with how to install it, and PodNetwork, with how to get
+// it.
 var Requirements = map[string]string{
 	"supervisord": "apt-get install supervisor",
+	PodNetwork:    "run as root, or inside unshare --user --map-root-user --net",
 }
 
-// Missing returns, for each program that s requires and this machine's
-// $PATH lacks, a sentence that says so and how to install it.
+// Programs returns the programs that s requires, from this machine.
+func (s *Scenario) Programs() []string {
+	return slices.DeleteFunc(slices.Clone(s.Requires), func(name string) bool { return name == PodNetwork })
+}
+
+// Missing returns, for each thing that s requires and this machine lacks,
+// a sentence that says so and how to get it.
 func (s *Scenario) Missing() []string {
 	var out []string
-	for _, name := range s.Requires {
+	if slices.Contains(s.Requires, PodNetwork) {
+		if err := podnet.Check(); err != nil {
+			out = append(out, fmt.Sprintf("its pods' containers talk on their pod's loopback, which needs a network of each pod's own (%v; %s)", err, Requirements[PodNetwork]))
+		}
+	}
+	for _, name := range s.Programs() {
 		if _, err := exec.LookPath(name); err != nil {
 			msg := fmt.Sprintf("its pods run %s, which is not installed here", name)
 			if how := Requirements[name]; how != "" {

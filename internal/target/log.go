@@ -10,10 +10,11 @@ import (
 // app.py prints them.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// newLogger returns the logger of one process: the event name under "event",
-// the time under "time" in timeLayout, and the pod's name on every line. It
+// NewLogger returns the logger of one lab process, a server or
+// closingtime proxy, writing to w: the event name under "event", the time
+// under "time" (milliseconds, UTC), and the pod's name on every line. It
 // has no level: every line is an event.
-func newLogger(w io.Writer, format LogFormat, pod string) *slog.Logger {
+func NewLogger(w io.Writer, format LogFormat, pod string) *slog.Logger {
 	opts := &slog.HandlerOptions{
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 			if len(groups) > 0 {

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
 // pidNamespace returns the attributes that start a process as PID 1 of a
@@ -51,10 +53,10 @@ var (
 )
 
 // checkSignaled checks that the process was killed by sig.
-func checkSignaled(t *testing.T, p *proc, sig syscall.Signal) {
+func checkSignaled(t *testing.T, p *testbinary.Proc, sig syscall.Signal) {
 	t.Helper()
-	if ws := p.wait(t); !ws.Signaled() || ws.Signal() != sig {
-		t.Errorf("process ended with %v, want killed by %v (status %d)", p.cmd.ProcessState, sig, 128+int(sig))
+	if ws := p.Wait(t); !ws.Signaled() || ws.Signal() != sig {
+		t.Errorf("process ended with %v, want killed by %v (status %d)", p.Cmd.ProcessState, sig, 128+int(sig))
 	}
 }
 
@@ -63,21 +65,21 @@ func TestIgnore(t *testing.T) {
 	t.Run("ordinary process dies to SIGTERM", func(t *testing.T) {
 		t.Parallel()
 		p := serve(t, ordinary.attr(t), nil, "--listen", "127.0.0.1:0", "--shutdown", "ignore")
-		p.addr(t)
-		p.signal(t, syscall.SIGTERM)
+		p.Addr(t)
+		p.Signal(t, syscall.SIGTERM)
 		checkSignaled(t, p, syscall.SIGTERM)
 		checkNames(t, p, "started", "listening")
 	})
 	t.Run("PID 1 survives SIGTERM, dies to SIGKILL", func(t *testing.T) {
 		t.Parallel()
 		p := serve(t, namespace.attr(t), nil, "--listen", "127.0.0.1:0", "--shutdown", "ignore")
-		addr := p.addr(t)
-		p.signal(t, syscall.SIGTERM)
+		addr := p.Addr(t)
+		p.Signal(t, syscall.SIGTERM)
 		time.Sleep(time.Second)
-		if r := dial(t, addr).get(t, "/ready", "after-sigterm"); r.status != 200 {
-			t.Errorf("/ready a second after SIGTERM: %d, want 200", r.status)
+		if r := testbinary.Dial(t, addr).Get(t, "/ready", "after-sigterm"); r.Status != 200 {
+			t.Errorf("/ready a second after SIGTERM: %d, want 200", r.Status)
 		}
-		p.signal(t, syscall.SIGKILL)
+		p.Signal(t, syscall.SIGKILL)
 		checkSignaled(t, p, syscall.SIGKILL)
 		checkNames(t, p, "started", "listening")
 	})
@@ -97,38 +99,38 @@ func TestWrappers(t *testing.T) {
 		// survives is how long the server goes on serving after SIGTERM,
 		// zero if it dies with the wrapper; the test then sends SIGKILL.
 		survives time.Duration
-		check    func(*testing.T, *proc)
+		check    func(*testing.T, *testbinary.Proc)
 	}{
 		{"npm", namespace, 0, checkNPM},
 		{"npm", ordinary, 0, checkNPM},
-		{"sh", namespace, time.Second, func(t *testing.T, p *proc) { checkSignaled(t, p, syscall.SIGKILL) }},
-		{"sh", ordinary, 0, func(t *testing.T, p *proc) { checkSignaled(t, p, syscall.SIGTERM) }},
+		{"sh", namespace, time.Second, func(t *testing.T, p *testbinary.Proc) { checkSignaled(t, p, syscall.SIGKILL) }},
+		{"sh", ordinary, 0, func(t *testing.T, p *testbinary.Proc) { checkSignaled(t, p, syscall.SIGTERM) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.wrapper+" as "+tt.where.name, func(t *testing.T) {
 			t.Parallel()
 			p := serve(t, tt.where.attr(t), nil, "--listen", "127.0.0.1:0", "--wrapper", tt.wrapper, "--work", work.String())
-			addr := p.addr(t)
-			c := dial(t, addr)
+			addr := p.Addr(t)
+			c := testbinary.Dial(t, addr)
 			sent := time.Now()
-			c.send(t, "/work", "in-flight")
+			c.Send(t, "/work", "in-flight")
 			time.Sleep(settle)
-			p.signal(t, syscall.SIGTERM)
+			p.Signal(t, syscall.SIGTERM)
 			if tt.survives > 0 {
 				time.Sleep(tt.survives)
-				if r := dial(t, addr).get(t, "/live", "survivor"); r.status != 200 {
-					t.Errorf("/live %v after SIGTERM: %d, want 200", tt.survives, r.status)
+				if r := testbinary.Dial(t, addr).Get(t, "/live", "survivor"); r.Status != 200 {
+					t.Errorf("/live %v after SIGTERM: %d, want 200", tt.survives, r.Status)
 				}
-				p.signal(t, syscall.SIGKILL)
+				p.Signal(t, syscall.SIGKILL)
 			}
-			r, err := c.read()
+			r, err := c.Read()
 			if err == nil {
-				t.Errorf("request in flight completed with %d, want it cut", r.status)
+				t.Errorf("request in flight completed with %d, want it cut", r.Status)
 			} else if took := time.Since(sent); took > work-time.Second {
 				t.Errorf("request in flight cut after %v, want well before its %v", took, work)
 			}
 			tt.check(t, p)
-			for _, name := range p.log.names() {
+			for _, name := range p.Log.Names() {
 				if name == "sigterm" {
 					t.Error("the server logged SIGTERM, which its wrapper should not have forwarded")
 				}
@@ -138,13 +140,13 @@ func TestWrappers(t *testing.T) {
 }
 
 // checkNPM checks the npm-like wrapper's exit and messages.
-func checkNPM(t *testing.T, p *proc) {
+func checkNPM(t *testing.T, p *testbinary.Proc) {
 	t.Helper()
 	checkExit(t, p, "wrapper_exiting", 1)
-	if !strings.Contains(p.stderr.String(), "npm error signal SIGTERM") {
-		t.Errorf("standard error %q lacks npm's signal error", p.stderr)
+	if !strings.Contains(p.Stderr(), "npm error signal SIGTERM") {
+		t.Errorf("standard error %q lacks npm's signal error", p.Stderr())
 	}
-	if e := p.log.wait(t, "wrapper_signal"); e["signal"] != "SIGTERM" || e["forwarded"] != false || e["wrapper"] != "npm" {
+	if e := p.Log.Wait(t, "wrapper_signal"); e["signal"] != "SIGTERM" || e["forwarded"] != false || e["wrapper"] != "npm" {
 		t.Errorf("wrapper_signal = %v, want SIGTERM not forwarded by npm", e)
 	}
 }

@@ -36,7 +36,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	log := newLogger(cfg.Log, cfg.LogFormat, cfg.PodName)
+	log := NewLogger(cfg.Log, cfg.LogFormat, cfg.PodName)
 	if cfg.Wrapper != WrapperNone {
 		return runWrapper(ctx, cfg, log)
 	}

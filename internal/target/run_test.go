@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
 // The tests in this file run `closingtime serve` as a real process on
@@ -24,25 +26,25 @@ const settle = time.Second
 // inFlight is the traffic of a shutdown test at SIGTERM: a /work request on
 // a new connection, one on a keep-alive connection that has already served
 // a request, and a keep-alive connection with nothing to do.
-type inFlight struct{ fresh, busy, idle *client }
+type inFlight struct{ fresh, busy, idle *testbinary.Conn }
 
 func startInFlight(t *testing.T, addr string) inFlight {
 	t.Helper()
-	f := inFlight{fresh: dial(t, addr), busy: dial(t, addr), idle: dial(t, addr)}
-	for _, c := range []*client{f.busy, f.idle} {
-		if r := c.get(t, "/live", "warm-up"); r.status != 200 || r.close {
-			t.Fatalf("warm-up: status %d, close %v; want 200 on a keep-alive connection", r.status, r.close)
+	f := inFlight{fresh: testbinary.Dial(t, addr), busy: testbinary.Dial(t, addr), idle: testbinary.Dial(t, addr)}
+	for _, c := range []*testbinary.Conn{f.busy, f.idle} {
+		if r := c.Get(t, "/live", "warm-up"); r.Status != 200 || r.Close {
+			t.Fatalf("warm-up: status %d, close %v; want 200 on a keep-alive connection", r.Status, r.Close)
 		}
 	}
-	f.fresh.send(t, "/work", "fresh")
-	f.busy.send(t, "/work", "busy")
+	f.fresh.Send(t, "/work", "fresh")
+	f.busy.Send(t, "/work", "busy")
 	time.Sleep(settle)
 	return f
 }
 
 // checkSigterm checks the fields of a "sigterm" event: six per-second counts
 // that add up to requests, and the last request's time.
-func checkSigterm(t *testing.T, e event, requests int) {
+func checkSigterm(t *testing.T, e testbinary.Event, requests int) {
 	t.Helper()
 	counts, _ := e["work_per_second"].([]any)
 	sum := 0
@@ -63,27 +65,27 @@ func checkSigterm(t *testing.T, e event, requests int) {
 // checkExit checks that the process exited with code, not by a signal, and
 // that its log has an event named event that says so: "exiting", or
 // "wrapper_exiting" for a wrapper.
-func checkExit(t *testing.T, p *proc, event string, code int) {
+func checkExit(t *testing.T, p *testbinary.Proc, event string, code int) {
 	t.Helper()
-	if ws := p.wait(t); ws.Signaled() || ws.ExitStatus() != code {
-		t.Errorf("process ended with %v, want exit code %d", p.cmd.ProcessState, code)
+	if ws := p.Wait(t); ws.Signaled() || ws.ExitStatus() != code {
+		t.Errorf("process ended with %v, want exit code %d", p.Cmd.ProcessState, code)
 	}
-	if got, _ := p.log.wait(t, event)["code"].(float64); int(got) != code {
+	if got, _ := p.Log.Wait(t, event)["code"].(float64); int(got) != code {
 		t.Errorf("%s: code = %v, want %d", event, got, code)
 	}
 }
 
 // checkNames compares the names of the events logged with want.
-func checkNames(t *testing.T, p *proc, want ...string) {
+func checkNames(t *testing.T, p *testbinary.Proc, want ...string) {
 	t.Helper()
-	if diff := cmp.Diff(want, p.log.names()); diff != "" {
+	if diff := cmp.Diff(want, p.Log.Names()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
 
-// eventually reports whether cond became true within waitLimit.
+// eventually reports whether cond became true within testbinary.WaitLimit.
 func eventually(cond func() bool) bool {
-	for limit := time.Now().Add(waitLimit); time.Now().Before(limit); time.Sleep(10 * time.Millisecond) {
+	for limit := time.Now().Add(testbinary.WaitLimit); time.Now().Before(limit); time.Sleep(10 * time.Millisecond) {
 		if cond() {
 			return true
 		}
@@ -94,47 +96,47 @@ func eventually(cond func() bool) bool {
 func TestExitDropsInFlight(t *testing.T) {
 	t.Parallel()
 	p := serve(t, nil, nil, "--listen", "127.0.0.1:0", "--shutdown", "exit", "--work", "3s")
-	f := startInFlight(t, p.addr(t))
-	p.signal(t, syscall.SIGTERM)
+	f := startInFlight(t, p.Addr(t))
+	p.Signal(t, syscall.SIGTERM)
 
-	for name, c := range map[string]*client{"fresh": f.fresh, "busy": f.busy} {
-		if r, err := c.read(); err == nil {
-			t.Errorf("%s: request in flight at SIGTERM completed with %d, want it dropped", name, r.status)
+	for name, c := range map[string]*testbinary.Conn{"fresh": f.fresh, "busy": f.busy} {
+		if r, err := c.Read(); err == nil {
+			t.Errorf("%s: request in flight at SIGTERM completed with %d, want it dropped", name, r.Status)
 		}
 	}
-	if !f.idle.closedWithin(waitLimit) {
+	if !f.idle.ClosedWithin(testbinary.WaitLimit) {
 		t.Error("idle connection still open")
 	}
 	checkExit(t, p, "exiting", 143)
-	checkSigterm(t, p.log.wait(t, "sigterm"), 2)
+	checkSigterm(t, p.Log.Wait(t, "sigterm"), 2)
 	checkNames(t, p, "started", "listening", "sigterm", "exiting")
 }
 
 func TestGracefulFinishesInFlight(t *testing.T) {
 	t.Parallel()
 	p := serve(t, nil, nil, "--listen", "127.0.0.1:0", "--shutdown", "graceful", "--work", "3s", "--drain-timeout", "10s")
-	addr := p.addr(t)
+	addr := p.Addr(t)
 	f := startInFlight(t, addr)
-	p.signal(t, syscall.SIGTERM)
+	p.Signal(t, syscall.SIGTERM)
 
-	if !f.idle.closedWithin(waitLimit) {
+	if !f.idle.ClosedWithin(testbinary.WaitLimit) {
 		t.Error("idle connection still open")
 	}
-	for name, c := range map[string]*client{"fresh": f.fresh, "busy": f.busy} {
-		r, err := c.read()
-		if err != nil || r.status != 200 || !r.close {
-			t.Errorf("%s: response %d, close %v, error %v; want 200 with Connection: close", name, r.status, r.close, err)
+	for name, c := range map[string]*testbinary.Conn{"fresh": f.fresh, "busy": f.busy} {
+		r, err := c.Read()
+		if err != nil || r.Status != 200 || !r.Close {
+			t.Errorf("%s: response %d, close %v, error %v; want 200 with Connection: close", name, r.Status, r.Close, err)
 		}
 	}
-	if !f.busy.closedWithin(waitLimit) {
+	if !f.busy.ClosedWithin(testbinary.WaitLimit) {
 		t.Error("busy keep-alive connection still open after its response")
 	}
-	if !refused(addr) {
+	if !testbinary.Refused(addr) {
 		t.Error("new connection accepted after the drain")
 	}
 	checkExit(t, p, "exiting", 143)
-	checkSigterm(t, p.log.wait(t, "sigterm"), 2)
-	drained := p.log.wait(t, "drained")
+	checkSigterm(t, p.Log.Wait(t, "sigterm"), 2)
+	drained := p.Log.Wait(t, "drained")
 	if drained["requests_after_sigterm"] != 0.0 || drained["outcome"] != "complete" {
 		t.Errorf("drained = %v, want no request after SIGTERM and outcome complete", drained)
 	}
@@ -145,25 +147,25 @@ func TestGracefulPreStopDelay(t *testing.T) {
 	t.Parallel()
 	p := serve(t, nil, nil, "--listen", "127.0.0.1:0", "--shutdown", "graceful", "--work", "100ms",
 		"--pre-stop-delay", "1500ms", "--drain-timeout", "10s")
-	addr := p.addr(t)
-	idle := dial(t, addr)
-	idle.get(t, "/live", "warm-up")
-	p.signal(t, syscall.SIGTERM)
-	p.log.wait(t, "sigterm")
+	addr := p.Addr(t)
+	idle := testbinary.Dial(t, addr)
+	idle.Get(t, "/live", "warm-up")
+	p.Signal(t, syscall.SIGTERM)
+	p.Log.Wait(t, "sigterm")
 
 	// During the pre-stop delay the server still accepts and serves, with
 	// readiness failing and every connection asked to close.
-	if r := dial(t, addr).get(t, "/ready", "ready"); r.status != 503 || !r.close {
-		t.Errorf("/ready during the pre-stop delay: %d, close %v; want 503 with Connection: close", r.status, r.close)
+	if r := testbinary.Dial(t, addr).Get(t, "/ready", "ready"); r.Status != 503 || !r.Close {
+		t.Errorf("/ready during the pre-stop delay: %d, close %v; want 503 with Connection: close", r.Status, r.Close)
 	}
-	if r := dial(t, addr).get(t, "/work", "new"); r.status != 200 || !r.close {
-		t.Errorf("/work on a new connection during the pre-stop delay: %d, close %v; want 200 with Connection: close", r.status, r.close)
+	if r := testbinary.Dial(t, addr).Get(t, "/work", "new"); r.Status != 200 || !r.Close {
+		t.Errorf("/work on a new connection during the pre-stop delay: %d, close %v; want 200 with Connection: close", r.Status, r.Close)
 	}
-	if r := idle.get(t, "/work", "kept"); r.status != 200 || !r.close {
-		t.Errorf("/work on a keep-alive connection during the pre-stop delay: %d, close %v; want 200 with Connection: close", r.status, r.close)
+	if r := idle.Get(t, "/work", "kept"); r.Status != 200 || !r.Close {
+		t.Errorf("/work on a keep-alive connection during the pre-stop delay: %d, close %v; want 200 with Connection: close", r.Status, r.Close)
 	}
 	checkExit(t, p, "exiting", 143)
-	if d := p.log.wait(t, "drained"); d["requests_after_sigterm"] != 2.0 {
+	if d := p.Log.Wait(t, "drained"); d["requests_after_sigterm"] != 2.0 {
 		t.Errorf("drained: requests_after_sigterm = %v, want 2", d["requests_after_sigterm"])
 	}
 }
@@ -173,49 +175,49 @@ func TestHostageKeepsBusyConnections(t *testing.T) {
 	const idleTimeout = 3 * time.Second
 	p := serve(t, nil, nil, "--listen", "127.0.0.1:0", "--shutdown", "hostage", "--work", "2s",
 		"--idle-timeout", idleTimeout.String())
-	addr := p.addr(t)
+	addr := p.Addr(t)
 	f := startInFlight(t, addr)
-	p.signal(t, syscall.SIGTERM)
+	p.Signal(t, syscall.SIGTERM)
 
 	// server.close() closes the idle connection at once, long before its
 	// idle timeout would.
-	if !f.idle.closedWithin(idleTimeout - settle - 500*time.Millisecond) {
+	if !f.idle.ClosedWithin(idleTimeout - settle - 500*time.Millisecond) {
 		t.Error("idle connection not closed at SIGTERM")
 	}
-	if !eventually(func() bool { return refused(addr) }) {
+	if !eventually(func() bool { return testbinary.Refused(addr) }) {
 		t.Error("new connections still accepted after SIGTERM")
 	}
 	// Busy connections finish their request without Connection: close ...
-	for name, c := range map[string]*client{"fresh": f.fresh, "busy": f.busy} {
-		r, err := c.read()
-		if err != nil || r.status != 200 || r.close {
-			t.Errorf("%s: response %d, close %v, error %v; want 200 keeping the connection", name, r.status, r.close, err)
+	for name, c := range map[string]*testbinary.Conn{"fresh": f.fresh, "busy": f.busy} {
+		r, err := c.Read()
+		if err != nil || r.Status != 200 || r.Close {
+			t.Errorf("%s: response %d, close %v, error %v; want 200 keeping the connection", name, r.Status, r.Close, err)
 		}
 	}
-	f.fresh.conn.Close()
+	f.fresh.Close()
 	// ... and go on serving whatever their client sends.
-	if r := f.busy.get(t, "/work", "hostage"); r.status != 200 || r.close {
-		t.Errorf("/work on the hostage connection: %d, close %v; want 200 keeping the connection", r.status, r.close)
+	if r := f.busy.Get(t, "/work", "hostage"); r.Status != 200 || r.Close {
+		t.Errorf("/work on the hostage connection: %d, close %v; want 200 keeping the connection", r.Status, r.Close)
 	}
-	if r := f.busy.get(t, "/ready", "hostage-ready"); r.status != 503 || r.close {
-		t.Errorf("/ready on the hostage connection: %d, close %v; want 503 keeping the connection", r.status, r.close)
+	if r := f.busy.Get(t, "/ready", "hostage-ready"); r.Status != 503 || r.Close {
+		t.Errorf("/ready on the hostage connection: %d, close %v; want 503 keeping the connection", r.Status, r.Close)
 	}
 	lastResponse := time.Now()
-	if !p.running() {
+	if !p.Running() {
 		t.Fatal("process exited while a hostage connection was open")
 	}
 	// Once the client pauses, the idle timeout ends the connection and the
 	// process.
-	if !f.busy.closedWithin(waitLimit) {
+	if !f.busy.ClosedWithin(testbinary.WaitLimit) {
 		t.Error("hostage connection still open after its idle timeout")
 	}
 	checkExit(t, p, "exiting", 143)
-	checkSigterm(t, p.log.wait(t, "sigterm"), 2)
-	drained := p.log.wait(t, "drained")
+	checkSigterm(t, p.Log.Wait(t, "sigterm"), 2)
+	drained := p.Log.Wait(t, "drained")
 	if drained["requests_after_sigterm"] != 1.0 {
 		t.Errorf("drained: requests_after_sigterm = %v, want 1", drained["requests_after_sigterm"])
 	}
-	if d := drained.time(t); d.Before(lastResponse.Truncate(time.Millisecond)) {
+	if d := drained.Time(t); d.Before(lastResponse.Truncate(time.Millisecond)) {
 		t.Errorf("drained at %v, before the hostage connection's last response at %v", d, lastResponse)
 	}
 	checkNames(t, p, "started", "listening", "sigterm", "drained", "exiting")
@@ -227,10 +229,10 @@ func TestSigtermDuringStartup(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			p := serve(t, nil, nil, "--listen", "127.0.0.1:0", "--shutdown", mode, "--startup-delay", "1m")
-			p.log.wait(t, "started")
-			p.signal(t, syscall.SIGTERM)
+			p.Log.Wait(t, "started")
+			p.Signal(t, syscall.SIGTERM)
 			checkExit(t, p, "exiting", 143)
-			checkSigterm(t, p.log.wait(t, "sigterm"), 0)
+			checkSigterm(t, p.Log.Wait(t, "sigterm"), 0)
 			checkNames(t, p, "started", "sigterm", "exiting")
 		})
 	}
@@ -255,7 +257,7 @@ func TestCrash(t *testing.T) {
 			t.Parallel()
 			p := serve(t, nil, nil, append([]string{"--listen", "127.0.0.1:0"}, tt.args...)...)
 			checkExit(t, p, "exiting", tt.wantCode)
-			if got, _ := p.log.wait(t, "crash")["code"].(float64); int(got) != tt.wantCode {
+			if got, _ := p.Log.Wait(t, "crash")["code"].(float64); int(got) != tt.wantCode {
 				t.Errorf("crash: code = %v, want %d", got, tt.wantCode)
 			}
 			checkNames(t, p, tt.wantNames...)
@@ -271,18 +273,18 @@ func TestEnvironment(t *testing.T) {
 		"SHUTDOWN_MODE=graceful", "STARTUP_DELAY=0.5", "WORK_MS=100-200", "POD_NAME=pod-x",
 		"CT_LISTEN=127.0.0.1:0", "CT_ACCESS_LOG=true", "CT_IDLE_TIMEOUT=3",
 	})
-	started := p.log.wait(t, "started")
-	addr := p.addr(t)
-	if gap := p.log.wait(t, "listening").time(t).Sub(started.time(t)); gap < 500*time.Millisecond {
+	started := p.Log.Wait(t, "started")
+	addr := p.Addr(t)
+	if gap := p.Log.Wait(t, "listening").Time(t).Sub(started.Time(t)); gap < 500*time.Millisecond {
 		t.Errorf("listening %v after started, want at least the start-up delay of 500ms", gap)
 	}
-	r := dial(t, addr).get(t, "/", "config-1")
-	if r.status != 200 || r.header.Get("X-Pod-Name") != "pod-x" || r.header.Get("X-Request-Id") != "config-1" {
-		t.Errorf("GET /: status %d, headers %v; want 200 with X-Pod-Name pod-x and X-Request-Id config-1", r.status, r.header)
+	r := testbinary.Dial(t, addr).Get(t, "/", "config-1")
+	if r.Status != 200 || r.Header.Get("X-Pod-Name") != "pod-x" || r.Header.Get("X-Request-Id") != "config-1" {
+		t.Errorf("GET /: status %d, headers %v; want 200 with X-Pod-Name pod-x and X-Request-Id config-1", r.Status, r.Header)
 	}
 	var config map[string]any
-	if err := json.Unmarshal([]byte(r.body), &config); err != nil {
-		t.Fatalf("GET /: %v in %q", err, r.body)
+	if err := json.Unmarshal([]byte(r.Body), &config); err != nil {
+		t.Fatalf("GET /: %v in %q", err, r.Body)
 	}
 	want := map[string]any{
 		"shutdown": "graceful", "startup_delay": "500ms", "work": "100ms-200ms", "pod": "pod-x",
@@ -296,18 +298,18 @@ func TestEnvironment(t *testing.T) {
 	if diff := cmp.Diff(config, started["config"]); diff != "" {
 		t.Errorf("started event's config differs from GET / (-GET +started):\n%s", diff)
 	}
-	for _, e := range []event{started, p.log.wait(t, "listening")} {
+	for _, e := range []testbinary.Event{started, p.Log.Wait(t, "listening")} {
 		if e["pod"] != "pod-x" {
-			t.Errorf("%s: pod = %v, want pod-x", e.name(), e["pod"])
+			t.Errorf("%s: pod = %v, want pod-x", e.Name(), e["pod"])
 		}
 	}
-	req := p.log.wait(t, "request")
+	req := p.Log.Wait(t, "request")
 	if req["id"] != "config-1" || req["path"] != "/" || req["status"] != 200.0 || req["method"] != "GET" {
 		t.Errorf("request event = %v, want id config-1, GET /, status 200", req)
 	}
-	p.signal(t, syscall.SIGTERM)
+	p.Signal(t, syscall.SIGTERM)
 	checkExit(t, p, "exiting", 143)
-	if i := slices.Index(p.log.names(), "drained"); i < 0 {
+	if i := slices.Index(p.Log.Names(), "drained"); i < 0 {
 		t.Error("no drained event in graceful mode")
 	}
 }

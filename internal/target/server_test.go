@@ -14,22 +14,18 @@ import (
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/target"
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
 )
 
 // runInProcess runs cfg in this process on a free loopback port and returns
 // its address and log. The test's end cancels Run, which must then return
 // the context's error.
-func runInProcess(t *testing.T, cfg target.Config) (string, *events) {
+func runInProcess(t *testing.T, cfg target.Config) (string, *testbinary.Events) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	log := newEvents()
+	log := testbinary.ReadEvents(t, pr)
 	cfg.Listen, cfg.Log = "127.0.0.1:0", pw
-	read := make(chan struct{})
-	go func() {
-		log.read(t, pr)
-		close(read)
-	}()
 	ran := make(chan error, 1)
 	go func() {
 		_, err := target.Run(ctx, cfg)
@@ -41,9 +37,8 @@ func runInProcess(t *testing.T, cfg target.Config) (string, *events) {
 		if err := <-ran; !errors.Is(err, context.Canceled) {
 			t.Errorf("Run returned %v after its context was cancelled, want %v", err, context.Canceled)
 		}
-		<-read
 	})
-	addr, _ := log.wait(t, "listening")["address"].(string)
+	addr, _ := log.Wait(t, "listening")["address"].(string)
 	return addr, log
 }
 
@@ -57,7 +52,7 @@ func TestEndpoints(t *testing.T) {
 	t.Cleanup(failing.Close)
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case <-time.After(waitLimit):
+		case <-time.After(testbinary.WaitLimit):
 		case <-r.Context().Done():
 		}
 	}))
@@ -98,14 +93,14 @@ func TestEndpoints(t *testing.T) {
 				PodName:           "pod-e",
 				AccessLog:         true,
 			})
-			r := dial(t, addr).get(t, tt.path, "id-7")
-			if r.status != tt.wantStatus || !strings.Contains(r.body, tt.wantBody) {
-				t.Errorf("GET %s: %d %q, want %d with %q", tt.path, r.status, r.body, tt.wantStatus, tt.wantBody)
+			r := testbinary.Dial(t, addr).Get(t, tt.path, "id-7")
+			if r.Status != tt.wantStatus || !strings.Contains(r.Body, tt.wantBody) {
+				t.Errorf("GET %s: %d %q, want %d with %q", tt.path, r.Status, r.Body, tt.wantStatus, tt.wantBody)
 			}
-			if r.header.Get("X-Pod-Name") != "pod-e" || r.header.Get("X-Request-Id") != "id-7" {
-				t.Errorf("GET %s: headers %v, want X-Pod-Name pod-e and X-Request-Id id-7", tt.path, r.header)
+			if r.Header.Get("X-Pod-Name") != "pod-e" || r.Header.Get("X-Request-Id") != "id-7" {
+				t.Errorf("GET %s: headers %v, want X-Pod-Name pod-e and X-Request-Id id-7", tt.path, r.Header)
 			}
-			e := log.wait(t, "request")
+			e := log.Wait(t, "request")
 			if e["id"] != "id-7" || e["path"] != tt.path || e["status"] != float64(tt.wantStatus) || e["pod"] != "pod-e" {
 				t.Errorf("request event = %v, want id id-7, path %s, status %d, pod pod-e", e, tt.path, tt.wantStatus)
 			}
@@ -116,7 +111,7 @@ func TestEndpoints(t *testing.T) {
 func TestTextLog(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
-	var log syncBuffer
+	var log testbinary.SyncBuffer
 	ran := make(chan error, 1)
 	go func() {
 		_, err := target.Run(ctx, target.Config{Listen: "127.0.0.1:0", LogFormat: target.LogText, PodName: "pod-t", Log: &log})
@@ -172,7 +167,7 @@ func TestReadyFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "start_success")
 	ctx, cancel := context.WithCancel(context.Background())
-	var log syncBuffer
+	var log testbinary.SyncBuffer
 	ran := make(chan error, 1)
 	go func() {
 		_, err := target.Run(ctx, target.Config{Listen: "127.0.0.1:0", PodName: "pod-r", ReadyFile: path, StartupDelay: time.Second, Log: &log})

@@ -1,6 +1,9 @@
 // Package testbinary builds the closingtime command once per test binary,
 // for tests that run it as a real process: the lab server, pods of the
-// embedded cluster, the targets of the load generator.
+// embedded cluster, the targets of the load generator. It also runs the
+// command and reads its JSON log as it is written, and drives HTTP/1.1
+// connections to the server by hand, so that tests can wait for an event
+// and choose when each request is sent.
 package testbinary
 
 import (

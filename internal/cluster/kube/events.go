@@ -205,7 +205,7 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool, now time.Time) ([]
 	var out []cluster.Event
 	var started []string
 	ev := func(kind cluster.EventKind, container string, fields map[string]string) {
-		if init := cluster.InitFields(&pod.Spec, container); init != nil {
+		if init := cluster.ContainerFields(&pod.Spec, container); init != nil {
 			if fields == nil {
 				fields = map[string]string{}
 			}
@@ -274,14 +274,14 @@ func podEvents(prev *podState, pod *corev1.Pod, created bool, now time.Time) ([]
 		// Each container's exit before the next one's start, as an init
 		// container ends before the next starts; a sidecar's after the
 		// app containers', as they stop (C3).
-		if t := s.State.Terminated; t != nil && cs.exits <= s.RestartCount && !cluster.OfSidecar(cluster.InitFields(&pod.Spec, s.Name)) {
+		if t := s.State.Terminated; t != nil && cs.exits <= s.RestartCount && !cluster.OfSidecar(cluster.ContainerFields(&pod.Spec, s.Name)) {
 			exit(&cs, s.Name, s.RestartCount, t)
 			prev.containers[s.Name] = cs
 		}
 	}
 	for _, s := range slices.Backward(pod.Status.InitContainerStatuses) {
 		cs := prev.containers[s.Name]
-		if t := s.State.Terminated; t != nil && cs.exits <= s.RestartCount && cluster.OfSidecar(cluster.InitFields(&pod.Spec, s.Name)) {
+		if t := s.State.Terminated; t != nil && cs.exits <= s.RestartCount && cluster.OfSidecar(cluster.ContainerFields(&pod.Spec, s.Name)) {
 			exit(&cs, s.Name, s.RestartCount, t)
 			prev.containers[s.Name] = cs
 		}

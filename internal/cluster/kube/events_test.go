@@ -525,7 +525,7 @@ func TestPodEventsStartError(t *testing.T) {
 // TestPodEventsInitContainers: the statuses of init containers and
 // sidecars are events too, their starts before the app container's, a
 // sidecar's exit after it, and say which they are, as the embedded
-// kubelet's do (cluster.InitFields).
+// kubelet's do (cluster.ContainerFields).
 func TestPodEventsInitContainers(t *testing.T) {
 	p := pod("a", "node-1")
 	p.Spec.InitContainers = []corev1.Container{{Name: "setup"}, {Name: "proxy", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}

@@ -271,10 +271,10 @@ func (c *containerWorker) start() *instance {
 
 // record records an event of kind of the container, at a time if it is
 // not zero, with fields and, for an init container or a sidecar, its
-// cluster.InitFields.
+// cluster.ContainerFields.
 func (c *containerWorker) record(kind cluster.EventKind, at time.Time, fields map[string]string) {
 	p := c.p
-	if init := cluster.InitFields(&p.pod.Spec, c.spec.Name); init != nil {
+	if init := cluster.ContainerFields(&p.pod.Spec, c.spec.Name); init != nil {
 		if fields == nil {
 			fields = map[string]string{}
 		}

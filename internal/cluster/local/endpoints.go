@@ -189,20 +189,14 @@ func EndpointSlices(svc *corev1.Service, pods []*corev1.Pod) []*discoveryv1.Endp
 
 // slicePorts resolves svc's ports against pod: a numeric targetPort as it
 // is (the port itself when unset), a named one from the pod's container
-// ports. A name the pod does not have leaves the port out.
+// ports (namedPort). A name the pod does not have leaves the port out.
 func slicePorts(svc *corev1.Service, pod *corev1.Pod) []discoveryv1.EndpointPort {
 	var out []discoveryv1.EndpointPort
 	for _, sp := range svc.Spec.Ports {
 		var port int32
 		switch {
 		case sp.TargetPort.StrVal != "":
-			for _, c := range pod.Spec.Containers {
-				for _, cp := range c.Ports {
-					if cp.Name == sp.TargetPort.StrVal {
-						port = cp.ContainerPort
-					}
-				}
-			}
+			port = namedPort(pod, sp.TargetPort.StrVal)
 		case sp.TargetPort.IntVal != 0:
 			port = sp.TargetPort.IntVal
 		default:
@@ -218,6 +212,23 @@ func slicePorts(svc *corev1.Service, pod *corev1.Pod) []discoveryv1.EndpointPort
 		out = append(out, discoveryv1.EndpointPort{Name: ptr.To(sp.Name), Port: ptr.To(port), Protocol: &protocol})
 	}
 	return out
+}
+
+// namedPort returns the port that pod's containers name name: the first
+// of its app containers' ports, then of its sidecars', as Kubernetes'
+// FindPort looks (a native sidecar's port can be a Service's target); 0
+// if none.
+func namedPort(pod *corev1.Pod, name string) int32 {
+	containers := slices.Concat(pod.Spec.Containers, slices.DeleteFunc(slices.Clone(pod.Spec.InitContainers),
+		func(c corev1.Container) bool { return !cluster.IsSidecar(&c) }))
+	for _, c := range containers {
+		for _, cp := range c.Ports {
+			if cp.Name == name {
+				return cp.ContainerPort
+			}
+		}
+	}
+	return 0
 }
 
 // portsKey identifies the port sets of slices.

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -402,5 +403,26 @@ func TestEndpointsDelayAndBatch(t *testing.T) {
 				t.Errorf("publications %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestNamedPort resolves a Service's named target port as Kubernetes'
+// FindPort does: an app container's first, then a native sidecar's, never
+// an init container's that runs to completion.
+func TestNamedPort(t *testing.T) {
+	port := func(name string, n int32) []corev1.ContainerPort {
+		return []corev1.ContainerPort{{Name: name, ContainerPort: n}}
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{
+			{Name: "setup", Ports: port("setup", 7000)},
+			{Name: "envoy", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Ports: slices.Concat(port("proxy", 5000), port("http", 5001))},
+		},
+		Containers: []corev1.Container{{Name: "app", Ports: port("http", 8080)}, {Name: "other", Ports: port("http", 8081)}},
+	}}
+	for name, want := range map[string]int32{"http": 8080, "proxy": 5000, "setup": 0, "none": 0} {
+		if got := namedPort(pod, name); got != want {
+			t.Errorf("namedPort(%q) = %d, want %d", name, got, want)
+		}
 	}
 }

@@ -1,0 +1,411 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/target"
+)
+
+// podHeader names the pod on the sidecar's own answers, as the lab
+// server names it on its.
+const podHeader = "X-Pod-Name"
+
+// holdPoll is how often a held sidecar looks for its hold file, and a
+// draining one that waits for zero connections counts them.
+const holdPoll = 50 * time.Millisecond
+
+// errRouteTimeout is the cause of a request's context whose route timeout
+// passed.
+var errRouteTimeout = errors.New("route timeout")
+
+// Run runs the sidecar that cfg describes until it exits, and returns its
+// exit code: 0 after SIGTERM (or SIGINT) and after /quitquitquit, as
+// Envoy's. The caller exits the process with it. Run installs its own
+// handling of SIGTERM and SIGINT; it must be the only user of those
+// signals in the process. When ctx is done, Run closes its listeners and
+// connections and returns ctx.Err().
+//
+// An error means Run could not do what cfg asks: an invalid Config, a
+// port in use.
+func Run(ctx context.Context, cfg Config) (int, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
+	p := newSidecar(cfg)
+	p.log.Info("started", "config", cfg.settings())
+	return p.run(ctx, sig)
+}
+
+// A sidecar is one running proxy.
+type sidecar struct {
+	cfg Config
+	log *slog.Logger
+	hs  *http.Server
+	// state is what the admin's /ready reports; draining also puts
+	// Connection: close on every response.
+	state atomic.Value // of string: statePreInitializing, stateLive, stateDraining
+	// conns counts the open downstream connections.
+	conns atomic.Int64
+	// admin carries the admin endpoints' commands to the run loop.
+	admin chan command
+}
+
+// The states the admin's /ready reports, Envoy's words.
+const (
+	statePreInitializing = "PRE_INITIALIZING"
+	stateLive            = "LIVE"
+	stateDraining        = "DRAINING"
+)
+
+func newSidecar(cfg Config) *sidecar {
+	p := &sidecar{cfg: cfg, log: target.NewLogger(cfg.Log, cfg.LogFormat, cfg.PodName), admin: make(chan command)}
+	p.state.Store(statePreInitializing)
+	upstream := &url.URL{Scheme: "http", Host: cfg.Upstream}
+	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport: &http.Transport{
+			DialContext:         dialer.DialContext,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     time.Hour, // Envoy's upstream idle timeout
+			DisableCompression:  true,
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			p.closing(resp.Header)
+			return nil
+		},
+		ErrorHandler: p.upstreamFailed,
+		ErrorLog:     slog.NewLogLogger(slog.DiscardHandler, slog.LevelError),
+	}
+	p.hs = &http.Server{
+		Handler:           p.forward(rp),
+		ReadHeaderTimeout: time.Minute,
+		ErrorLog:          slog.NewLogLogger(slog.DiscardHandler, slog.LevelError),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				p.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				p.conns.Add(-1)
+			}
+		},
+	}
+	return p
+}
+
+// run opens the admin listener, waits for the hold file, opens the
+// downstream listener and serves until the sidecar exits.
+func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
+	if p.cfg.Admin != "none" {
+		aln, err := net.Listen("tcp", p.cfg.Admin)
+		if err != nil {
+			return 0, fmt.Errorf("admin: %w", err)
+		}
+		admin := &http.Server{Handler: p.adminHandler(), ReadHeaderTimeout: time.Minute}
+		go admin.Serve(aln)
+		defer admin.Close()
+		p.log.Info("admin_listening", "address", aln.Addr().String())
+	}
+	if p.cfg.HoldFile != "" {
+		if code, err, held := p.hold(ctx, sig); !held {
+			return code, err
+		}
+	}
+	ln, err := net.Listen("tcp", p.cfg.Listen)
+	if err != nil {
+		return 0, err
+	}
+	lnc := &listener{Listener: ln}
+	served := make(chan error, 1)
+	go func() { served <- p.hs.Serve(lnc) }()
+	defer p.hs.Close()
+	p.state.Store(stateLive)
+	p.log.Info("listening", "address", ln.Addr().String(), "upstream", p.cfg.Upstream)
+
+	var (
+		// closeListener ends a graceful drain_listeners' drain; exitAt,
+		// a SIGTERM's.
+		closeListener, exitAt <-chan time.Time
+		// zero ticks while the exit waits for the last connection.
+		zero      <-chan time.Time
+		sigterm   bool
+		healthBad bool
+	)
+	drain := func(reason string) {
+		if p.state.Swap(stateDraining) != stateDraining {
+			p.log.Info("draining", "reason", reason, "drain_time", p.cfg.DrainTime.String(), "connections", p.conns.Load())
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case err := <-served:
+			if lnc.closed.Load() {
+				served = nil
+				continue
+			}
+			return 0, fmt.Errorf("serve: %w", err)
+		case s := <-sig:
+			if sigterm {
+				p.log.Info("signal_ignored", "signal", signalName(s))
+				continue
+			}
+			sigterm = true
+			p.log.Info("sigterm", "signal", signalName(s))
+			if p.cfg.OnSIGTERM == ModeExit {
+				return p.exit("sigterm")
+			}
+			drain("sigterm")
+			exitAt = time.After(p.cfg.DrainTime)
+		case <-exitAt:
+			if !p.cfg.ExitOnZeroConnections || p.conns.Load() == 0 {
+				return p.exit("drained")
+			}
+			t := time.NewTicker(holdPoll)
+			defer t.Stop()
+			zero = t.C
+		case <-zero:
+			if p.conns.Load() == 0 {
+				return p.exit("no connections")
+			}
+		case <-closeListener:
+			lnc.close(p.log, "drained")
+		case c := <-p.admin:
+			switch c.kind {
+			case cmdDrainListeners:
+				if !c.graceful {
+					lnc.close(p.log, "drain_listeners")
+					break
+				}
+				drain("drain_listeners")
+				if closeListener == nil {
+					closeListener = time.After(p.cfg.DrainTime)
+				}
+			case cmdHealthFail:
+				healthBad = true
+				drain("healthcheck_fail")
+			case cmdHealthOK:
+				// Only a failed health check is undone; a drain is not.
+				if healthBad && !sigterm && closeListener == nil && p.state.CompareAndSwap(stateDraining, stateLive) {
+					p.log.Info("live", "reason", "healthcheck_ok")
+				}
+				healthBad = false
+			case cmdQuit:
+				return p.exit("quitquitquit")
+			}
+			close(c.done)
+		}
+	}
+}
+
+// hold waits for the hold file. It reports held false, with the exit code
+// and error to return, if a signal or ctx ended the wait first.
+func (p *sidecar) hold(ctx context.Context, sig <-chan os.Signal) (code int, err error, held bool) {
+	p.log.Info("holding", "file", p.cfg.HoldFile)
+	t := time.NewTicker(holdPoll)
+	defer t.Stop()
+	for {
+		_, err := os.Stat(p.cfg.HoldFile)
+		switch {
+		case err == nil:
+			p.log.Info("held", "file", p.cfg.HoldFile)
+			return 0, nil, true
+		case !errors.Is(err, fs.ErrNotExist):
+			return 0, fmt.Errorf("hold file: %w", err), false
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err(), false
+		case s := <-sig:
+			p.log.Info("sigterm", "signal", signalName(s))
+			p.log.Info("exiting", "reason", "sigterm", "connections", 0)
+			return 0, nil, false
+		case c := <-p.admin:
+			if c.kind == cmdQuit {
+				p.log.Info("exiting", "reason", "quitquitquit", "connections", 0)
+				return 0, nil, false
+			}
+			// Nothing listens yet: nothing to drain.
+			close(c.done)
+		case <-t.C:
+		}
+	}
+}
+
+// exit closes every connection, cutting what is in flight, and returns
+// the exit code.
+func (p *sidecar) exit(reason string) (int, error) {
+	p.log.Info("exiting", "reason", reason, "connections", p.conns.Load())
+	p.hs.Close()
+	return 0, nil
+}
+
+// listener is the downstream listener, which a drain closes once while
+// its connections go on.
+type listener struct {
+	net.Listener
+	once   sync.Once
+	closed atomic.Bool
+}
+
+func (l *listener) close(log *slog.Logger, reason string) {
+	l.once.Do(func() {
+		l.closed.Store(true)
+		l.Listener.Close()
+		log.Info("listener_closed", "reason", reason)
+	})
+}
+
+// forward returns the downstream handler: each request goes to the
+// upstream through rp, bounded by the route timeout, and is logged.
+func (p *sidecar) forward(rp *httputil.ReverseProxy) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ex := &exchange{ResponseWriter: w}
+		ctx := r.Context()
+		if p.cfg.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(ctx, p.cfg.Timeout, errRouteTimeout)
+			defer cancel()
+		}
+		defer func() {
+			// rp aborts a response whose upstream failed after its
+			// headers with a panic, which closes the connection: logged,
+			// then passed on.
+			v := recover()
+			ex.aborted = v != nil
+			if outcome := ex.outcome(); outcome != "ok" || p.cfg.AccessLog {
+				p.log.Info("request", "id", r.Header.Get("X-Request-Id"), "method", r.Method, "path", r.URL.Path,
+					"upstream", p.cfg.Upstream, "outcome", outcome, "status", ex.status,
+					"duration_ms", float64(time.Since(start).Microseconds())/1000)
+			}
+			if v != nil {
+				panic(v)
+			}
+		}()
+		rp.ServeHTTP(ex, r.WithContext(ctx))
+	})
+}
+
+// closing asks the client, in a response's header h, to close its
+// connection if the sidecar is draining: decided as the response goes,
+// so that a request in flight when the drain began is told too.
+func (p *sidecar) closing(h http.Header) {
+	if p.state.Load() == stateDraining {
+		h.Set("Connection", "close")
+	}
+}
+
+// upstreamFailed is rp's error handler: it answers as Envoy does for the
+// upstream's failure, unless the downstream client left first.
+func (p *sidecar) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	ex := w.(*exchange)
+	reason, ok := classify(r.Context(), err)
+	if !ok {
+		ex.canceled = true
+		return
+	}
+	ex.reason = reason
+	status, body := reply(reason)
+	h := w.Header()
+	h.Set("Content-Type", "text/plain")
+	h.Set(podHeader, p.cfg.PodName)
+	p.closing(h)
+	w.WriteHeader(status)
+	io.WriteString(w, body)
+}
+
+// classify returns the reason for an upstream failure err of a request
+// whose context is ctx; false if the downstream client left.
+func classify(ctx context.Context, err error) (Reason, bool) {
+	if errors.Is(context.Cause(ctx), errRouteTimeout) {
+		return UpstreamTimeout, true
+	}
+	if ctx.Err() != nil {
+		return "", false
+	}
+	var oe *net.OpError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return UpstreamRefused, true
+	case errors.As(err, &oe) && oe.Op == "dial" && oe.Timeout():
+		return UpstreamConnectTimeout, true
+	}
+	return UpstreamReset, true
+}
+
+// An exchange is the response writer of one request, which records its
+// outcome for the log.
+type exchange struct {
+	http.ResponseWriter
+	status int
+	// reason is the sidecar's reason for answering itself; empty if it
+	// did not.
+	reason Reason
+	// canceled: the downstream client left before the answer.
+	canceled bool
+	// aborted: the upstream's response was cut after its headers.
+	aborted bool
+}
+
+func (e *exchange) WriteHeader(status int) {
+	if e.status == 0 {
+		e.status = status
+	}
+	e.ResponseWriter.WriteHeader(status)
+}
+
+func (e *exchange) Write(b []byte) (int, error) {
+	if e.status == 0 {
+		e.status = http.StatusOK
+	}
+	return e.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController, which rp flushes through, the
+// connection's writer.
+func (e *exchange) Unwrap() http.ResponseWriter { return e.ResponseWriter }
+
+// outcome is the request's outcome as the log tells it.
+func (e *exchange) outcome() string {
+	switch {
+	case e.reason != "":
+		return string(e.reason)
+	case e.canceled:
+		return "canceled"
+	case e.aborted:
+		return "aborted"
+	}
+	return "ok"
+}
+
+func signalName(s os.Signal) string {
+	if s == syscall.SIGINT {
+		return "SIGINT"
+	}
+	return "SIGTERM"
+}

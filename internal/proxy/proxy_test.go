@@ -1,0 +1,308 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/proxy"
+	"github.com/closingtime-dev/closingtime/internal/testbinary"
+)
+
+// binary is the closingtime command that TestMain builds, which the tests
+// run as real processes: the proxy and its upstream, the lab server.
+var binary string
+
+func TestMain(m *testing.M) { os.Exit(testbinary.Main(m, &binary)) }
+
+// sidecar is a running closingtime proxy and its admin address.
+type sidecar struct {
+	*testbinary.Proc
+	addr, admin string
+}
+
+// startProxy starts `closingtime proxy` on free loopback ports in front
+// of upstream, with the further flags args.
+func startProxy(t *testing.T, upstream string, args ...string) *sidecar {
+	t.Helper()
+	p := testbinary.Start(t, binary, nil, nil, append([]string{"proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+		"--upstream", upstream, "--pod-name", "pod-a"}, args...)...)
+	admin, _ := p.Log.Wait(t, "admin_listening")["address"].(string)
+	s := &sidecar{Proc: p, admin: admin}
+	if !containsFlag(args, "--hold-file") {
+		s.addr = p.Addr(t)
+	}
+	return s
+}
+
+func containsFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == flag {
+			return true
+		}
+	}
+	return false
+}
+
+// startServe starts the lab server on a free loopback port with args and
+// returns it and its address.
+func startServe(t *testing.T, args ...string) (*testbinary.Proc, string) {
+	t.Helper()
+	p := testbinary.Start(t, binary, nil, nil, append([]string{"serve", "--listen", "127.0.0.1:0", "--pod-name", "pod-a"}, args...)...)
+	return p, p.Addr(t)
+}
+
+// admin posts path to the sidecar's admin listener.
+func (s *sidecar) post(t *testing.T, path string) {
+	t.Helper()
+	if err := proxy.Call(context.Background(), s.admin, path, testbinary.WaitLimit, io.Discard); err != nil {
+		t.Fatalf("admin %s: %v", path, err)
+	}
+}
+
+// ready returns the status and body of the admin's /ready.
+func (s *sidecar) ready(t *testing.T) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.admin + "/ready")
+	if err != nil {
+		t.Fatalf("GET /ready: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(body))
+}
+
+// checkReply checks that resp is the sidecar's own answer for reason.
+func checkReply(t *testing.T, resp testbinary.Response, reason proxy.Reason, status int) {
+	t.Helper()
+	if resp.Status != status {
+		t.Errorf("status %d, want %d", resp.Status, status)
+	}
+	if got := proxy.Recognize(resp.Status, []byte(resp.Body)); got != reason {
+		t.Errorf("body %q is recognized as %q, want %q", resp.Body, got, reason)
+	}
+	if pod := resp.Header.Get("X-Pod-Name"); pod != "pod-a" {
+		t.Errorf("X-Pod-Name %q, want the proxy's pod-a", pod)
+	}
+}
+
+func TestRefusedUpstream(t *testing.T) {
+	p := startProxy(t, testbinary.ClosedAddr(t))
+	resp := testbinary.Dial(t, p.addr).Get(t, "/work", "r1")
+	checkReply(t, resp, proxy.UpstreamRefused, http.StatusServiceUnavailable)
+	if want := "delayed connect error: 111"; !strings.HasSuffix(resp.Body, want) {
+		t.Errorf("body %q does not end with Envoy's %q", resp.Body, want)
+	}
+	e := p.Log.Wait(t, "request")
+	if e["outcome"] != string(proxy.UpstreamRefused) || e["id"] != "r1" {
+		t.Errorf("request event %v, want outcome %s of r1", e, proxy.UpstreamRefused)
+	}
+}
+
+// fakeUpstream accepts connections on a free loopback port and, for each,
+// reads the request and then does what answer says.
+func fakeUpstream(t *testing.T, answer func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+					answer(c)
+				}
+			})
+		}
+	})
+	return ln.Addr().String()
+}
+
+func TestResetUpstream(t *testing.T) {
+	upstream := fakeUpstream(t, func(c net.Conn) {
+		// A server that dies with the request read: the kernel resets.
+		c.(*net.TCPConn).SetLinger(0)
+	})
+	p := startProxy(t, upstream)
+	checkReply(t, testbinary.Dial(t, p.addr).Get(t, "/work", "r1"), proxy.UpstreamReset, http.StatusServiceUnavailable)
+}
+
+func TestUpstreamTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	upstream := fakeUpstream(t, func(net.Conn) { <-release })
+	p := startProxy(t, upstream, "--timeout", "300ms")
+	start := time.Now()
+	checkReply(t, testbinary.Dial(t, p.addr).Get(t, "/work", "r1"), proxy.UpstreamTimeout, http.StatusGatewayTimeout)
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("the 504 came after %v, before the route timeout", took)
+	}
+}
+
+func TestRecognizeOthers(t *testing.T) {
+	for _, tt := range []struct {
+		status int
+		body   string
+	}{
+		{http.StatusServiceUnavailable, "unavailable"},
+		{http.StatusOK, "upstream request timeout"},
+		{http.StatusBadGateway, "upstream request timeout"},
+	} {
+		if got := proxy.Recognize(tt.status, []byte(tt.body)); got != "" {
+			t.Errorf("Recognize(%d, %q) = %q, want none", tt.status, tt.body, got)
+		}
+	}
+}
+
+// inFlight sends n requests for /work on connections of their own and
+// returns a channel that gets each one's response, or its error.
+func inFlight(t *testing.T, addr string, n int) <-chan result {
+	out := make(chan result, n)
+	for i := range n {
+		c := testbinary.Dial(t, addr)
+		c.Send(t, "/work", "flight-"+string(rune('a'+i)))
+		go func() {
+			resp, err := c.Read()
+			out <- result{resp, err}
+		}()
+	}
+	return out
+}
+
+type result struct {
+	resp testbinary.Response
+	err  error
+}
+
+// TestDrainListenersThenQuit drains as seed 003's fixed order does: a
+// graceful drain_listeners, the app's requests finished, quitquitquit.
+// Nothing in flight is cut, and the listener closes after the drain time.
+func TestDrainListenersThenQuit(t *testing.T) {
+	_, upstream := startServe(t, "--work", "1500ms")
+	p := startProxy(t, upstream, "--drain-time", "500ms")
+	flights := inFlight(t, p.addr, 4)
+	time.Sleep(200 * time.Millisecond) // the requests reach the app
+	p.post(t, "/drain_listeners?graceful")
+	if status, body := p.ready(t); status != http.StatusServiceUnavailable || body != "DRAINING" {
+		t.Errorf("/ready after the drain began: %d %q, want 503 DRAINING", status, body)
+	}
+	// During the drain time the listener takes new requests, and asks
+	// their clients to leave.
+	c := testbinary.Dial(t, p.addr)
+	c.Send(t, "/live", "during")
+	if resp, err := c.Read(); err != nil || resp.Status != http.StatusOK || !resp.Close {
+		t.Errorf("a request during the drain: %+v %v, want 200 with Connection: close", resp, err)
+	}
+	p.Log.Wait(t, "listener_closed")
+	if !testbinary.Refused(p.addr) {
+		t.Error("a new connection after the drain time was not refused")
+	}
+	for range 4 {
+		r := <-flights
+		if r.err != nil || r.resp.Status != http.StatusOK {
+			t.Errorf("a request in flight: %+v %v, want 200", r.resp, r.err)
+		}
+	}
+	p.post(t, "/quitquitquit")
+	if ws := p.Wait(t); ws.ExitStatus() != 0 {
+		t.Errorf("exit %v after quitquitquit, want 0", ws)
+	}
+}
+
+// TestSIGTERMExit is Envoy's own SIGTERM: everything closes at once.
+func TestSIGTERMExit(t *testing.T) {
+	_, upstream := startServe(t, "--work", "5s")
+	p := startProxy(t, upstream)
+	flights := inFlight(t, p.addr, 1)
+	time.Sleep(200 * time.Millisecond)
+	p.Signal(t, syscall.SIGTERM)
+	if r := <-flights; r.err == nil {
+		t.Errorf("a request in flight at SIGTERM got %d, want it cut", r.resp.Status)
+	}
+	if ws := p.Wait(t); ws.ExitStatus() != 0 {
+		t.Errorf("exit %v, want 0", ws)
+	}
+}
+
+// TestSIGTERMDrain is Istio's agent: the listener stays for the drain
+// time, then the proxy exits; with exit-on-zero-connections it waits for
+// the last connection.
+func TestSIGTERMDrain(t *testing.T) {
+	_, upstream := startServe(t, "--work", "1500ms")
+	p := startProxy(t, upstream, "--on-sigterm", "drain", "--drain-time", "500ms", "--exit-on-zero-connections")
+	flights := inFlight(t, p.addr, 2)
+	time.Sleep(200 * time.Millisecond)
+	sent := time.Now()
+	p.Signal(t, syscall.SIGTERM)
+	p.Log.Wait(t, "draining")
+	if resp := testbinary.Dial(t, p.addr).Get(t, "/live", "during"); resp.Status != http.StatusOK || !resp.Close {
+		t.Errorf("a request during the drain: %+v, want 200 with Connection: close", resp)
+	}
+	for range 2 {
+		if r := <-flights; r.err != nil || r.resp.Status != http.StatusOK {
+			t.Errorf("a request in flight: %+v %v, want 200", r.resp, r.err)
+		}
+	}
+	if ws := p.Wait(t); ws.ExitStatus() != 0 {
+		t.Errorf("exit %v, want 0", ws)
+	}
+	if took := time.Since(sent); took < 500*time.Millisecond {
+		t.Errorf("exited %v after SIGTERM, before the drain time", took)
+	}
+	if e := p.Log.Wait(t, "exiting"); e["reason"] == "drained" && e["connections"] != float64(0) {
+		t.Errorf("exiting %v with connections left, want it to wait for zero", e)
+	}
+}
+
+// TestHoldFile holds the listener until the app's ready file exists.
+func TestHoldFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "start_success")
+	_, upstream := startServe(t)
+	p := startProxy(t, upstream, "--hold-file", file)
+	p.Log.Wait(t, "holding")
+	if status, body := p.ready(t); status != http.StatusServiceUnavailable || body != "PRE_INITIALIZING" {
+		t.Errorf("/ready while held: %d %q, want 503 PRE_INITIALIZING", status, body)
+	}
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := p.Addr(t)
+	if resp := testbinary.Dial(t, addr).Get(t, "/live", "after"); resp.Status != http.StatusOK {
+		t.Errorf("after the hold: %d, want 200 from the app", resp.Status)
+	}
+	if status, body := p.ready(t); status != http.StatusOK || body != "LIVE" {
+		t.Errorf("/ready after the hold: %d %q, want 200 LIVE", status, body)
+	}
+}
+
+func TestAdminWantsPOST(t *testing.T) {
+	p := startProxy(t, testbinary.ClosedAddr(t))
+	resp, err := http.Get("http://" + p.admin + "/quitquitquit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /quitquitquit: %d, want 405", resp.StatusCode)
+	}
+	if !p.Running() {
+		t.Error("a GET of /quitquitquit ended the proxy")
+	}
+}
