@@ -161,7 +161,7 @@ func runLab(ctx context.Context, streams Streams, names []string, flags labFlags
 			return err
 		}
 		if scenarios = installedScenarios(streams.Err, scenarios); len(scenarios) == 0 {
-			return usagef("lab: none of the scenarios can run here: install what they need")
+			return usagef("lab: none of the scenarios can run here: each line above says what it needs")
 		}
 	}
 	// Last of the checks: it writes (and removes) a file.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -27,8 +28,8 @@ reset, 504 "upstream request timeout". closingtime load reads those
 answers, and the diagnosis names the app's state behind them.
 
 On SIGTERM it exits at once (--on-sigterm exit, Envoy's own) or drains for
---drain-time with Connection: close on every response before it exits
-(drain, Istio's agent). The admin listener serves Envoy's shutdown
+--termination-drain with Connection: close on every response before it
+exits (drain, Istio's agent). The admin listener serves Envoy's shutdown
 endpoints, POST /drain_listeners[?graceful], /healthcheck/fail,
 /healthcheck/ok and /quitquitquit, and GET /ready; "closingtime proxy
 admin PATH" posts to them, for a preStop hook. --hold-file keeps the
@@ -45,12 +46,13 @@ Log lines go to standard output, one JSON object per event
 	f := struct {
 		listen, upstream, admin, holdFile, podName string
 		onSIGTERM                                  proxy.Mode
-		drainTime, timeout, connectTimeout         time.Duration
+		drainTime, terminationDrain                time.Duration
+		timeout, connectTimeout                    time.Duration
 		exitOnZero, accessLog                      bool
 		logFormat                                  target.LogFormat
 	}{
 		upstream: proxy.DefaultUpstream, admin: proxy.DefaultAdmin, onSIGTERM: proxy.ModeExit,
-		drainTime: proxy.DefaultDrainTime, timeout: proxy.DefaultTimeout, connectTimeout: proxy.DefaultConnectTimeout,
+		drainTime: proxy.DefaultDrainTime, terminationDrain: proxy.DefaultTerminationDrain, timeout: proxy.DefaultTimeout, connectTimeout: proxy.DefaultConnectTimeout,
 		logFormat: target.LogJSON,
 	}
 	fs := cmd.Flags()
@@ -59,11 +61,13 @@ Log lines go to standard output, one JSON object per event
 	fs.Var((*listenValue)(&f.upstream), "upstream", "the app's address, host:port, on the pod's own loopback")
 	fs.Var((*adminValue)(&f.admin), "admin", `admin listener's address, host:port, or none`)
 	fs.Var(&enumValue[proxy.Mode]{&f.onSIGTERM, proxy.Modes()}, "on-sigterm",
-		"what to do on SIGTERM: exit (Envoy's: at once, cutting what is in flight) or drain (Istio's agent: serve on for --drain-time with Connection: close, then exit)")
+		"what to do on SIGTERM: exit (Envoy's: at once, cutting what is in flight) or drain (Istio's agent: serve on for --termination-drain with Connection: close, then exit)")
+	fs.Var((*durationValue)(&f.terminationDrain), "termination-drain",
+		"with --on-sigterm drain, how long the proxy serves on after SIGTERM (Istio's terminationDrainDuration)")
 	fs.Var((*durationValue)(&f.drainTime), "drain-time",
-		"how long a drain (SIGTERM with --on-sigterm drain, or POST /drain_listeners?graceful) keeps the listener open (Istio's terminationDrainDuration)")
+		"how long POST /drain_listeners?graceful keeps the listener open (Envoy's --drain-time-s, which Istio sets to its drainDuration)")
 	fs.Var((*boolValue)(&f.exitOnZero), "exit-on-zero-connections",
-		"after a SIGTERM's drain time, exit only once no downstream connection is left (Istio's EXIT_ON_ZERO_ACTIVE_CONNECTIONS)")
+		"after --termination-drain, exit only once no downstream connection is left (Istio's EXIT_ON_ZERO_ACTIVE_CONNECTIONS)")
 	fs.Lookup("exit-on-zero-connections").NoOptDefVal = "true"
 	fs.Var((*durationValue)(&f.timeout), "timeout", "route timeout: time the upstream has for its whole response before a 504; 0: none (Envoy's default 15s)")
 	fs.Var((*durationValue)(&f.connectTimeout), "connect-timeout", "time an upstream connect may take")
@@ -90,7 +94,7 @@ Log lines go to standard output, one JSON object per event
 		}
 		code, err := proxy.Run(cmd.Context(), proxy.Config{
 			Listen: listen, Upstream: f.upstream, Admin: f.admin,
-			OnSIGTERM: f.onSIGTERM, DrainTime: f.drainTime, ExitOnZeroConnections: f.exitOnZero,
+			OnSIGTERM: f.onSIGTERM, DrainTime: f.drainTime, TerminationDrain: f.terminationDrain, ExitOnZeroConnections: f.exitOnZero,
 			Timeout: timeout, ConnectTimeout: f.connectTimeout, HoldFile: f.holdFile,
 			PodName: podName, LogFormat: f.logFormat, AccessLog: f.accessLog, Log: streams.Out,
 		})
@@ -115,7 +119,7 @@ func newProxyAdminCommand(streams Streams) *cobra.Command {
 		Long: `admin posts PATH to the admin listener of a closingtime proxy (or of an
 Envoy) and prints its answer: /drain_listeners, /drain_listeners?graceful,
 /healthcheck/fail, /healthcheck/ok or /quitquitquit. An answer other than
-2xx, or none within --timeout, exits 1.`,
+2xx exits 1; no answer within --timeout, or no proxy there, exits 4.`,
 		Example: `  closingtime proxy admin /drain_listeners?graceful
   closingtime proxy admin --admin 127.0.0.1:15000 /quitquitquit`,
 		Args: cobra.ExactArgs(1),
@@ -127,7 +131,13 @@ Envoy) and prints its answer: /drain_listeners, /drain_listeners?graceful,
 		if err := positive("proxy admin", "--timeout", timeout); err != nil {
 			return err
 		}
-		if err := proxy.Call(cmd.Context(), addr, args[0], timeout, streams.Out); err != nil {
+		err := proxy.Call(cmd.Context(), addr, args[0], timeout, streams.Out)
+		if se := (*proxy.StatusError)(nil); errors.As(err, &se) {
+			// The proxy answered, and said no.
+			fmt.Fprintf(streams.Err, "closingtime: proxy admin: %v\n", err)
+			return exitStatus(ExitFailed)
+		}
+		if err != nil {
 			return fmt.Errorf("proxy admin: %w", err)
 		}
 		return nil

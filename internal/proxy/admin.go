@@ -77,7 +77,7 @@ func (p *sidecar) adminHandler() http.Handler {
 // "/drain_listeners?graceful"), to the sidecar whose admin listener is at
 // addr, and writes its answer to out. It is what a preStop hook runs, as
 // Istio's injected hook runs `pilot-agent request POST …`. An answer other
-// than 2xx is an error.
+// than 2xx is a *StatusError.
 func Call(ctx context.Context, addr, path string, timeout time.Duration, out io.Writer) error {
 	if !strings.HasPrefix(path, "/") {
 		path = "/" + path
@@ -97,7 +97,16 @@ func Call(ctx context.Context, addr, path string, timeout time.Duration, out io.
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("admin %s: %s", path, resp.Status)
+		return &StatusError{Path: path, Status: resp.Status}
 	}
 	return nil
 }
+
+// A StatusError is an admin endpoint's answer other than 2xx.
+type StatusError struct {
+	// Path is the endpoint's, Status the answer's ("405 Method Not
+	// Allowed").
+	Path, Status string
+}
+
+func (e *StatusError) Error() string { return "admin " + e.Path + ": " + e.Status }

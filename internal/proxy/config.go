@@ -24,9 +24,13 @@ const (
 	// DefaultAdmin is the admin listener: Envoy's customary port, on the
 	// pod's loopback.
 	DefaultAdmin = "127.0.0.1:9901"
-	// DefaultDrainTime is how long a drain keeps the listener open:
-	// Istio's terminationDrainDuration.
-	DefaultDrainTime = 5 * time.Second
+	// DefaultDrainTime is how long a graceful drain_listeners keeps the
+	// listener open: Istio's drainDuration, which it gives Envoy as its
+	// --drain-time-s.
+	DefaultDrainTime = 45 * time.Second
+	// DefaultTerminationDrain is how long ModeDrain serves on after
+	// SIGTERM: Istio's terminationDrainDuration.
+	DefaultTerminationDrain = 5 * time.Second
 	// DefaultTimeout is the route timeout: Envoy's default for a route.
 	DefaultTimeout = 15 * time.Second
 	// DefaultConnectTimeout bounds an upstream connect: Envoy's cluster
@@ -41,10 +45,10 @@ const (
 	// ModeExit is Envoy's own: close the listeners and every connection,
 	// and exit 0 at once. Requests in flight are cut.
 	ModeExit Mode = "exit"
-	// ModeDrain is Istio's agent in front of Envoy: drain for the drain
-	// time, the listener open and every response with Connection: close,
-	// then exit 0 as ModeExit does (or, with ExitOnZeroConnections, once
-	// no downstream connection is left).
+	// ModeDrain is Istio's agent in front of Envoy: drain for the
+	// termination drain, the listener open and every response with
+	// Connection: close, then exit 0 as ModeExit does (or, with
+	// ExitOnZeroConnections, once no downstream connection is left).
 	ModeDrain Mode = "drain"
 )
 
@@ -67,12 +71,14 @@ type Config struct {
 	Admin string
 	// OnSIGTERM is what to do on SIGTERM (or SIGINT). Empty means ModeExit.
 	OnSIGTERM Mode
-	// DrainTime is how long a drain, by SIGTERM in ModeDrain or by a
-	// graceful drain_listeners, keeps the listener open. Zero means
-	// DefaultDrainTime.
+	// DrainTime is how long a graceful drain_listeners keeps the
+	// listener open. Zero means DefaultDrainTime.
 	DrainTime time.Duration
-	// ExitOnZeroConnections makes a SIGTERM's drain, once DrainTime is
-	// over, wait for the last downstream connection to close before the
+	// TerminationDrain is how long ModeDrain serves on after SIGTERM
+	// before the exit. Zero means DefaultTerminationDrain.
+	TerminationDrain time.Duration
+	// ExitOnZeroConnections makes a SIGTERM's drain, once
+	// TerminationDrain is over, wait for the last downstream connection to close before the
 	// exit, as Istio's EXIT_ON_ZERO_ACTIVE_CONNECTIONS does.
 	ExitOnZeroConnections bool
 	// Timeout is the route timeout, from the request's arrival to the
@@ -109,6 +115,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Admin = cmp.Or(c.Admin, DefaultAdmin)
 	c.OnSIGTERM = cmp.Or(c.OnSIGTERM, ModeExit)
 	c.DrainTime = cmp.Or(c.DrainTime, DefaultDrainTime)
+	c.TerminationDrain = cmp.Or(c.TerminationDrain, DefaultTerminationDrain)
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, DefaultConnectTimeout)
 	c.LogFormat = cmp.Or(c.LogFormat, target.LogJSON)
@@ -129,8 +136,8 @@ func (c Config) withDefaults() (Config, error) {
 	if _, _, err := net.SplitHostPort(c.Upstream); err != nil {
 		errs = append(errs, fmt.Errorf("upstream %q: %w", c.Upstream, err))
 	}
-	if c.DrainTime < 0 || c.ConnectTimeout < 0 {
-		errs = append(errs, errors.New("the drain time and the connect timeout cannot be negative"))
+	if c.DrainTime < 0 || c.TerminationDrain < 0 || c.ConnectTimeout < 0 {
+		errs = append(errs, errors.New("the drain times and the connect timeout cannot be negative"))
 	}
 	return c, errors.Join(errs...)
 }
@@ -143,7 +150,8 @@ func (c Config) settings() map[string]any {
 	}
 	return map[string]any{
 		"listen": c.Listen, "upstream": c.Upstream, "admin": c.Admin,
-		"on_sigterm": c.OnSIGTERM, "drain_time": c.DrainTime.String(), "exit_on_zero_connections": c.ExitOnZeroConnections,
+		"on_sigterm": c.OnSIGTERM, "drain_time": c.DrainTime.String(),
+		"termination_drain": c.TerminationDrain.String(), "exit_on_zero_connections": c.ExitOnZeroConnections,
 		"timeout": timeout, "connect_timeout": c.ConnectTimeout.String(), "hold_file": c.HoldFile,
 	}
 }

@@ -154,9 +154,11 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 		sigterm   bool
 		healthBad bool
 	)
-	drain := func(reason string) {
+	// drain begins a drain for reason, which lasts d (0 for as long as
+	// the proxy lives).
+	drain := func(reason string, d time.Duration) {
 		if p.state.Swap(stateDraining) != stateDraining {
-			p.log.Info("draining", "reason", reason, "drain_time", p.cfg.DrainTime.String(), "connections", p.conns.Load())
+			p.log.Info("draining", "reason", reason, "for", d.String(), "connections", p.conns.Load())
 		}
 	}
 	for {
@@ -179,8 +181,8 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 			if p.cfg.OnSIGTERM == ModeExit {
 				return p.exit("sigterm")
 			}
-			drain("sigterm")
-			exitAt = time.After(p.cfg.DrainTime)
+			drain("sigterm", p.cfg.TerminationDrain)
+			exitAt = time.After(p.cfg.TerminationDrain)
 		case <-exitAt:
 			if !p.cfg.ExitOnZeroConnections || p.conns.Load() == 0 {
 				return p.exit("drained")
@@ -201,13 +203,13 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 					lnc.close(p.log, "drain_listeners")
 					break
 				}
-				drain("drain_listeners")
+				drain("drain_listeners", p.cfg.DrainTime)
 				if closeListener == nil {
 					closeListener = time.After(p.cfg.DrainTime)
 				}
 			case cmdHealthFail:
 				healthBad = true
-				drain("healthcheck_fail")
+				drain("healthcheck_fail", 0)
 			case cmdHealthOK:
 				// Only a failed health check is undone; a drain is not.
 				if healthBad && !sigterm && closeListener == nil && p.state.CompareAndSwap(stateDraining, stateLive) {

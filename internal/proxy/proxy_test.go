@@ -246,7 +246,7 @@ func TestSIGTERMExit(t *testing.T) {
 // the last connection.
 func TestSIGTERMDrain(t *testing.T) {
 	_, upstream := startServe(t, "--work", "1500ms")
-	p := startProxy(t, upstream, "--on-sigterm", "drain", "--drain-time", "500ms", "--exit-on-zero-connections")
+	p := startProxy(t, upstream, "--on-sigterm", "drain", "--termination-drain", "500ms", "--exit-on-zero-connections")
 	flights := inFlight(t, p.addr, 2)
 	time.Sleep(200 * time.Millisecond)
 	sent := time.Now()
