@@ -37,9 +37,12 @@ listener closed until the app's readiness file exists.
 
 Log lines go to standard output, one JSON object per event
 (docs/proxy.md).`,
-		Example: `  # The fixed order of seed 003: drain the listener at the start of the
-  # termination, as a native sidecar's preStop hook does
-  closingtime proxy --upstream 127.0.0.1:50051 --hold-file /tmp/start_success
+		Example: `  # Seed 003's sidecar: held until the model server has loaded, then in
+  # front of it; SIGTERM drains for a second before the exit
+  closingtime proxy --upstream 127.0.0.1:50051 --hold-file /tmp/start_success \
+    --on-sigterm drain --termination-drain 1s --timeout 30s
+
+  # Its preStop hook: drain the listener at the start of the termination
   closingtime proxy admin /drain_listeners?graceful`,
 		Args: cobra.NoArgs,
 	}
@@ -69,7 +72,7 @@ Log lines go to standard output, one JSON object per event
 	fs.Var((*boolValue)(&f.exitOnZero), "exit-on-zero-connections",
 		"after --termination-drain, exit only once no downstream connection is left (Istio's EXIT_ON_ZERO_ACTIVE_CONNECTIONS)")
 	fs.Lookup("exit-on-zero-connections").NoOptDefVal = "true"
-	fs.Var((*durationValue)(&f.timeout), "timeout", "route timeout: time the upstream has for its whole response before a 504; 0: none (Envoy's default 15s)")
+	fs.Var((*durationValue)(&f.timeout), "timeout", "route timeout: time the upstream has for its whole response, past which the proxy answers 504 or cuts a response begun; 0: none (Envoy's default 15s)")
 	fs.Var((*durationValue)(&f.connectTimeout), "connect-timeout", "time an upstream connect may take")
 	fs.StringVar(&f.holdFile, "hold-file", "", "file to wait for before opening the listener: the app's readiness signal, such as its --ready-file")
 	fs.StringVar(&f.podName, "pod-name", "", "name on the proxy's own answers (X-Pod-Name) and log lines (default $POD_NAME, else $HOSTNAME, else the host name)")

@@ -136,8 +136,8 @@ func InitDone(kind EventKind, fields map[string]string) bool {
 func OfSidecar(fields map[string]string) bool { return fields["sidecar"] == "true" }
 
 // BesideServer reports whether an event's fields say it is of a container
-// beside the pod's server, its first app container: a sidecar, or a
-// later app container (app=N/M), such as a proxy in front of the server.
+// beside the pod's server (ServerIndex): a sidecar, or another app
+// container (app=N/M), such as a proxy in front of the server.
 func BesideServer(fields map[string]string) bool { return OfSidecar(fields) || fields["app"] != "" }
 
 // A Recorder takes events. Implementations must be safe for concurrent use

@@ -247,8 +247,7 @@ func cause(h *history, r *results.Request) results.Cause {
 	case r.Class == load.HTTP5xx && ph != nil && r.Proxy == proxy.UpstreamRefused:
 		return proxyRefused(ph, ph.at(r.FailedMS))
 	case r.Class == load.HTTP5xx && ph != nil && r.Proxy == proxy.UpstreamReset:
-		// The proxy answered for a connection its app cut.
-		return cut(ph, r)
+		return proxyReset(ph, r)
 	case ph == nil || r.Class == load.ConnectTimeout || r.Class == load.ResponseTimeout || r.Class == load.HTTP5xx:
 		// A 5xx is an answer, and a response that never came tells
 		// nothing of a cut.
@@ -320,21 +319,41 @@ func (h *history) refused(ph *podHistory, s snapshot, r *results.Request) result
 // (the app's, as the pod's server) being s.
 func proxyRefused(ph *podHistory, s snapshot) results.Cause {
 	notListening := s.Listening != nil && !*s.Listening
+	x, exited := ph.lastExitBefore(s.at)
 	switch {
 	case s.terminating && (s.signalled || !s.running || notListening):
 		return ProxyOutlivedApp
 	case s.terminating:
 		return Unknown
-	case !s.running:
-		if _, exited := ph.lastExitBefore(s.at); exited {
-			return ContainerExited
-		}
-		// Not started yet: the proxy came first.
-		return ProxyReadyBeforeApp
-	case notListening:
+	case (exited && x.liveness && (!s.running || !s.Ready)) || ph.beingKilled(s.at):
+		// The app restarts after a failed liveness probe.
+		return LivenessRestart
+	case !s.running && exited:
+		return ContainerExited
+	case !s.running, notListening:
+		// Not started, or not listening, yet: the proxy came first.
 		return ProxyReadyBeforeApp
 	}
 	return Unknown
+}
+
+// proxyReset gives the cause of a 503 that the proxy of pod ph answered
+// when its connection to the app broke before the response: the app's
+// cut of a request it had, or, for a request that came after the app's
+// exit, the proxy's outliving it.
+func proxyReset(ph *podHistory, r *results.Request) results.Cause {
+	x, exited := ph.exitNear(r.FailedMS-exitBefore, r.FailedMS+exitAfter)
+	if exited && r.AtMS > x.at {
+		if x.terminating {
+			return ProxyOutlivedApp
+		}
+		return ContainerExited
+	}
+	// The connection that broke is the proxy's to the app, made for the
+	// request, not the client's, which the client may have reused.
+	app := *r
+	app.ConnRequests, app.ConnAgeMS = 0, 0
+	return cut(ph, &app)
 }
 
 // cut gives the cause of request r, which failed after its connection to
@@ -477,8 +496,10 @@ func Sum(runs []results.Run) []results.CauseCount {
 // findings tells how each old pod stopped.
 func findings(h *history, old []results.OldPod, requests []results.Request) []results.Finding {
 	var out []results.Finding
-	cuts := map[string]int{} // by pod, its requests cut by an exit without drain
+	cuts := map[string]int{}   // by pod, its requests cut by an exit without drain
+	failed := map[string]int{} // by pod, its failed and absorbed requests
 	for _, r := range requests {
+		failed[r.Pod]++
 		if r.Cause == ExitWithoutDrain {
 			cuts[r.Pod]++
 		}
@@ -533,9 +554,12 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 				views = "the routing views of " + strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
 			}
 			advice := "a preStop delay would have covered the propagation"
-			if o.AfterSigterm != nil && *o.AfterSigterm > 0 && cuts[o.Name] == 0 {
+			switch {
+			case o.AfterSigterm != nil && *o.AfterSigterm > 0 && cuts[o.Name] == 0:
 				// Its server's own delay did: it went on accepting.
 				advice = "it went on accepting them"
+			case failed[o.Name] == 0:
+				advice = "none of its requests failed"
 			}
 			add("routing-not-converged", fmt.Sprintf("at SIGTERM, %s still sent new connections to it: %s", views, advice))
 		} else if len(h.nodes) == 0 && !ph.signalInferred && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
@@ -564,9 +588,10 @@ func exitMeaning(code int, pid1 bool) string {
 	return ""
 }
 
-// sec renders ms as seconds: "10 s", "0.71 s".
+// sec renders ms as seconds: "10 s", "0.71 s", "0.00 s" (below a
+// second, always with its hundredths).
 func sec(ms float64) string {
-	if ms == math.Trunc(ms/1000)*1000 {
+	if ms >= 1000 && ms == math.Trunc(ms/1000)*1000 {
 		return fmt.Sprintf("%.0f s", ms/1000)
 	}
 	return fmt.Sprintf("%.2f s", ms/1000)

@@ -226,6 +226,20 @@ func TestDiagnoseCauses(t *testing.T) {
 		request: proxied(old, request("r", load.HTTP5xx, -100, -100, 6, oldIP+":5000", 0, 0), proxy.UpstreamReset),
 		want:    ExitWithoutDrain,
 	}, {
+		name: "a proxy's 503 for a reset after its app's exit: the proxy outlived the app",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: proxied(old, request("r", load.HTTP5xx, 200, 200, 201, oldIP+":5000", 3, 900), proxy.UpstreamReset),
+		want:    ProxyOutlivedApp,
+	}, {
+		name: "a proxy's 503 for a cut on a reused client connection is the app's cut",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: proxied(old, request("r", load.HTTP5xx, -100, -100, 6, oldIP+":5000", 3, 900), proxy.UpstreamReset),
+		want:    ExitWithoutDrain,
+	}, {
 		name: "a proxy's 503 of another container beside the app: the app's exit alone counts",
 		run: func() *timeline {
 			tl := new(timeline).started(fresh, freshIP, 0, 1000, 10, true).
@@ -411,6 +425,30 @@ func TestFindings(t *testing.T) {
 	}
 	if !slices.Contains(kinds["app-b"], "killed-at-grace-end") || slices.Contains(kinds["app-b"], "ignored-sigterm") {
 		t.Errorf("findings of app-b %v: want killed-at-grace-end, not ignored-sigterm", kinds["app-b"])
+	}
+}
+
+// TestRoutingFinding checks what the diagnosis tells of old pods that the
+// routing still sent new connections to at their SIGTERM: the fix where a
+// request to the pod failed, and only then.
+func TestRoutingFinding(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").running("app-c", "10.0.0.3").
+		endpoints(-5000, 0, ready("10.0.0.1"), ready("10.0.0.2"), ready("10.0.0.3")).
+		stopped("app-a", 0, 0, 5, 143, false).stopped("app-b", 0, 0, 5, 143, false).
+		endpoints(1, 800, terminating("10.0.0.1"), terminating("10.0.0.2"), ready("10.0.0.3"))
+	tl.run.OldPods = []results.OldPod{{Name: "app-a", AfterSigterm: new(int)}, {Name: "app-b", AfterSigterm: new(int)}}
+	d, _ := tl.diagnosed(t, request("r", load.Refused, 300, 300, 300, "10.0.0.1:8080", 0, 0))
+	texts := map[string]string{}
+	for _, f := range d.Findings {
+		if f.Kind == "routing-not-converged" {
+			texts[f.Pod] = f.Text
+		}
+	}
+	if !strings.Contains(texts["app-a"], "a preStop delay would have covered") {
+		t.Errorf("app-a, refused in the race: %q, want the preStop delay's fix", texts["app-a"])
+	}
+	if !strings.HasSuffix(texts["app-b"], "none of its requests failed") {
+		t.Errorf("app-b, nothing failed: %q, want it said that none of its requests failed", texts["app-b"])
 	}
 }
 

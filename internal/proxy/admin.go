@@ -46,14 +46,18 @@ func (p *sidecar) adminHandler() http.Handler {
 			}
 			cmd := c(r)
 			cmd.done = make(chan struct{})
+			if cmd.kind == cmdQuit {
+				// The exit closes this connection: the answer goes
+				// first.
+				fmt.Fprintln(w, "OK")
+				http.NewResponseController(w).Flush()
+			}
 			select {
 			case p.admin <- cmd:
 			case <-r.Context().Done():
 				return
 			}
 			if cmd.kind == cmdQuit {
-				// The exit may close this connection before the answer.
-				fmt.Fprintln(w, "OK")
 				return
 			}
 			select {

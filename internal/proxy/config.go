@@ -153,5 +153,6 @@ func (c Config) settings() map[string]any {
 		"on_sigterm": c.OnSIGTERM, "drain_time": c.DrainTime.String(),
 		"termination_drain": c.TerminationDrain.String(), "exit_on_zero_connections": c.ExitOnZeroConnections,
 		"timeout": timeout, "connect_timeout": c.ConnectTimeout.String(), "hold_file": c.HoldFile,
+		"log_format": c.LogFormat, "access_log": c.AccessLog,
 	}
 }

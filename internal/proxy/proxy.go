@@ -60,9 +60,17 @@ type sidecar struct {
 	cfg Config
 	log *slog.Logger
 	hs  *http.Server
-	// state is what the admin's /ready reports; draining also puts
+	// state is what the admin's /ready reports: DRAINING while a health
+	// check is failed and once SIGTERM began a drain; either puts
 	// Connection: close on every response.
 	state atomic.Value // of string: statePreInitializing, stateLive, stateDraining
+	// draining puts Connection: close on every response for good: a
+	// SIGTERM's drain or a graceful drain_listeners, which leaves /ready
+	// as it was.
+	draining atomic.Bool
+	// exiting: the sidecar is closing every connection, and a request
+	// that ends now was cut by it.
+	exiting atomic.Bool
 	// conns counts the open downstream connections.
 	conns atomic.Int64
 	// admin carries the admin endpoints' commands to the run loop.
@@ -87,12 +95,19 @@ func newSidecar(cfg Config) *sidecar {
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 		},
+		// A connection per request: net/http's Transport resends an
+		// idempotent request whose reused connection broke, unseen, which
+		// Envoy does not, and which would turn a request the app's exit
+		// cut into a refused one.
 		Transport: &http.Transport{
-			DialContext:         dialer.DialContext,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     time.Hour, // Envoy's upstream idle timeout
-			DisableCompression:  true,
+			DialContext:        dialer.DialContext,
+			DisableKeepAlives:  true,
+			DisableCompression: true,
 		},
+		// Each write goes on at once, as Envoy streams a response: a
+		// response the upstream cuts after its headers reaches the
+		// client cut, not empty.
+		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			p.closing(resp.Header)
 			return nil
@@ -129,8 +144,10 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 		defer admin.Close()
 		p.log.Info("admin_listening", "address", aln.Addr().String())
 	}
+	healthBad := false
 	if p.cfg.HoldFile != "" {
-		if code, err, held := p.hold(ctx, sig); !held {
+		code, err, held := p.hold(ctx, sig, &healthBad)
+		if !held {
 			return code, err
 		}
 	}
@@ -142,7 +159,6 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 	served := make(chan error, 1)
 	go func() { served <- p.hs.Serve(lnc) }()
 	defer p.hs.Close()
-	p.state.Store(stateLive)
 	p.log.Info("listening", "address", ln.Addr().String(), "upstream", p.cfg.Upstream)
 
 	var (
@@ -150,16 +166,19 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 		// a SIGTERM's.
 		closeListener, exitAt <-chan time.Time
 		// zero ticks while the exit waits for the last connection.
-		zero      <-chan time.Time
-		sigterm   bool
-		healthBad bool
+		zero    <-chan time.Time
+		sigterm bool
 	)
-	// drain begins a drain for reason, which lasts d (0 for as long as
-	// the proxy lives).
+	// drain begins a drain for reason, which lasts d.
 	drain := func(reason string, d time.Duration) {
-		if p.state.Swap(stateDraining) != stateDraining {
+		if !p.draining.Swap(true) {
 			p.log.Info("draining", "reason", reason, "for", d.String(), "connections", p.conns.Load())
 		}
+	}
+	if healthBad {
+		p.state.Store(stateDraining)
+	} else {
+		p.state.Store(stateLive)
 	}
 	for {
 		select {
@@ -181,6 +200,7 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 			if p.cfg.OnSIGTERM == ModeExit {
 				return p.exit("sigterm")
 			}
+			p.state.Store(stateDraining)
 			drain("sigterm", p.cfg.TerminationDrain)
 			exitAt = time.After(p.cfg.TerminationDrain)
 		case <-exitAt:
@@ -208,14 +228,14 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 					closeListener = time.After(p.cfg.DrainTime)
 				}
 			case cmdHealthFail:
-				healthBad = true
-				drain("healthcheck_fail", 0)
+				if p.state.Swap(stateDraining) != stateDraining {
+					p.log.Info("health_failed", "reason", "healthcheck_fail")
+				}
 			case cmdHealthOK:
-				// Only a failed health check is undone; a drain is not.
-				if healthBad && !sigterm && closeListener == nil && p.state.CompareAndSwap(stateDraining, stateLive) {
+				// A SIGTERM's drain is not undone.
+				if !sigterm && p.state.CompareAndSwap(stateDraining, stateLive) {
 					p.log.Info("live", "reason", "healthcheck_ok")
 				}
-				healthBad = false
 			case cmdQuit:
 				return p.exit("quitquitquit")
 			}
@@ -224,9 +244,11 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 	}
 }
 
-// hold waits for the hold file. It reports held false, with the exit code
-// and error to return, if a signal or ctx ended the wait first.
-func (p *sidecar) hold(ctx context.Context, sig <-chan os.Signal) (code int, err error, held bool) {
+// hold waits for the hold file, noting in *healthBad the health checks
+// that fail and pass meanwhile. It reports held false, with the exit code
+// and error to return, if a signal, /quitquitquit or ctx ended the wait
+// first.
+func (p *sidecar) hold(ctx context.Context, sig <-chan os.Signal, healthBad *bool) (code int, err error, held bool) {
 	p.log.Info("holding", "file", p.cfg.HoldFile)
 	t := time.NewTicker(holdPoll)
 	defer t.Stop()
@@ -247,9 +269,12 @@ func (p *sidecar) hold(ctx context.Context, sig <-chan os.Signal) (code int, err
 			p.log.Info("exiting", "reason", "sigterm", "connections", 0)
 			return 0, nil, false
 		case c := <-p.admin:
-			if c.kind == cmdQuit {
+			switch c.kind {
+			case cmdQuit:
 				p.log.Info("exiting", "reason", "quitquitquit", "connections", 0)
 				return 0, nil, false
+			case cmdHealthFail, cmdHealthOK:
+				*healthBad = c.kind == cmdHealthFail
 			}
 			// Nothing listens yet: nothing to drain.
 			close(c.done)
@@ -262,6 +287,7 @@ func (p *sidecar) hold(ctx context.Context, sig <-chan os.Signal) (code int, err
 // the exit code.
 func (p *sidecar) exit(reason string) (int, error) {
 	p.log.Info("exiting", "reason", reason, "connections", p.conns.Load())
+	p.exiting.Store(true)
 	p.hs.Close()
 	return 0, nil
 }
@@ -300,6 +326,7 @@ func (p *sidecar) forward(rp *httputil.ReverseProxy) http.Handler {
 			// then passed on.
 			v := recover()
 			ex.aborted = v != nil
+			ex.cut = ex.cut || (ex.aborted && p.exiting.Load())
 			if outcome := ex.outcome(); outcome != "ok" || p.cfg.AccessLog {
 				p.log.Info("request", "id", r.Header.Get("X-Request-Id"), "method", r.Method, "path", r.URL.Path,
 					"upstream", p.cfg.Upstream, "outcome", outcome, "status", ex.status,
@@ -314,10 +341,12 @@ func (p *sidecar) forward(rp *httputil.ReverseProxy) http.Handler {
 }
 
 // closing asks the client, in a response's header h, to close its
-// connection if the sidecar is draining: decided as the response goes,
-// so that a request in flight when the drain began is told too.
+// connection if the sidecar is draining or its health check failed (as
+// Envoy's drain manager does for a listener of the default drain type):
+// decided as the response goes, so that a request in flight when the
+// drain began is told too.
 func (p *sidecar) closing(h http.Header) {
-	if p.state.Load() == stateDraining {
+	if p.draining.Load() || p.state.Load() == stateDraining {
 		h.Set("Connection", "close")
 	}
 }
@@ -328,7 +357,7 @@ func (p *sidecar) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	ex := w.(*exchange)
 	reason, ok := classify(r.Context(), err)
 	if !ok {
-		ex.canceled = true
+		ex.canceled, ex.cut = !p.exiting.Load(), p.exiting.Load()
 		return
 	}
 	ex.reason = reason
@@ -368,8 +397,9 @@ type exchange struct {
 	// reason is the sidecar's reason for answering itself; empty if it
 	// did not.
 	reason Reason
-	// canceled: the downstream client left before the answer.
-	canceled bool
+	// canceled: the downstream client left before the answer; cut: the
+	// sidecar's exit closed its connection first.
+	canceled, cut bool
 	// aborted: the upstream's response was cut after its headers.
 	aborted bool
 }
@@ -397,6 +427,8 @@ func (e *exchange) outcome() string {
 	switch {
 	case e.reason != "":
 		return string(e.reason)
+	case e.cut:
+		return "cut"
 	case e.canceled:
 		return "canceled"
 	case e.aborted:

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -156,17 +157,73 @@ func TestUpstreamTimeout(t *testing.T) {
 	}
 }
 
-func TestRecognizeOthers(t *testing.T) {
+func TestRecognize(t *testing.T) {
+	const connectError = "upstream connect error or disconnect/reset before headers. reset reason: "
 	for _, tt := range []struct {
 		status int
 		body   string
+		want   proxy.Reason
 	}{
-		{http.StatusServiceUnavailable, "unavailable"},
-		{http.StatusOK, "upstream request timeout"},
-		{http.StatusBadGateway, "upstream request timeout"},
+		{http.StatusServiceUnavailable, connectError + "connection failure, transport failure reason: delayed connect error: 111", proxy.UpstreamRefused},
+		// Envoy versions that name the errno.
+		{http.StatusServiceUnavailable, connectError + "remote connection failure, transport failure reason: delayed connect error: Connection refused", proxy.UpstreamRefused},
+		{http.StatusServiceUnavailable, connectError + "remote connection failure, transport failure reason: delayed connect error: 110", proxy.UpstreamConnectTimeout},
+		{http.StatusServiceUnavailable, connectError + "connection timeout", proxy.UpstreamConnectTimeout},
+		{http.StatusServiceUnavailable, connectError + "connection termination", proxy.UpstreamReset},
+		{http.StatusServiceUnavailable, connectError + "remote reset\n", proxy.UpstreamReset},
+		{http.StatusGatewayTimeout, "upstream request timeout", proxy.UpstreamTimeout},
+		{http.StatusServiceUnavailable, "unavailable", ""},
+		{http.StatusServiceUnavailable, connectError + "overflow", ""},
+		{http.StatusOK, "upstream request timeout", ""},
+		{http.StatusBadGateway, "upstream request timeout", ""},
 	} {
-		if got := proxy.Recognize(tt.status, []byte(tt.body)); got != "" {
-			t.Errorf("Recognize(%d, %q) = %q, want none", tt.status, tt.body, got)
+		if got := proxy.Recognize(tt.status, []byte(tt.body)); got != tt.want {
+			t.Errorf("Recognize(%d, %q) = %q, want %q", tt.status, tt.body, got, tt.want)
+		}
+	}
+}
+
+// heldUpstream is an upstream whose requests wait until release: arrived
+// gets one value per request that reached it, and each then answers 200,
+// or, with cut, its headers and part of its body, then a reset.
+type heldUpstream struct {
+	addr    string
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func newHeldUpstream(t *testing.T, cut bool) *heldUpstream {
+	t.Helper()
+	u := &heldUpstream{arrived: make(chan struct{}, 16), release: make(chan struct{})}
+	u.addr = fakeUpstream(t, func(c net.Conn) {
+		u.arrived <- struct{}{}
+		<-u.release
+		if cut {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nwor")
+			time.Sleep(50 * time.Millisecond)
+			c.(*net.TCPConn).SetLinger(0)
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nworked")
+	})
+	t.Cleanup(func() {
+		select {
+		case <-u.release:
+		default:
+			close(u.release)
+		}
+	})
+	return u
+}
+
+// await waits for n requests to reach u.
+func (u *heldUpstream) await(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-u.arrived:
+		case <-time.After(testbinary.WaitLimit):
+			t.Fatal("a request never reached the upstream")
 		}
 	}
 }
@@ -195,30 +252,32 @@ type result struct {
 // graceful drain_listeners, the app's requests finished, quitquitquit.
 // Nothing in flight is cut, and the listener closes after the drain time.
 func TestDrainListenersThenQuit(t *testing.T) {
-	_, upstream := startServe(t, "--work", "1500ms")
-	p := startProxy(t, upstream, "--drain-time", "500ms")
+	u := newHeldUpstream(t, false)
+	p := startProxy(t, u.addr, "--drain-time", "2s")
 	flights := inFlight(t, p.addr, 4)
-	time.Sleep(200 * time.Millisecond) // the requests reach the app
+	u.await(t, 4)
 	p.post(t, "/drain_listeners?graceful")
-	if status, body := p.ready(t); status != http.StatusServiceUnavailable || body != "DRAINING" {
-		t.Errorf("/ready after the drain began: %d %q, want 503 DRAINING", status, body)
+	if status, body := p.ready(t); status != http.StatusOK || body != "LIVE" {
+		t.Errorf("/ready after a graceful drain_listeners: %d %q, want 200 LIVE, as Envoy's", status, body)
 	}
 	// During the drain time the listener takes new requests, and asks
 	// their clients to leave.
 	c := testbinary.Dial(t, p.addr)
 	c.Send(t, "/live", "during")
+	u.await(t, 1)
+	close(u.release)
 	if resp, err := c.Read(); err != nil || resp.Status != http.StatusOK || !resp.Close {
 		t.Errorf("a request during the drain: %+v %v, want 200 with Connection: close", resp, err)
+	}
+	for range 4 {
+		r := <-flights
+		if r.err != nil || r.resp.Status != http.StatusOK || !r.resp.Close {
+			t.Errorf("a request in flight: %+v %v, want 200 with Connection: close", r.resp, r.err)
+		}
 	}
 	p.Log.Wait(t, "listener_closed")
 	if !testbinary.Refused(p.addr) {
 		t.Error("a new connection after the drain time was not refused")
-	}
-	for range 4 {
-		r := <-flights
-		if r.err != nil || r.resp.Status != http.StatusOK {
-			t.Errorf("a request in flight: %+v %v, want 200", r.resp, r.err)
-		}
 	}
 	p.post(t, "/quitquitquit")
 	if ws := p.Wait(t); ws.ExitStatus() != 0 {
@@ -226,12 +285,51 @@ func TestDrainListenersThenQuit(t *testing.T) {
 	}
 }
 
-// TestSIGTERMExit is Envoy's own SIGTERM: everything closes at once.
-func TestSIGTERMExit(t *testing.T) {
-	_, upstream := startServe(t, "--work", "5s")
-	p := startProxy(t, upstream)
+// TestDrainListenersAtOnce: a drain_listeners that is not graceful closes
+// the listener at once, and the requests in flight go on.
+func TestDrainListenersAtOnce(t *testing.T) {
+	u := newHeldUpstream(t, false)
+	p := startProxy(t, u.addr)
 	flights := inFlight(t, p.addr, 1)
-	time.Sleep(200 * time.Millisecond)
+	u.await(t, 1)
+	p.post(t, "/drain_listeners")
+	if !testbinary.Refused(p.addr) {
+		t.Error("a new connection after drain_listeners was not refused")
+	}
+	close(u.release)
+	if r := <-flights; r.err != nil || r.resp.Status != http.StatusOK {
+		t.Errorf("the request in flight: %+v %v, want 200", r.resp, r.err)
+	}
+}
+
+// TestHealthCheck: a failed health check fails /ready, and /healthcheck/ok
+// undoes it; neither closes anything.
+func TestHealthCheck(t *testing.T) {
+	_, upstream := startServe(t)
+	p := startProxy(t, upstream)
+	p.post(t, "/healthcheck/fail")
+	if status, body := p.ready(t); status != http.StatusServiceUnavailable || body != "DRAINING" {
+		t.Errorf("/ready after /healthcheck/fail: %d %q, want 503 DRAINING", status, body)
+	}
+	if resp := testbinary.Dial(t, p.addr).Get(t, "/live", "r1"); resp.Status != http.StatusOK || !resp.Close {
+		t.Errorf("a request with the health check failed: %d, close %v, want 200 with Connection: close", resp.Status, resp.Close)
+	}
+	p.post(t, "/healthcheck/ok")
+	if status, body := p.ready(t); status != http.StatusOK || body != "LIVE" {
+		t.Errorf("/ready after /healthcheck/ok: %d %q, want 200 LIVE", status, body)
+	}
+	if resp := testbinary.Dial(t, p.addr).Get(t, "/live", "r2"); resp.Status != http.StatusOK || resp.Close {
+		t.Errorf("a request with the health check passing again: %d, close %v, want 200 keeping the connection", resp.Status, resp.Close)
+	}
+}
+
+// TestSIGTERMExit is Envoy's own SIGTERM: everything closes at once, and
+// the log says the proxy cut what was in flight.
+func TestSIGTERMExit(t *testing.T) {
+	u := newHeldUpstream(t, false)
+	p := startProxy(t, u.addr)
+	flights := inFlight(t, p.addr, 1)
+	u.await(t, 1)
 	p.Signal(t, syscall.SIGTERM)
 	if r := <-flights; r.err == nil {
 		t.Errorf("a request in flight at SIGTERM got %d, want it cut", r.resp.Status)
@@ -241,33 +339,55 @@ func TestSIGTERMExit(t *testing.T) {
 	}
 }
 
-// TestSIGTERMDrain is Istio's agent: the listener stays for the drain
-// time, then the proxy exits; with exit-on-zero-connections it waits for
-// the last connection.
+// TestSIGTERMDrain is Istio's agent: the listener stays for the
+// termination drain, a second signal is ignored, and with
+// exit-on-zero-connections the proxy exits once the last connection has
+// gone, after the drain.
 func TestSIGTERMDrain(t *testing.T) {
-	_, upstream := startServe(t, "--work", "1500ms")
-	p := startProxy(t, upstream, "--on-sigterm", "drain", "--termination-drain", "500ms", "--exit-on-zero-connections")
+	u := newHeldUpstream(t, false)
+	p := startProxy(t, u.addr, "--on-sigterm", "drain", "--termination-drain", "500ms", "--exit-on-zero-connections")
 	flights := inFlight(t, p.addr, 2)
-	time.Sleep(200 * time.Millisecond)
-	sent := time.Now()
+	u.await(t, 2)
 	p.Signal(t, syscall.SIGTERM)
 	p.Log.Wait(t, "draining")
-	if resp := testbinary.Dial(t, p.addr).Get(t, "/live", "during"); resp.Status != http.StatusOK || !resp.Close {
-		t.Errorf("a request during the drain: %+v, want 200 with Connection: close", resp)
+	if status, body := p.ready(t); status != http.StatusServiceUnavailable || body != "DRAINING" {
+		t.Errorf("/ready after SIGTERM: %d %q, want 503 DRAINING", status, body)
 	}
+	p.Signal(t, syscall.SIGTERM)
+	p.Log.Wait(t, "signal_ignored")
+	// The requests are held past the drain: the exit waits for them.
+	time.Sleep(time.Second)
+	if !p.Running() {
+		t.Fatal("the proxy exited with connections open")
+	}
+	released := time.Now()
+	close(u.release)
 	for range 2 {
-		if r := <-flights; r.err != nil || r.resp.Status != http.StatusOK {
-			t.Errorf("a request in flight: %+v %v, want 200", r.resp, r.err)
+		if r := <-flights; r.err != nil || r.resp.Status != http.StatusOK || !r.resp.Close {
+			t.Errorf("a request in flight: %+v %v, want 200 with Connection: close", r.resp, r.err)
 		}
 	}
 	if ws := p.Wait(t); ws.ExitStatus() != 0 {
 		t.Errorf("exit %v, want 0", ws)
 	}
-	if took := time.Since(sent); took < 500*time.Millisecond {
-		t.Errorf("exited %v after SIGTERM, before the drain time", took)
+	if e := p.Log.Wait(t, "exiting"); e["reason"] != "no connections" || e.Time(t).Before(released.Truncate(time.Millisecond)) {
+		t.Errorf("exiting %v, want it for no connections, after the requests were released", e)
 	}
-	if e := p.Log.Wait(t, "exiting"); e["reason"] == "drained" && e["connections"] != float64(0) {
-		t.Errorf("exiting %v with connections left, want it to wait for zero", e)
+}
+
+// TestCutAfterHeaders: an upstream that fails after its headers cuts the
+// response at the client, which gets what had come.
+func TestCutAfterHeaders(t *testing.T) {
+	u := newHeldUpstream(t, true)
+	p := startProxy(t, u.addr)
+	flights := inFlight(t, p.addr, 1)
+	u.await(t, 1)
+	close(u.release)
+	if r := <-flights; r.err == nil {
+		t.Errorf("a response cut after its headers arrived whole: %+v", r.resp)
+	}
+	if e := p.Log.Wait(t, "request"); e["outcome"] != "aborted" || e["status"] != float64(http.StatusOK) {
+		t.Errorf("request event %v, want outcome aborted with status 200", e)
 	}
 }
 
@@ -292,6 +412,19 @@ func TestHoldFile(t *testing.T) {
 	}
 }
 
+// TestQuitWhileHeld: /quitquitquit ends a held proxy, which never listened.
+func TestQuitWhileHeld(t *testing.T) {
+	p := startProxy(t, testbinary.ClosedAddr(t), "--hold-file", filepath.Join(t.TempDir(), "never"))
+	p.Log.Wait(t, "holding")
+	p.post(t, "/quitquitquit")
+	if ws := p.Wait(t); ws.ExitStatus() != 0 {
+		t.Errorf("exit %v, want 0", ws)
+	}
+	if names := p.Log.Names(); slices.Contains(names, "listening") {
+		t.Errorf("log %v: the held proxy listened", names)
+	}
+}
+
 func TestAdminWantsPOST(t *testing.T) {
 	p := startProxy(t, testbinary.ClosedAddr(t))
 	resp, err := http.Get("http://" + p.admin + "/quitquitquit")
@@ -302,7 +435,7 @@ func TestAdminWantsPOST(t *testing.T) {
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET /quitquitquit: %d, want 405", resp.StatusCode)
 	}
-	if !p.Running() {
-		t.Error("a GET of /quitquitquit ended the proxy")
+	if status, _ := p.ready(t); status != http.StatusOK {
+		t.Errorf("/ready after a GET of /quitquitquit: %d, want the proxy live", status)
 	}
 }

@@ -1,8 +1,8 @@
 package proxy
 
 import (
-	"bytes"
 	"net/http"
+	"strings"
 )
 
 // A Reason is why a proxy answered a request itself, with a 5xx, instead
@@ -25,48 +25,57 @@ const (
 	UpstreamTimeout Reason = "upstream-timeout"
 )
 
-// envoyReplies are Envoy's local replies, which the sidecar answers with
-// (the first of each reason) and Recognize reads, from a real Envoy as
-// well.
-var envoyReplies = []struct {
-	reason Reason
+// envoyReplies are the sidecar's answers, Envoy's local replies: the
+// status and body for each reason.
+var envoyReplies = map[Reason]struct {
 	status int
 	body   string
 }{
-	{UpstreamRefused, http.StatusServiceUnavailable, envoyConnectError + "connection failure, transport failure reason: delayed connect error: 111"},
-	{UpstreamConnectTimeout, http.StatusServiceUnavailable, envoyConnectError + "connection timeout"},
-	{UpstreamReset, http.StatusServiceUnavailable, envoyConnectError + "connection termination"},
-	{UpstreamReset, http.StatusServiceUnavailable, envoyConnectError + "remote reset"},
-	{UpstreamTimeout, http.StatusGatewayTimeout, "upstream request timeout"},
+	UpstreamRefused:        {http.StatusServiceUnavailable, envoyConnectError + "connection failure, transport failure reason: delayed connect error: 111"},
+	UpstreamConnectTimeout: {http.StatusServiceUnavailable, envoyConnectError + "connection timeout"},
+	UpstreamReset:          {http.StatusServiceUnavailable, envoyConnectError + "connection termination"},
+	UpstreamTimeout:        {http.StatusGatewayTimeout, "upstream request timeout"},
 }
 
 // envoyConnectError begins Envoy's body for an upstream that failed before
 // its response's headers; the reset reason follows.
 const envoyConnectError = "upstream connect error or disconnect/reset before headers. reset reason: "
 
-// reply returns the status and body of the local reply for reason.
+// reply returns the status and body of the sidecar's answer for reason.
 func reply(reason Reason) (status int, body string) {
-	for _, r := range envoyReplies {
-		if r.reason == reason {
-			return r.status, r.body
-		}
-	}
-	panic("proxy: no reply for reason " + string(reason))
+	r := envoyReplies[reason]
+	return r.status, r.body
 }
 
 // Recognize returns the reason a proxy gave for answering a request
-// itself with status and body (its beginning will do, 512 bytes): one of
-// Envoy's local replies, closingtime proxy's among them; "" for any other
-// answer, an upstream's own 5xx included.
+// itself with status and body (its beginning will do, 512 bytes): Envoy's
+// local replies, closingtime proxy's among them, in the words of the
+// Envoy versions that write the errno (`delayed connect error: 111`) and
+// of those that name it (`remote connection failure, … Connection
+// refused`); "" for any other answer, an upstream's own 5xx included.
 func Recognize(status int, body []byte) Reason {
-	if status < 500 {
+	text := strings.TrimSpace(string(body))
+	if status == http.StatusGatewayTimeout && text == "upstream request timeout" {
+		return UpstreamTimeout
+	}
+	reset, ok := strings.CutPrefix(text, envoyConnectError)
+	if status != http.StatusServiceUnavailable || !ok {
 		return ""
 	}
-	body = bytes.TrimSpace(body)
-	for _, r := range envoyReplies {
-		if status == r.status && string(body) == r.body {
-			return r.reason
+	switch {
+	case strings.Contains(reset, "connection failure"):
+		// The transport's reason names the connect's error.
+		if strings.HasSuffix(reset, ": 111") || strings.HasSuffix(reset, "Connection refused") {
+			return UpstreamRefused
 		}
+		if strings.HasSuffix(reset, ": 110") || strings.Contains(reset, "timed out") {
+			return UpstreamConnectTimeout
+		}
+		return ""
+	case strings.HasPrefix(reset, "connection timeout"):
+		return UpstreamConnectTimeout
+	case strings.HasPrefix(reset, "connection termination"), strings.HasPrefix(reset, "remote reset"):
+		return UpstreamReset
 	}
 	return ""
 }

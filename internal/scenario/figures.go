@@ -78,7 +78,9 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 		}
 		t := r.Time
 		reached := t.Add(r.Connect)
-		if r.Class == load.OK || r.Class == load.HTTP5xx {
+		// A proxy's own 5xx (its upstream refused, reset or was slow) was
+		// not served by the pod's server, though the pod's address took it.
+		if (r.Class == load.OK || r.Class == load.HTTP5xx) && r.Proxy == "" {
 			if pod := cmp.Or(r.Pod, addrs.pod(r.Addr, reached)); pod != "" {
 				answered = append(answered, served{reached, pod, r.Reused()})
 			} else {

@@ -525,7 +525,8 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 	events := all[firstEvent:]
 	logs := map[string][]cluster.LogLine{}
 	for _, pod := range podsOf(events) {
-		l, err := c.Logs(ctx, d.Namespace, pod, d.Spec.Template.Spec.Containers[0].Name)
+		spec := &d.Spec.Template.Spec
+		l, err := c.Logs(ctx, d.Namespace, pod, spec.Containers[cluster.ServerIndex(spec)].Name)
 		if err != nil && !errors.Is(err, cluster.ErrNotFound) {
 			return nil, fmt.Errorf("logs of pod %s: %w", pod, err)
 		}
