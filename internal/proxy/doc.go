@@ -4,7 +4,9 @@
 // turn an app's shutdown into.
 //
 // [Run] forwards every request on its listener to one upstream, the app
-// on the pod's own loopback, over a keep-alive pool. When the upstream
+// on the pod's own loopback, on a connection of its own: a pool's hidden
+// resend of a request whose reused connection broke would change the
+// failure the client sees. When the upstream
 // fails before its response's headers, the sidecar answers itself, with
 // Envoy's status and body for the [Reason]: 503 `… delayed connect error:
 // 111` for a refused connect, 503 for a reset, 504 when the route timeout
@@ -20,7 +22,7 @@
 // held Envoy.
 //
 // The log is the lab server's (target.NewLogger): started,
-// admin_listening, holding, held, listening, sigterm, draining, live,
-// listener_closed, request, signal_ignored, exiting. docs/proxy.md lists
+// admin_listening, holding, held, listening, sigterm, draining,
+// health_failed, live, listener_closed, request, signal_ignored, exiting. docs/proxy.md lists
 // their fields.
 package proxy
