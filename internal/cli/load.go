@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/nodeagent"
 	"github.com/closingtime-dev/closingtime/internal/podnet"
@@ -232,7 +233,7 @@ const routesStartTimeout = 30 * time.Second
 
 // podDialer returns the dialer of a load that runs in a pod of
 // `closingtime cluster`, which names its API server in the environment:
-// in a pod network of namespaces (nodeagent.PodKubeconfigEnv),
+// in a pod network of namespaces (cluster.PodKubeconfigEnv),
 // nodeagent.Resolver.DialFromPod, which resolves Services' names to the
 // cluster IPs that the node's rules route; in the loopback model
 // (nodeagent.RoutingEnv), nodeagent.Routes.DialFromPod of a routing view
@@ -242,7 +243,7 @@ const routesStartTimeout = 30 * time.Second
 // variable missing or a kubeconfig that cannot be read is a usage error
 // that names the variable and the file.
 func podDialer(ctx context.Context) (load.Dialer, func(), error) {
-	env, path := nodeagent.PodKubeconfigEnv, os.Getenv(nodeagent.PodKubeconfigEnv)
+	env, path := cluster.PodKubeconfigEnv, os.Getenv(cluster.PodKubeconfigEnv)
 	if path == "" {
 		env, path = nodeagent.KubeconfigEnv, os.Getenv(nodeagent.KubeconfigEnv)
 	}
@@ -259,7 +260,7 @@ func podDialer(ctx context.Context) (load.Dialer, func(), error) {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, routesStartTimeout)
 	defer cancel()
-	if env == nodeagent.PodKubeconfigEnv {
+	if env == cluster.PodKubeconfigEnv {
 		return resolverDialer(startCtx, client, rest.Host, path)
 	}
 	node := os.Getenv(nodeagent.NodeNameEnv)
@@ -308,7 +309,7 @@ func resolverDialer(ctx context.Context, client kubernetes.Interface, host, path
 	resolver, err := nodeagent.StartResolver(ctx, client, backend)
 	if err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("load: Services of the API server at %s (%s=%s): %w", host, nodeagent.PodKubeconfigEnv, path, err)
+		return nil, nil, fmt.Errorf("load: Services of the API server at %s (%s=%s): %w", host, cluster.PodKubeconfigEnv, path, err)
 	}
 	return resolver.DialFromPod, func() { resolver.Close(); stop() }, nil
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/controlplane/controlplanetest"
 	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/nodeagent"
@@ -448,7 +449,7 @@ func TestLoadRoutes(t *testing.T) {
 	}{
 		{"unreadable kubeconfig", nodeagent.RoutingEnv(missing, "load-node", 0, 0), []string{nodeagent.KubeconfigEnv, missing}},
 		{"no node", env[:1], []string{nodeagent.NodeNameEnv}},
-		{"unreadable pod kubeconfig", []corev1.EnvVar{{Name: nodeagent.PodKubeconfigEnv, Value: missing}}, []string{nodeagent.PodKubeconfigEnv, missing}},
+		{"unreadable pod kubeconfig", []corev1.EnvVar{{Name: cluster.PodKubeconfigEnv, Value: missing}}, []string{cluster.PodKubeconfigEnv, missing}},
 	} {
 		_, stderr, err := run(tt.env...)
 		var exit *exec.ExitError

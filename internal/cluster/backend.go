@@ -95,6 +95,15 @@ type Backend interface {
 // it is down.
 const LoopbackOutsideHost = "127.0.9.1"
 
+// PodKubeconfigEnv names, in the pods of closingtime's own clusters, the
+// kubeconfig file by which a process in a pod reaches its cluster's API:
+// the embedded cluster's API for pods (its Services and EndpointSlices,
+// read-only), or the API server of `closingtime cluster`, through a host
+// of the pods' network that relays to it. `closingtime load` reads it to
+// resolve Services' names, `closingtime proxy --role edge` to watch a
+// Service's endpoints.
+const PodKubeconfigEnv = "CLOSINGTIME_POD_KUBECONFIG"
+
 // RolloutStatus is the outcome of a Deployment's rollout.
 type RolloutStatus struct {
 	// Complete reports whether the rollout completed: updatedReplicas,

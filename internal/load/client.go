@@ -351,7 +351,7 @@ func (a *attempt) done(resp *http.Response, head []byte) {
 	a.class = OK
 	if resp.StatusCode >= 500 {
 		a.class = HTTP5xx
-		a.proxy = proxy.Recognize(resp.StatusCode, head)
+		a.proxy = proxy.Recognize(resp.StatusCode, resp.Header, head)
 	}
 }
 

@@ -17,16 +17,8 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/podnet"
 )
 
-// PodKubeconfigEnv names, in the pods of a network of namespaces, the
-// kubeconfig file by which a process in a pod reaches the API server: a
-// host of the pods' network relays to it, as a cluster's pods reach their
-// API server through the network. `closingtime load` reads it to resolve
-// Services' names to their cluster IPs ([Resolver]), which the kernel's
-// rules of its node route.
-const PodKubeconfigEnv = "CLOSINGTIME_POD_KUBECONFIG"
-
 // PodKubeconfigFile is the name of the pods' kubeconfig
-// (PodKubeconfigEnv), which [StartNodes] writes in the directory of the API
+// (cluster.PodKubeconfigEnv), which [StartNodes] writes in the directory of the API
 // server's kubeconfig (NodesConfig.Kubeconfig) and Close removes.
 const PodKubeconfigFile = "pods-kubeconfig"
 

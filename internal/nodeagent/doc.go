@@ -26,7 +26,7 @@
 // podnet), each node's routing view ([Routes]), fed by the API server's
 // EndpointSlices as a node's kube-proxy is, written into the node's
 // nftables as kube-proxy's nftables mode writes it, and a relay to the API
-// server for the pods ([PodKubeconfigEnv]), whose `closingtime load`
+// server for the pods ([cluster.PodKubeconfigEnv]), whose `closingtime load`
 // resolves Services' names with a [Resolver]. On the loopback model, where
 // the system allows no namespaces, a process in a pod routes through a view
 // of its own instead, [Routes.DialFromPod], which finds its node in the

@@ -42,7 +42,7 @@ type NodesConfig struct {
 	Nodes int
 	// Kubelet is the template of every node's kubelet; see Config.Kubelet.
 	// Its Network, PodCIDR and Services are set per node, and the
-	// variables of the pods' routing (RoutingEnv, PodKubeconfigEnv) are
+	// variables of the pods' routing (RoutingEnv, cluster.PodKubeconfigEnv) are
 	// added to its Env.
 	Kubelet local.KubeletConfig
 	// Network is how pods are networked, as the embedded cluster's
@@ -76,7 +76,7 @@ type NodesConfig struct {
 // podnet.DefaultPodCIDR inside a podnet.Network, each node's routing view
 // ([Routes]) is written into its namespace, as its kube-proxy would write
 // it, and the pods reach the API server at a host of the network that
-// relays to it ([PodKubeconfigEnv]). In the loopback model, the pod range
+// relays to it ([cluster.PodKubeconfigEnv]). In the loopback model, the pod range
 // is a /16 of 127.0.0.0/8 claimed across the machine's processes
 // (local.ClaimFreeRange), and each pod that calls a Service routes
 // through a view of its own (RoutingEnv).
@@ -183,7 +183,7 @@ func (n *Nodes) start(ctx context.Context, cfg NodesConfig, i int, cidr netip.Pr
 		}
 		n.routes = append(n.routes, routes)
 		kc.Network, kc.Services = node, routes.ServicesOf
-		kc.Env = append([]corev1.EnvVar{{Name: PodKubeconfigEnv, Value: n.apiRelay.kubeconfig}, {Name: NodeNetnsEnv, Value: node.Netns().Path()}}, kc.Env...)
+		kc.Env = append([]corev1.EnvVar{{Name: cluster.PodKubeconfigEnv, Value: n.apiRelay.kubeconfig}, {Name: NodeNetnsEnv, Value: node.Netns().Path()}}, kc.Env...)
 	} else {
 		kc.Network = podnet.NewLoopbackNode(cidr, n.fallback)
 		kc.Env = append(RoutingEnv(cfg.Kubeconfig, name, cfg.MinPropagationDelay, cfg.MaxPropagationDelay), kc.Env...)

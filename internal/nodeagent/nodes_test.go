@@ -231,7 +231,7 @@ func TestNodesPodNetwork(t *testing.T) {
 			t.Fatal(err)
 		}
 		vars := strings.Split(string(environ), "\x00")
-		for _, v := range []string{"WEB_SERVICE_HOST=" + svc.Spec.ClusterIP, PodKubeconfigEnv + "=" + podKubeconfig, NodeNetnsEnv + "="} {
+		for _, v := range []string{"WEB_SERVICE_HOST=" + svc.Spec.ClusterIP, cluster.PodKubeconfigEnv + "=" + podKubeconfig, NodeNetnsEnv + "="} {
 			if !slices.ContainsFunc(vars, func(s string) bool { return s == v || strings.HasSuffix(v, "=") && strings.HasPrefix(s, v) }) {
 				t.Errorf("pod %s: no %s in its environment", p.Name, v)
 			}

@@ -28,7 +28,7 @@ const (
 
 // adminHandler serves Envoy's admin endpoints that shutdowns use: the
 // changes by POST only, as Envoy wants them.
-func (p *sidecar) adminHandler() http.Handler {
+func (p *server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
 		state := p.state.Load().(string)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/target"
@@ -34,9 +36,132 @@ const (
 	// DefaultTimeout is the route timeout: Envoy's default for a route.
 	DefaultTimeout = 15 * time.Second
 	// DefaultConnectTimeout bounds an upstream connect: Envoy's cluster
-	// default.
+	// default, and ingress-NGINX's proxy-connect-timeout.
 	DefaultConnectTimeout = 5 * time.Second
 )
+
+// The edge's defaults, those of ingress-NGINX's ConfigMap.
+const (
+	// DefaultReadTimeout bounds the wait for each read of an upstream's
+	// response, its header's first byte included: proxy-read-timeout.
+	DefaultReadTimeout = 60 * time.Second
+	// DefaultKeepalive is how many idle upstream connections the edge
+	// keeps: upstream-keepalive-connections.
+	DefaultKeepalive = 320
+	// DefaultKeepaliveRequests is how many requests an upstream
+	// connection carries before the edge closes it:
+	// upstream-keepalive-requests.
+	DefaultKeepaliveRequests = 10000
+	// DefaultKeepaliveTimeout is how long an upstream connection stays
+	// idle before the edge closes it: upstream-keepalive-timeout.
+	DefaultKeepaliveTimeout = 60 * time.Second
+	// DefaultKeepaliveTime is how long the edge uses an upstream
+	// connection, from its connect: upstream-keepalive-time.
+	DefaultKeepaliveTime = time.Hour
+	// DefaultNextUpstreamTries is how many attempts a request gets, the
+	// first included: proxy-next-upstream-tries.
+	DefaultNextUpstreamTries = 3
+	// DefaultUpdateDelay is the time from a change of a Service's
+	// EndpointSlices, as the edge's watch sees it, to the balancer's use
+	// of it: ingress-NGINX's Lua balancer takes the controller's new
+	// backends every second (BACKENDS_SYNC_INTERVAL); the controller's
+	// own sync, rate-limited to 0.3 a second by default, can add up to
+	// 3.3 s more.
+	DefaultUpdateDelay = time.Second
+)
+
+// A Role is what the proxy stands for.
+type Role string
+
+const (
+	// RoleSidecar is a mesh's sidecar, Envoy under Istio's agent: one
+	// upstream, the app on its pod's loopback; Envoy's answers.
+	RoleSidecar Role = "sidecar"
+	// RoleEdge is an ingress, ingress-NGINX: a Service's endpoints,
+	// straight to their pod addresses, round-robin, over a keep-alive
+	// pool, with retries on the next endpoint; NGINX's answers.
+	RoleEdge Role = "edge"
+)
+
+// Roles returns every role, the default first.
+func Roles() []Role { return []Role{RoleSidecar, RoleEdge} }
+
+// NextUpstream is when the edge tries a request's next endpoint, NGINX's
+// proxy_next_upstream: after an error (a refused, reset or closed
+// upstream), after a timeout (of the connect or of the response), and
+// whether a non-idempotent request (POST, LOCK, PATCH) may be tried again
+// once it may have reached an upstream. Its zero value is ingress-NGINX's
+// default, "error timeout"; NextUpstreamOff tries no other.
+type NextUpstream uint8
+
+const (
+	NextUpstreamError NextUpstream = 1 << iota
+	NextUpstreamTimeout
+	NextUpstreamNonIdempotent
+	// NextUpstreamOff tries no next endpoint.
+	NextUpstreamOff
+)
+
+// ParseNextUpstream parses NGINX's words for proxy_next_upstream,
+// separated by spaces or commas: error, timeout, non_idempotent, or off
+// alone.
+func ParseNextUpstream(s string) (NextUpstream, error) {
+	var n NextUpstream
+	for _, w := range strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == ',' }) {
+		switch w {
+		case "error":
+			n |= NextUpstreamError
+		case "timeout":
+			n |= NextUpstreamTimeout
+		case "non_idempotent":
+			n |= NextUpstreamNonIdempotent
+		case "off":
+			n |= NextUpstreamOff
+		default:
+			return 0, fmt.Errorf("next upstream %q: unknown %q, want error, timeout, non_idempotent or off", s, w)
+		}
+	}
+	if n == 0 || (n&NextUpstreamOff != 0 && n != NextUpstreamOff) {
+		return 0, fmt.Errorf("next upstream %q: want error, timeout and non_idempotent, or off alone", s)
+	}
+	return n, nil
+}
+
+// String returns n in NGINX's words.
+func (n NextUpstream) String() string {
+	if n == 0 {
+		n = NextUpstreamError | NextUpstreamTimeout
+	}
+	var words []string
+	for _, w := range []struct {
+		bit  NextUpstream
+		word string
+	}{{NextUpstreamError, "error"}, {NextUpstreamTimeout, "timeout"}, {NextUpstreamNonIdempotent, "non_idempotent"}, {NextUpstreamOff, "off"}} {
+		if n&w.bit != 0 {
+			words = append(words, w.word)
+		}
+	}
+	return strings.Join(words, " ")
+}
+
+// allows reports whether a request of method whose attempt failed with f
+// may be tried on a next endpoint (ngx_http_upstream_next): never a POST,
+// LOCK or PATCH that may have reached the upstream, unless
+// non_idempotent is given.
+func (n NextUpstream) allows(f *failure, method string) bool {
+	if n == 0 {
+		n = NextUpstreamError | NextUpstreamTimeout
+	}
+	switch {
+	case n&NextUpstreamOff != 0:
+		return false
+	case f.sent && (method == http.MethodPost || method == "LOCK" || method == http.MethodPatch) && n&NextUpstreamNonIdempotent == 0:
+		return false
+	case f.timeout:
+		return n&NextUpstreamTimeout != 0
+	}
+	return n&NextUpstreamError != 0
+}
 
 // A Mode is what the sidecar does on SIGTERM.
 type Mode string
@@ -55,17 +180,61 @@ const (
 // Modes returns every mode, the default first.
 func Modes() []Mode { return []Mode{ModeExit, ModeDrain} }
 
-// Config configures the sidecar. The zero Config forwards port
-// DefaultPort of every interface to DefaultUpstream, with Envoy's
-// defaults, logging JSON to nowhere.
+// Config configures the proxy. The zero Config is a sidecar that
+// forwards port DefaultPort of every interface to DefaultUpstream, with
+// Envoy's defaults, logging JSON to nowhere.
 type Config struct {
+	// Role is the proxy's role; RoleSidecar if empty. The fields below
+	// say which role reads them.
+	Role Role
 	// Listen is the downstream listener's address, host:port. Empty means
 	// port DefaultPort of every interface; port 0 picks a free one, which
 	// the "listening" event reports.
 	Listen string
-	// Upstream is the app's address, host:port. Empty means
+	// Upstream is the sidecar's app, host:port. Empty means
 	// DefaultUpstream.
 	Upstream string
+	// Service is the edge's Service, namespace/name, whose ready
+	// endpoints it routes to, from its own watch of the Service's
+	// EndpointSlices through Kubeconfig. Either Service or Upstreams is
+	// set for the edge.
+	Service string
+	// ServicePort is the port of Service the edge routes to: its name,
+	// or its number; empty for a Service of one port.
+	ServicePort string
+	// Kubeconfig is the kubeconfig file by which the edge watches
+	// Service; empty means the in-cluster configuration of a pod.
+	Kubeconfig string
+	// MinUpdateDelay and MaxUpdateDelay bound the edge's delay, drawn for
+	// each change, from its watch's sight of a change of the endpoints to
+	// its balancer's use of it; changes apply in order. Both zero means
+	// DefaultUpdateDelay.
+	MinUpdateDelay, MaxUpdateDelay time.Duration
+	// Upstreams are the edge's endpoints, host:port each, when it has no
+	// Service: a fixed upstream group.
+	Upstreams []string
+	// Keepalive is how many idle upstream connections the edge keeps for
+	// reuse. Zero means DefaultKeepalive; negative, none: a connection
+	// per request.
+	Keepalive int
+	// KeepaliveRequests is how many requests an upstream connection
+	// carries at most. Zero means DefaultKeepaliveRequests.
+	KeepaliveRequests int
+	// KeepaliveTimeout is how long an upstream connection may stay idle.
+	// Zero means DefaultKeepaliveTimeout.
+	KeepaliveTimeout time.Duration
+	// KeepaliveTime is an upstream connection's longest use, from its
+	// connect. Zero means DefaultKeepaliveTime.
+	KeepaliveTime time.Duration
+	// NextUpstream is when the edge tries a request's next endpoint.
+	NextUpstream NextUpstream
+	// NextUpstreamTries is how many attempts the edge makes of a request,
+	// the first included. Zero means DefaultNextUpstreamTries.
+	NextUpstreamTries int
+	// ReadTimeout bounds the edge's wait for each read of an upstream's
+	// response; past it, before the header, the edge answers 504. Zero
+	// means DefaultReadTimeout.
+	ReadTimeout time.Duration
 	// Admin is the admin listener's address; empty means DefaultAdmin,
 	// "none" none.
 	Admin string
@@ -81,7 +250,7 @@ type Config struct {
 	// TerminationDrain is over, wait for the last downstream connection to close before the
 	// exit, as Istio's EXIT_ON_ZERO_ACTIVE_CONNECTIONS does.
 	ExitOnZeroConnections bool
-	// Timeout is the route timeout, from the request's arrival to the
+	// Timeout is the sidecar's route timeout, from the request's arrival to the
 	// end of the upstream's response: past it the sidecar answers 504 (or
 	// cuts a response already begun). Zero means DefaultTimeout; negative,
 	// none.
@@ -110,7 +279,18 @@ type Config struct {
 
 // withDefaults checks c and returns it with its defaults set.
 func (c Config) withDefaults() (Config, error) {
+	c.Role = cmp.Or(c.Role, RoleSidecar)
 	c.Listen = cmp.Or(c.Listen, fmt.Sprintf(":%d", DefaultPort))
+	if c.MinUpdateDelay == 0 && c.MaxUpdateDelay == 0 {
+		c.MinUpdateDelay, c.MaxUpdateDelay = DefaultUpdateDelay, DefaultUpdateDelay
+	}
+	c.Keepalive = cmp.Or(c.Keepalive, DefaultKeepalive)
+	c.Keepalive = max(c.Keepalive, 0)
+	c.KeepaliveRequests = cmp.Or(c.KeepaliveRequests, DefaultKeepaliveRequests)
+	c.KeepaliveTimeout = cmp.Or(c.KeepaliveTimeout, DefaultKeepaliveTimeout)
+	c.KeepaliveTime = cmp.Or(c.KeepaliveTime, DefaultKeepaliveTime)
+	c.NextUpstreamTries = cmp.Or(c.NextUpstreamTries, DefaultNextUpstreamTries)
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, DefaultReadTimeout)
 	c.Upstream = cmp.Or(c.Upstream, DefaultUpstream)
 	c.Admin = cmp.Or(c.Admin, DefaultAdmin)
 	c.OnSIGTERM = cmp.Or(c.OnSIGTERM, ModeExit)
@@ -133,8 +313,30 @@ func (c Config) withDefaults() (Config, error) {
 	if !slices.Contains(Modes(), c.OnSIGTERM) {
 		errs = append(errs, fmt.Errorf("unknown SIGTERM mode %q", c.OnSIGTERM))
 	}
+	if !slices.Contains(Roles(), c.Role) {
+		errs = append(errs, fmt.Errorf("unknown role %q", c.Role))
+	}
 	if _, _, err := net.SplitHostPort(c.Upstream); err != nil {
 		errs = append(errs, fmt.Errorf("upstream %q: %w", c.Upstream, err))
+	}
+	for _, u := range c.Upstreams {
+		if _, _, err := net.SplitHostPort(u); err != nil {
+			errs = append(errs, fmt.Errorf("upstream %q: %w", u, err))
+		}
+	}
+	if c.Role == RoleEdge {
+		if (c.Service == "") == (len(c.Upstreams) == 0) {
+			errs = append(errs, errors.New("the edge routes to a Service or to upstreams: give one of them"))
+		}
+		if ns, name, ok := strings.Cut(c.Service, "/"); c.Service != "" && (!ok || ns == "" || name == "") {
+			errs = append(errs, fmt.Errorf("service %q: want namespace/name", c.Service))
+		}
+	}
+	if c.MinUpdateDelay < 0 || c.MaxUpdateDelay < c.MinUpdateDelay {
+		errs = append(errs, fmt.Errorf("update delay %s-%s: want non-negative durations in order", c.MinUpdateDelay, c.MaxUpdateDelay))
+	}
+	if c.KeepaliveRequests < 0 || c.KeepaliveTimeout < 0 || c.KeepaliveTime < 0 || c.NextUpstreamTries < 0 || c.ReadTimeout < 0 {
+		errs = append(errs, errors.New("the keep-alive limits, the tries and the read timeout cannot be negative"))
 	}
 	if c.DrainTime < 0 || c.TerminationDrain < 0 || c.ConnectTimeout < 0 {
 		errs = append(errs, errors.New("the drain times and the connect timeout cannot be negative"))
@@ -148,8 +350,19 @@ func (c Config) settings() map[string]any {
 	if c.Timeout > 0 {
 		timeout = c.Timeout.String()
 	}
+	if c.Role == RoleEdge {
+		return map[string]any{
+			"role": c.Role, "listen": c.Listen, "service": c.Service, "port": c.ServicePort, "upstreams": c.Upstreams, "admin": c.Admin,
+			"update_delay": c.MinUpdateDelay.String() + "-" + c.MaxUpdateDelay.String(),
+			"keepalive":    c.Keepalive, "keepalive_requests": c.KeepaliveRequests, "keepalive_timeout": c.KeepaliveTimeout.String(),
+			"keepalive_time": c.KeepaliveTime.String(), "next_upstream": c.NextUpstream.String(), "next_upstream_tries": c.NextUpstreamTries,
+			"read_timeout": c.ReadTimeout.String(), "connect_timeout": c.ConnectTimeout.String(),
+			"on_sigterm": c.OnSIGTERM, "drain_time": c.DrainTime.String(), "termination_drain": c.TerminationDrain.String(),
+			"hold_file": c.HoldFile, "log_format": c.LogFormat, "access_log": c.AccessLog,
+		}
+	}
 	return map[string]any{
-		"listen": c.Listen, "upstream": c.Upstream, "admin": c.Admin,
+		"role": c.Role, "listen": c.Listen, "upstream": c.Upstream, "admin": c.Admin,
 		"on_sigterm": c.OnSIGTERM, "drain_time": c.DrainTime.String(),
 		"termination_drain": c.TerminationDrain.String(), "exit_on_zero_connections": c.ExitOnZeroConnections,
 		"timeout": timeout, "connect_timeout": c.ConnectTimeout.String(), "hold_file": c.HoldFile,

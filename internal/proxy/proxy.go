@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,6 +29,11 @@ const podHeader = "X-Pod-Name"
 // holdPoll is how often a held sidecar looks for its hold file, and a
 // draining one that waits for zero connections counts them.
 const holdPoll = 50 * time.Millisecond
+
+// edgeClientIdleTimeout is how long the edge keeps an idle client
+// connection open: NGINX's keepalive_timeout, which ingress-NGINX keeps at
+// 75 s.
+const edgeClientIdleTimeout = 75 * time.Second
 
 // errRouteTimeout is the cause of a request's context whose route timeout
 // passed.
@@ -50,13 +56,13 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
-	p := newSidecar(cfg)
+	p := newServer(cfg)
 	p.log.Info("started", "config", cfg.settings())
 	return p.run(ctx, sig)
 }
 
-// A sidecar is one running proxy.
-type sidecar struct {
+// A server is one running proxy, of either role.
+type server struct {
 	cfg Config
 	log *slog.Logger
 	hs  *http.Server
@@ -75,6 +81,8 @@ type sidecar struct {
 	conns atomic.Int64
 	// admin carries the admin endpoints' commands to the run loop.
 	admin chan command
+	// edge is the edge role's handler; nil for the sidecar.
+	edge *edge
 }
 
 // The states the admin's /ready reports, Envoy's words.
@@ -84,9 +92,28 @@ const (
 	stateDraining        = "DRAINING"
 )
 
-func newSidecar(cfg Config) *sidecar {
-	p := &sidecar{cfg: cfg, log: target.NewLogger(cfg.Log, cfg.LogFormat, cfg.PodName), admin: make(chan command)}
+func newServer(cfg Config) *server {
+	p := &server{cfg: cfg, log: target.NewLogger(cfg.Log, cfg.LogFormat, cfg.PodName), admin: make(chan command)}
 	p.state.Store(statePreInitializing)
+	p.hs = &http.Server{
+		ReadHeaderTimeout: time.Minute,
+		ErrorLog:          slog.NewLogLogger(slog.DiscardHandler, slog.LevelError),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				p.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				p.conns.Add(-1)
+			}
+		},
+	}
+	if cfg.Role == RoleEdge {
+		p.edge = newEdge(p)
+		p.hs.Handler = p.edge
+		// NGINX's keepalive_timeout for its clients.
+		p.hs.IdleTimeout = edgeClientIdleTimeout
+		return p
+	}
 	upstream := &url.URL{Scheme: "http", Host: cfg.Upstream}
 	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout}
 	rp := &httputil.ReverseProxy{
@@ -115,25 +142,13 @@ func newSidecar(cfg Config) *sidecar {
 		ErrorHandler: p.upstreamFailed,
 		ErrorLog:     slog.NewLogLogger(slog.DiscardHandler, slog.LevelError),
 	}
-	p.hs = &http.Server{
-		Handler:           p.forward(rp),
-		ReadHeaderTimeout: time.Minute,
-		ErrorLog:          slog.NewLogLogger(slog.DiscardHandler, slog.LevelError),
-		ConnState: func(_ net.Conn, s http.ConnState) {
-			switch s {
-			case http.StateNew:
-				p.conns.Add(1)
-			case http.StateClosed, http.StateHijacked:
-				p.conns.Add(-1)
-			}
-		},
-	}
+	p.hs.Handler = p.forward(rp)
 	return p
 }
 
 // run opens the admin listener, waits for the hold file, opens the
 // downstream listener and serves until the sidecar exits.
-func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
+func (p *server) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 	if p.cfg.Admin != "none" {
 		aln, err := net.Listen("tcp", p.cfg.Admin)
 		if err != nil {
@@ -151,6 +166,26 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 			return code, err
 		}
 	}
+	upstream := p.cfg.Upstream
+	if p.edge != nil {
+		defer p.edge.pool.closeIdle()
+		switch {
+		case p.cfg.Service != "":
+			w, err := p.watchEndpoints(ctx, p.edge.bal)
+			if err != nil {
+				return 0, err
+			}
+			defer w.stop()
+			upstream = p.cfg.Service
+		default:
+			eps := make([]Endpoint, len(p.cfg.Upstreams))
+			for i, u := range p.cfg.Upstreams {
+				eps[i] = Endpoint{Addr: u}
+			}
+			p.edge.bal.set(eps)
+			upstream = strings.Join(p.cfg.Upstreams, ",")
+		}
+	}
 	ln, err := net.Listen("tcp", p.cfg.Listen)
 	if err != nil {
 		return 0, err
@@ -159,7 +194,7 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 	served := make(chan error, 1)
 	go func() { served <- p.hs.Serve(lnc) }()
 	defer p.hs.Close()
-	p.log.Info("listening", "address", ln.Addr().String(), "upstream", p.cfg.Upstream)
+	p.log.Info("listening", "address", ln.Addr().String(), "upstream", upstream)
 
 	var (
 		// closeListener ends a graceful drain_listeners' drain; exitAt,
@@ -248,7 +283,7 @@ func (p *sidecar) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 // that fail and pass meanwhile. It reports held false, with the exit code
 // and error to return, if a signal, /quitquitquit or ctx ended the wait
 // first.
-func (p *sidecar) hold(ctx context.Context, sig <-chan os.Signal, healthBad *bool) (code int, err error, held bool) {
+func (p *server) hold(ctx context.Context, sig <-chan os.Signal, healthBad *bool) (code int, err error, held bool) {
 	p.log.Info("holding", "file", p.cfg.HoldFile)
 	t := time.NewTicker(holdPoll)
 	defer t.Stop()
@@ -285,7 +320,7 @@ func (p *sidecar) hold(ctx context.Context, sig <-chan os.Signal, healthBad *boo
 
 // exit closes every connection, cutting what is in flight, and returns
 // the exit code.
-func (p *sidecar) exit(reason string) (int, error) {
+func (p *server) exit(reason string) (int, error) {
 	p.log.Info("exiting", "reason", reason, "connections", p.conns.Load())
 	p.exiting.Store(true)
 	p.hs.Close()
@@ -310,7 +345,7 @@ func (l *listener) close(log *slog.Logger, reason string) {
 
 // forward returns the downstream handler: each request goes to the
 // upstream through rp, bounded by the route timeout, and is logged.
-func (p *sidecar) forward(rp *httputil.ReverseProxy) http.Handler {
+func (p *server) forward(rp *httputil.ReverseProxy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ex := &exchange{ResponseWriter: w}
@@ -345,7 +380,7 @@ func (p *sidecar) forward(rp *httputil.ReverseProxy) http.Handler {
 // Envoy's drain manager does for a listener of the default drain type):
 // decided as the response goes, so that a request in flight when the
 // drain began is told too.
-func (p *sidecar) closing(h http.Header) {
+func (p *server) closing(h http.Header) {
 	if p.draining.Load() || p.state.Load() == stateDraining {
 		h.Set("Connection", "close")
 	}
@@ -353,7 +388,7 @@ func (p *sidecar) closing(h http.Header) {
 
 // upstreamFailed is rp's error handler: it answers as Envoy does for the
 // upstream's failure, unless the downstream client left first.
-func (p *sidecar) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+func (p *server) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	ex := w.(*exchange)
 	reason, ok := classify(r.Context(), err)
 	if !ok {

@@ -88,7 +88,7 @@ func checkReply(t *testing.T, resp testbinary.Response, reason proxy.Reason, sta
 	if resp.Status != status {
 		t.Errorf("status %d, want %d", resp.Status, status)
 	}
-	if got := proxy.Recognize(resp.Status, []byte(resp.Body)); got != reason {
+	if got := proxy.Recognize(resp.Status, resp.Header, []byte(resp.Body)); got != reason {
 		t.Errorf("body %q is recognized as %q, want %q", resp.Body, got, reason)
 	}
 	if pod := resp.Header.Get("X-Pod-Name"); pod != "pod-a" {
@@ -113,6 +113,18 @@ func TestRefusedUpstream(t *testing.T) {
 // reads the request and then does what answer says.
 func fakeUpstream(t *testing.T, answer func(net.Conn)) string {
 	t.Helper()
+	return listenUpstream(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			answer(c)
+		}
+	})
+}
+
+// listenUpstream accepts connections on a free loopback port and serves
+// each with serve, which the connection's close follows; it stops when
+// the test ends.
+func listenUpstream(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -127,9 +139,7 @@ func fakeUpstream(t *testing.T, answer func(net.Conn)) string {
 			}
 			wg.Go(func() {
 				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-					answer(c)
-				}
+				serve(c)
 			})
 		}
 	})
@@ -159,25 +169,39 @@ func TestUpstreamTimeout(t *testing.T) {
 
 func TestRecognize(t *testing.T) {
 	const connectError = "upstream connect error or disconnect/reset before headers. reset reason: "
+	// nginx is NGINX's page for a status, as NGINX 1.22 writes it.
+	nginx := func(title string) string {
+		return "<html>\r\n<head><title>" + title + "</title></head>\r\n<body>\r\n<center><h1>" + title +
+			"</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n"
+	}
 	for _, tt := range []struct {
 		status int
+		header http.Header
 		body   string
 		want   proxy.Reason
 	}{
-		{http.StatusServiceUnavailable, connectError + "connection failure, transport failure reason: delayed connect error: 111", proxy.UpstreamRefused},
+		{http.StatusServiceUnavailable, nil, connectError + "connection failure, transport failure reason: delayed connect error: 111", proxy.UpstreamRefused},
 		// Envoy versions that name the errno.
-		{http.StatusServiceUnavailable, connectError + "remote connection failure, transport failure reason: delayed connect error: Connection refused", proxy.UpstreamRefused},
-		{http.StatusServiceUnavailable, connectError + "remote connection failure, transport failure reason: delayed connect error: 110", proxy.UpstreamConnectTimeout},
-		{http.StatusServiceUnavailable, connectError + "connection timeout", proxy.UpstreamConnectTimeout},
-		{http.StatusServiceUnavailable, connectError + "connection termination", proxy.UpstreamReset},
-		{http.StatusServiceUnavailable, connectError + "remote reset\n", proxy.UpstreamReset},
-		{http.StatusGatewayTimeout, "upstream request timeout", proxy.UpstreamTimeout},
-		{http.StatusServiceUnavailable, "unavailable", ""},
-		{http.StatusServiceUnavailable, connectError + "overflow", ""},
-		{http.StatusOK, "upstream request timeout", ""},
-		{http.StatusBadGateway, "upstream request timeout", ""},
+		{http.StatusServiceUnavailable, nil, connectError + "remote connection failure, transport failure reason: delayed connect error: Connection refused", proxy.UpstreamRefused},
+		{http.StatusServiceUnavailable, nil, connectError + "remote connection failure, transport failure reason: delayed connect error: 110", proxy.UpstreamConnectTimeout},
+		{http.StatusServiceUnavailable, nil, connectError + "connection timeout", proxy.UpstreamConnectTimeout},
+		{http.StatusServiceUnavailable, nil, connectError + "connection termination", proxy.UpstreamReset},
+		{http.StatusServiceUnavailable, nil, connectError + "remote reset\n", proxy.UpstreamReset},
+		{http.StatusGatewayTimeout, nil, "upstream request timeout", proxy.UpstreamTimeout},
+		{http.StatusServiceUnavailable, nil, "unavailable", ""},
+		{http.StatusServiceUnavailable, nil, connectError + "overflow", ""},
+		{http.StatusOK, nil, "upstream request timeout", ""},
+		{http.StatusBadGateway, nil, "upstream request timeout", ""},
+		// NGINX, and the edge, which names its reason.
+		{http.StatusBadGateway, nil, nginx("502 Bad Gateway"), proxy.UpstreamError},
+		{http.StatusGatewayTimeout, nil, nginx("504 Gateway Time-out"), proxy.UpstreamTimeout},
+		{http.StatusBadGateway, http.Header{"X-Proxy-Reason": {"upstream-refused"}}, nginx("502 Bad Gateway"), proxy.UpstreamRefused},
+		{http.StatusServiceUnavailable, http.Header{"X-Proxy-Reason": {"no-endpoints"}}, nginx("503 Service Temporarily Unavailable"), proxy.NoEndpoints},
+		{http.StatusBadGateway, http.Header{"X-Proxy-Reason": {"made-up"}}, nginx("502 Bad Gateway"), proxy.UpstreamError},
+		{http.StatusServiceUnavailable, nil, nginx("503 Service Temporarily Unavailable"), ""},
+		{http.StatusBadGateway, nil, "<html><body>bad gateway</body></html>", ""},
 	} {
-		if got := proxy.Recognize(tt.status, []byte(tt.body)); got != tt.want {
+		if got := proxy.Recognize(tt.status, tt.header, []byte(tt.body)); got != tt.want {
 			t.Errorf("Recognize(%d, %q) = %q, want %q", tt.status, tt.body, got, tt.want)
 		}
 	}

@@ -2,8 +2,12 @@ package proxy
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 )
+
+// edgeReasons are the reasons the edge names in its X-Proxy-Reason.
+var edgeReasons = []Reason{UpstreamRefused, UpstreamConnectTimeout, UpstreamReset, UpstreamTimeout, NoEndpoints}
 
 // A Reason is why a proxy answered a request itself, with a 5xx, instead
 // of passing its upstream's response on: what the upstream did. Its
@@ -21,8 +25,14 @@ const (
 	// its response's headers.
 	UpstreamReset Reason = "upstream-reset"
 	// UpstreamTimeout: the upstream's response did not come in the
-	// proxy's route timeout.
+	// proxy's route timeout (the sidecar) or read timeout (the edge).
 	UpstreamTimeout Reason = "upstream-timeout"
+	// UpstreamError: the upstream refused, reset or closed the
+	// connection, and the proxy does not say which: NGINX's 502.
+	UpstreamError Reason = "upstream-error"
+	// NoEndpoints: the proxy had no endpoint to send the request to: an
+	// ingress's 503 for a Service without ready endpoints.
+	NoEndpoints Reason = "no-endpoints"
 )
 
 // envoyReplies are the sidecar's answers, Envoy's local replies: the
@@ -48,13 +58,30 @@ func reply(reason Reason) (status int, body string) {
 }
 
 // Recognize returns the reason a proxy gave for answering a request
-// itself with status and body (its beginning will do, 512 bytes): Envoy's
-// local replies, closingtime proxy's among them, in the words of the
-// Envoy versions that write the errno (`delayed connect error: 111`) and
-// of those that name it (`remote connection failure, … Connection
-// refused`); "" for any other answer, an upstream's own 5xx included.
-func Recognize(status int, body []byte) Reason {
+// itself with status, header and body (its beginning will do, 512
+// bytes): Envoy's local replies, the sidecar's among them, in the words of
+// the Envoy versions that write the errno (`delayed connect error: 111`)
+// and of those that name it (`remote connection failure, … Connection
+// refused`); NGINX's 502 and 504 pages, the edge's among them, whose
+// reason the edge's X-Proxy-Reason header tells (UpstreamError and
+// UpstreamTimeout without it); "" for any other answer, an upstream's own
+// 5xx included.
+func Recognize(status int, header http.Header, body []byte) Reason {
 	text := strings.TrimSpace(string(body))
+	// NGINX's page ends with its name, and its version unless
+	// server_tokens is off.
+	if strings.Contains(text, "<hr><center>nginx") {
+		if r := Reason(header.Get(reasonHeader)); slices.Contains(edgeReasons, r) {
+			return r
+		}
+		switch status {
+		case http.StatusBadGateway:
+			return UpstreamError
+		case http.StatusGatewayTimeout:
+			return UpstreamTimeout
+		}
+		return ""
+	}
 	if status == http.StatusGatewayTimeout && text == "upstream request timeout" {
 		return UpstreamTimeout
 	}

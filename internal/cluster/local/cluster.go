@@ -115,7 +115,8 @@ type Cluster struct {
 	claim         io.Closer       // holds podCIDR (claimRange) on the loopback range
 	network       *podnet.Network // nil on the loopback range
 	clusterIPs    *clusterIPs     // with a network
-	fallback      string          // why the pods are on the loopback range where namespaces were wanted
+	api           *API
+	fallback      string // why the pods are on the loopback range where namespaces were wanted
 
 	mu          sync.Mutex
 	changed     chan struct{} // closed and replaced at every change of the store
@@ -190,11 +191,20 @@ func New(cfg Config) (*Cluster, error) {
 // start builds the nodes and the endpoints controller; what it built
 // before an error is left for closeComponents.
 func (c *Cluster) start(cfg Config) error {
+	ln, err := c.ListenOutside(0)
+	if err != nil {
+		return fmt.Errorf("the pods' API: %w", err)
+	}
+	if c.api, err = newAPI(ln); err != nil {
+		ln.Close()
+		return err
+	}
 	var proxies []*Proxy
 	for i := 1; i <= cfg.Nodes; i++ {
 		name := "node-" + strconv.Itoa(i)
 		kc := cfg.Kubelet
 		kc.NodeName, kc.Clock, kc.Recorder, kc.StatusUpdated = name, cfg.Clock, &c.log, c.statusUpdated
+		kc.Env = append([]corev1.EnvVar{{Name: cluster.PodKubeconfigEnv, Value: c.api.Kubeconfig()}}, kc.Env...)
 		kc.Network = podnet.NewLoopbackNode(podnet.NodePodCIDR(cfg.PodCIDR, i), c.fallback)
 		if c.network != nil {
 			kc.Network, kc.Services = c.network.Nodes()[i-1], c.servicesOf
@@ -215,8 +225,7 @@ func (c *Cluster) start(cfg Config) error {
 		c.nodes = append(c.nodes, &node{name: name, kubelet: k, watch: newDelayQueue(cfg.Clock), proxy: p})
 		proxies = append(proxies, p)
 	}
-	var err error
-	c.endpoints, err = NewEndpoints(EndpointsConfig{Proxies: proxies, SyncDelay: cfg.EndpointSyncDelay, BatchPeriod: cfg.EndpointBatchPeriod,
+	c.endpoints, err = NewEndpoints(EndpointsConfig{Proxies: proxies, API: c.api, SyncDelay: cfg.EndpointSyncDelay, BatchPeriod: cfg.EndpointBatchPeriod,
 		Clock: cfg.Clock, Recorder: &c.log})
 	return err
 }
@@ -336,6 +345,9 @@ func (c *Cluster) closeComponents(ctx context.Context) error {
 		n.proxy.Close()
 	}
 	c.serving.Wait()
+	if c.api != nil {
+		c.api.close()
+	}
 	// After every pod is gone: its range is free again.
 	if c.claim != nil {
 		c.claim.Close()
@@ -503,6 +515,7 @@ func (c *Cluster) Apply(ctx context.Context, objects []runtime.Object) error {
 				}
 			}
 			c.services[key(s.Namespace, s.Name)] = s
+			c.api.setService(s)
 		case *policyv1.PodDisruptionBudget:
 			p := o.DeepCopy()
 			if p.Namespace == "" {

@@ -24,6 +24,9 @@ type EndpointsConfig struct {
 	// Proxies are the nodes' routing views that each change is published
 	// to.
 	Proxies []*Proxy
+	// API, if not nil, is the pods' API, where each change is published
+	// at the same time, as the controller writes it to the API server.
+	API *API
 	// SyncDelay is the time from a call of Sync that changes a Service's
 	// endpoints to their publication: the controller's latency.
 	// cluster.DefaultEndpointSyncDelay if zero.
@@ -131,6 +134,9 @@ func (e *Endpoints) Sync(svc *corev1.Service, pods []*corev1.Pod) {
 		if e.cfg.Recorder != nil {
 			e.cfg.Recorder.Record(cluster.Event{Time: e.clock.Now(), Kind: cluster.EndpointsPublished, Object: "Service/" + key,
 				Endpoints: cluster.Endpoints{List: cluster.EndpointsOf(slices...)}})
+		}
+		if e.cfg.API != nil {
+			e.cfg.API.Publish(svc, slices)
 		}
 		for _, p := range e.cfg.Proxies {
 			p.Publish(svc, slices)

@@ -1,0 +1,506 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// maxBody is the largest request body the edge takes: NGINX's
+// client_max_body_size. The edge reads a body whole before the first
+// attempt, as NGINX buffers it, so that a retry can send it again.
+const maxBody = 1 << 20
+
+// An Endpoint is one upstream of the edge: a pod's address and port, and
+// the pod's name where the edge knows it (from its EndpointSlice's
+// targetRef).
+type Endpoint struct {
+	Addr string
+	Pod  string
+}
+
+// A failure is what made one attempt fail, in NGINX's terms: an error
+// (refused, reset, closed) or a timeout, of a connect or of the
+// response.
+type failure struct {
+	reason  Reason
+	timeout bool
+	// sent: the request's first byte went to the upstream, which may
+	// have acted on it.
+	sent bool
+}
+
+// An attemptRecord is one attempt as the request event logs it.
+type attemptRecord struct {
+	Upstream string  `json:"upstream"`
+	Pod      string  `json:"pod,omitempty"`
+	Outcome  string  `json:"outcome"`
+	Cached   bool    `json:"cached,omitempty"`
+	MS       float64 `json:"ms"`
+}
+
+// edge is the edge role's request handler: each request goes to the
+// endpoints of its balancer in turn, over the pool's connections, and is
+// tried on the next endpoint when an attempt fails as NextUpstream allows.
+type edge struct {
+	p    *server
+	bal  *balancer
+	pool *pool
+}
+
+func newEdge(p *server) *edge {
+	c := p.cfg
+	return &edge{p: p, bal: &balancer{}, pool: &pool{max: c.Keepalive, requests: c.KeepaliveRequests,
+		idleTimeout: c.KeepaliveTimeout, lifetime: c.KeepaliveTime, dialer: net.Dialer{Timeout: c.ConnectTimeout}}}
+}
+
+// hopHeaders are the hop-by-hop headers that a proxy does not pass on (RFC
+// 9110, section 7.6.1).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// removeHopHeaders removes from h the hop-by-hop headers and those that
+// its Connection header names.
+func removeHopHeaders(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
+
+// ServeHTTP forwards r as NGINX's proxy_pass to an upstream group does.
+func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	cfg := e.p.cfg
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return // the client left
+	}
+	if len(body) > maxBody {
+		e.answer(w, http.StatusRequestEntityTooLarge, "", nil)
+		return
+	}
+	out := r.Clone(r.Context())
+	out.RequestURI, out.Close = "", e.pool.max == 0
+	removeHopHeaders(out.Header)
+	out.Header.Del("Expect")
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		out.Header.Set("X-Forwarded-For", strings.Join(append(r.Header.Values("X-Forwarded-For"), host), ", "))
+		out.Header.Set("X-Real-Ip", host)
+	}
+
+	var (
+		attempts []attemptRecord
+		tried    = map[string]bool{}
+		last     *failure
+		lastEP   Endpoint
+	)
+	ex := &exchange{ResponseWriter: w}
+	defer func() {
+		if outcome := ex.outcome(); outcome != "ok" || cfg.AccessLog || len(attempts) > 1 {
+			e.p.log.Info("request", "id", r.Header.Get("X-Request-Id"), "method", r.Method, "path", r.URL.Path,
+				"upstream", upstreamAddrs(attempts), "attempts", attempts, "outcome", outcome, "status", ex.status,
+				"duration_ms", float64(time.Since(start).Microseconds())/1000)
+		}
+	}()
+	for tries := cfg.NextUpstreamTries; tries > 0; tries-- {
+		ep, ok := e.bal.pick(tried)
+		if !ok {
+			break
+		}
+		tried[ep.Addr] = true
+		at := time.Now()
+		uc, cached, f := e.pool.get(r.Context(), ep.Addr)
+		var resp *http.Response
+		if f == nil {
+			resp, f = e.roundTrip(r.Context(), uc, out, body)
+		}
+		rec := attemptRecord{Upstream: ep.Addr, Pod: ep.Pod, Cached: cached, MS: float64(time.Since(at).Microseconds()) / 1000}
+		if f == nil {
+			rec.Outcome = "ok"
+			attempts = append(attempts, rec)
+			e.relay(ex, r, uc, resp, attempts)
+			return
+		}
+		if r.Context().Err() != nil {
+			ex.canceled, ex.cut = !e.p.exiting.Load(), e.p.exiting.Load()
+			rec.Outcome = "canceled"
+			attempts = append(attempts, rec)
+			return
+		}
+		rec.Outcome = string(f.reason)
+		attempts = append(attempts, rec)
+		last, lastEP = f, ep
+		if cached && !f.timeout {
+			// NGINX gives a failed cached connection a try of its own
+			// (ngx_http_upstream_next: "TODO: inform balancer
+			// instead"), and the same endpoint again.
+			tries++
+			delete(tried, ep.Addr)
+		}
+		if !cfg.NextUpstream.allows(f, r.Method) {
+			break
+		}
+	}
+	if last == nil {
+		ex.reason = NoEndpoints
+		e.answer(ex, http.StatusServiceUnavailable, "", attempts)
+		return
+	}
+	ex.reason = last.reason
+	status := http.StatusBadGateway
+	if last.timeout {
+		status = http.StatusGatewayTimeout
+	}
+	e.answer(ex, status, lastEP.Pod, attempts)
+}
+
+// roundTrip sends out, with body, on uc and reads its response's header,
+// within the read timeout; the response's body is left to read. A failure
+// closes uc.
+func (e *edge) roundTrip(ctx context.Context, uc *upConn, out *http.Request, body []byte) (*http.Response, *failure) {
+	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	req := out.Clone(ctx)
+	req.Body, req.ContentLength = io.NopCloser(strings.NewReader(string(body))), int64(len(body))
+	if len(body) == 0 {
+		req.Body = nil
+	}
+	uc.SetDeadline(time.Now().Add(e.p.cfg.ReadTimeout))
+	uc.sent = false
+	if err := req.Write(uc.bw); err != nil || uc.bw.Flush() != nil {
+		uc.Close()
+		return nil, upstreamFailure(err, uc.sent)
+	}
+	resp, err := http.ReadResponse(uc.br, req)
+	if err != nil {
+		uc.Close()
+		return nil, upstreamFailure(err, true)
+	}
+	uc.requests++
+	return resp, nil
+}
+
+// upstreamFailure returns the failure of an exchange with an upstream
+// that ended in err, sent saying whether any of the request had gone.
+func upstreamFailure(err error, sent bool) *failure {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return &failure{reason: UpstreamTimeout, timeout: true, sent: sent}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return &failure{reason: UpstreamRefused, sent: sent}
+	}
+	return &failure{reason: UpstreamReset, sent: sent}
+}
+
+// relay passes resp on to the client, its body as it comes, each read
+// within the read timeout, and gives uc back to the pool if the upstream
+// may take another request on it. An upstream that fails mid-body cuts
+// the client's response, as NGINX closes the client's connection.
+func (e *edge) relay(ex *exchange, r *http.Request, uc *upConn, resp *http.Response, attempts []attemptRecord) {
+	h := ex.Header()
+	removeHopHeaders(resp.Header)
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	h.Set(upstreamAddrHeader, upstreamAddrs(attempts))
+	e.p.closing(h)
+	ex.WriteHeader(resp.StatusCode)
+	uc.timed = e.p.cfg.ReadTimeout
+	stop := context.AfterFunc(r.Context(), func() { uc.SetReadDeadline(time.Unix(1, 0)) })
+	_, err := io.Copy(flushWriter{ex}, resp.Body)
+	stop()
+	resp.Body.Close()
+	uc.timed = 0
+	switch {
+	case err == nil && !resp.Close && r.Context().Err() == nil:
+		e.pool.put(uc)
+		return
+	case err == nil:
+		uc.Close()
+		return
+	}
+	uc.Close()
+	if r.Context().Err() != nil {
+		ex.canceled, ex.cut = !e.p.exiting.Load(), e.p.exiting.Load()
+		return
+	}
+	// ServeHTTP logs it as aborted.
+	ex.aborted, ex.cut = true, e.p.exiting.Load()
+	panic(http.ErrAbortHandler)
+}
+
+// flushWriter flushes each write: the edge streams a response as it
+// comes, as NGINX with proxy_buffering off does, so that a response cut
+// upstream reaches the client cut.
+type flushWriter struct{ w http.ResponseWriter }
+
+func (f flushWriter) Write(b []byte) (int, error) {
+	n, err := f.w.Write(b)
+	http.NewResponseController(f.w).Flush()
+	return n, err
+}
+
+// upstreamAddrHeader carries the upstreams a response's attempts went to,
+// in order, as NGINX's $upstream_addr lists them ("a:80, b:80"): the
+// edge's own answers and the responses it passes on alike. An NGINX
+// gives the same with add_header X-Upstream-Addr $upstream_addr always.
+const upstreamAddrHeader = "X-Upstream-Addr"
+
+// reasonHeader carries the reason of the edge's own answer, which NGINX's
+// body does not tell.
+const reasonHeader = "X-Proxy-Reason"
+
+func upstreamAddrs(attempts []attemptRecord) string {
+	addrs := make([]string, len(attempts))
+	for i, a := range attempts {
+		addrs[i] = a.Upstream
+	}
+	return strings.Join(addrs, ", ")
+}
+
+// answer writes the edge's own answer, NGINX's page for status, naming
+// pod, the pod of the last attempt, if known.
+func (e *edge) answer(w http.ResponseWriter, status int, pod string, attempts []attemptRecord) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html")
+	if pod != "" {
+		h.Set(podHeader, pod)
+	}
+	if len(attempts) > 0 {
+		h.Set(upstreamAddrHeader, upstreamAddrs(attempts))
+	}
+	if ex, ok := w.(*exchange); ok && ex.reason != "" {
+		h.Set(reasonHeader, string(ex.reason))
+	}
+	e.p.closing(h)
+	w.WriteHeader(status)
+	io.WriteString(w, nginxPage(status))
+}
+
+// balancer picks the endpoints of a request's attempts round-robin, as
+// ingress-NGINX's default balancer does, from a random start.
+type balancer struct {
+	mu   sync.Mutex
+	eps  []Endpoint
+	next int
+}
+
+// set replaces the endpoints.
+func (b *balancer) set(eps []Endpoint) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.eps == nil && len(eps) > 0 {
+		b.next = rand.IntN(len(eps))
+	}
+	b.eps = eps
+}
+
+// pick returns the next endpoint that is not in tried; false if there is
+// none.
+func (b *balancer) pick(tried map[string]bool) (Endpoint, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.eps {
+		j := (b.next + i) % len(b.eps)
+		if ep := b.eps[j]; !tried[ep.Addr] {
+			b.next = j + 1
+			return ep, true
+		}
+	}
+	return Endpoint{}, false
+}
+
+// pool keeps idle upstream connections for reuse, as NGINX's keepalive
+// directive does: at most max across every upstream, the least recently
+// used closed first; each closed once idle for idleTimeout
+// (keepalive_timeout), once it has carried requests requests
+// (keepalive_requests), once it is older than lifetime (keepalive_time),
+// or as soon as its upstream closes it. A max of 0 keeps none: a
+// connection per request.
+type pool struct {
+	max, requests         int
+	idleTimeout, lifetime time.Duration
+	dialer                net.Dialer
+
+	mu   sync.Mutex
+	idle []*upConn // the most recently used last
+}
+
+// get returns an idle connection to addr, cached true, or a new one; a
+// failed connect is a failure.
+func (p *pool) get(ctx context.Context, addr string) (uc *upConn, cached bool, f *failure) {
+	now := time.Now()
+	for {
+		p.mu.Lock()
+		var found *upConn
+		for i := len(p.idle) - 1; i >= 0; i-- {
+			if p.idle[i].addr == addr {
+				found = p.idle[i]
+				p.idle = append(p.idle[:i], p.idle[i+1:]...)
+				break
+			}
+		}
+		p.mu.Unlock()
+		if found == nil {
+			break
+		}
+		if found.take(p.idleTimeout) && now.Sub(found.created) < p.lifetime {
+			return found, true, nil
+		}
+		found.Close()
+	}
+	c, err := p.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			return nil, false, &failure{reason: UpstreamConnectTimeout, timeout: true}
+		}
+		return nil, false, upstreamFailure(err, false)
+	}
+	uc = &upConn{Conn: c, addr: addr, created: time.Now()}
+	uc.br = bufio.NewReader(uc)
+	uc.bw = bufio.NewWriter(uc)
+	return uc, false, nil
+}
+
+// put keeps uc for reuse, or closes it if the pool keeps no more of it.
+func (p *pool) put(uc *upConn) {
+	if p.max == 0 || uc.requests >= p.requests || time.Since(uc.created) >= p.lifetime {
+		uc.Close()
+		return
+	}
+	uc.SetDeadline(time.Time{})
+	p.mu.Lock()
+	p.idle = append(p.idle, uc)
+	var evicted *upConn
+	if len(p.idle) > p.max {
+		evicted = p.idle[0]
+		p.idle = p.idle[1:]
+	}
+	p.mu.Unlock()
+	if evicted != nil {
+		evicted.Close()
+	}
+	uc.watch(p)
+}
+
+// remove takes uc out of the idle connections; false if it was not there.
+func (p *pool) remove(uc *upConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, c := range p.idle {
+		if c == uc {
+			p.idle = append(p.idle[:i], p.idle[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// closeIdle closes every idle connection.
+func (p *pool) closeIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, uc := range idle {
+		uc.Close()
+	}
+}
+
+// upConn is one upstream connection. Reads and writes go through it so
+// that the read timeout bounds each read of a body (timed).
+type upConn struct {
+	net.Conn
+	addr     string
+	created  time.Time
+	requests int
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	// sent: a byte of the current request was written.
+	sent bool
+	// timed, if positive, is set as the read deadline before each read.
+	timed time.Duration
+	// watched is closed once the watch of an idle connection has ended,
+	// which began at idleSince and whose read ended with peekErr; nil
+	// when none runs.
+	watched   chan struct{}
+	idleSince time.Time
+	peekErr   error
+}
+
+func (c *upConn) Read(b []byte) (int, error) {
+	if c.timed > 0 {
+		c.SetReadDeadline(time.Now().Add(c.timed))
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *upConn) Write(b []byte) (int, error) {
+	c.sent = true
+	return c.Conn.Write(b)
+}
+
+// watch waits, while uc is idle, for its upstream to close it (or to send
+// anything, which no idle HTTP/1.1 connection may receive), or for its
+// idle timeout: then it takes uc out of the pool and closes it, as
+// NGINX's keepalive module does when an idle connection becomes
+// readable.
+func (c *upConn) watch(p *pool) {
+	c.watched, c.idleSince = make(chan struct{}), time.Now()
+	c.SetReadDeadline(c.idleSince.Add(p.idleTimeout))
+	go func() {
+		_, c.peekErr = c.br.Peek(1)
+		if p.remove(c) {
+			c.Close()
+		}
+		close(c.watched)
+	}()
+}
+
+// take ends the watch of an idle connection that get took from the pool,
+// and reports whether the connection may carry a request: its upstream
+// has neither closed it nor sent anything, and its idle timeout has not
+// passed.
+func (c *upConn) take(idleTimeout time.Duration) bool {
+	if c.watched == nil {
+		return true
+	}
+	c.SetReadDeadline(time.Unix(1, 0))
+	<-c.watched
+	c.watched = nil
+	var ne net.Error
+	if c.br.Buffered() > 0 || !errors.As(c.peekErr, &ne) || !ne.Timeout() || time.Since(c.idleSince) >= idleTimeout {
+		return false
+	}
+	c.SetReadDeadline(time.Time{})
+	return true
+}
+
+// nginxPage returns NGINX's own page for status.
+func nginxPage(status int) string {
+	text := http.StatusText(status)
+	switch status {
+	case http.StatusServiceUnavailable:
+		text = "Service Temporarily Unavailable"
+	case http.StatusGatewayTimeout:
+		text = "Gateway Time-out"
+	}
+	title := fmt.Sprintf("%d %s", status, text)
+	return "<html>\r\n<head><title>" + title + "</title></head>\r\n<body>\r\n<center><h1>" + title +
+		"</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+}

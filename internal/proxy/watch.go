@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// endpointWatch is the edge's own watch of its Service's EndpointSlices,
+// as an ingress controller keeps one: each change of the Service's ready
+// endpoints reaches the balancer after the update delay.
+type endpointWatch struct {
+	p       *server
+	port    string // the EndpointSlices' port name; "" takes a slice's only port
+	lister  discoverylisters.EndpointSliceLister
+	factory informers.SharedInformerFactory
+
+	// synced: the first list is in; changes before it are the list's.
+	synced atomic.Bool
+
+	mu      sync.Mutex
+	last    []Endpoint // the endpoints last seen
+	seq     uint64     // changes seen
+	applied uint64     // the latest change applied
+}
+
+// watchEndpoints starts the watch of the edge's Service and returns once
+// the balancer has the Service's endpoints; the watch ends with ctx.
+func (p *server) watchEndpoints(ctx context.Context, bal *balancer) (*endpointWatch, error) {
+	cfg := p.cfg
+	var restCfg *rest.Config
+	var err error
+	if cfg.Kubeconfig != "" {
+		restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	} else {
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the API to watch Service %s: %w", cfg.Service, err)
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("the API to watch Service %s: %w", cfg.Service, err)
+	}
+	ns, name, _ := strings.Cut(cfg.Service, "/")
+	w := &endpointWatch{p: p, port: cfg.ServicePort}
+	if n, err := strconv.Atoi(cfg.ServicePort); err == nil {
+		// A port by number: the slices name it by the Service's name for
+		// it.
+		svc, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("service %s: %w", cfg.Service, err)
+		}
+		i := slices.IndexFunc(svc.Spec.Ports, func(sp corev1.ServicePort) bool { return int(sp.Port) == n })
+		if i < 0 {
+			return nil, fmt.Errorf("service %s has no port %d", cfg.Service, n)
+		}
+		w.port = svc.Spec.Ports[i].Name
+	}
+	selector := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}).String()
+	w.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	informer := w.factory.Discovery().V1().EndpointSlices()
+	w.lister = informer.Lister()
+	changed := func(any) {
+		if w.synced.Load() {
+			w.changed(bal, true)
+		}
+	}
+	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: changed, DeleteFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	w.factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.Informer().HasSynced) {
+		w.factory.Shutdown()
+		return nil, fmt.Errorf("watch Service %s: %w", cfg.Service, context.Cause(ctx))
+	}
+	// What the edge starts with, at once.
+	w.synced.Store(true)
+	w.changed(bal, false)
+	return w, nil
+}
+
+// stop ends the watch.
+func (w *endpointWatch) stop() { w.factory.Shutdown() }
+
+// changed reads the Service's ready endpoints and, if they differ from
+// the last seen, gives them to bal after the update delay (at once if
+// delayed is false). A change that a later one overtook is not applied.
+func (w *endpointWatch) changed(bal *balancer, delayed bool) {
+	list, err := w.lister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	eps := readyEndpoints(list, w.port)
+	w.mu.Lock()
+	if w.seq > 0 && slices.Equal(eps, w.last) {
+		w.mu.Unlock()
+		return
+	}
+	w.last = eps
+	w.seq++
+	seq := w.seq
+	w.mu.Unlock()
+	apply := func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if seq <= w.applied {
+			return
+		}
+		w.applied = seq
+		bal.set(eps)
+		ready := make([]string, len(eps))
+		for i, ep := range eps {
+			ready[i] = ep.Pod + "=" + ep.Addr
+		}
+		w.p.log.Info("endpoints", "service", w.p.cfg.Service, "ready", ready)
+	}
+	if !delayed {
+		apply()
+		return
+	}
+	min, max := w.p.cfg.MinUpdateDelay, w.p.cfg.MaxUpdateDelay
+	time.AfterFunc(min+time.Duration(rand.Int64N(int64(max-min)+1)), apply)
+}
+
+// readyEndpoints returns the ready endpoints of slices on port (by name;
+// "" takes a slice's only port), in order, as ingress-NGINX takes a
+// Service's endpoints: Ready ones only, terminating ones never, each
+// address once.
+func readyEndpoints(list []*discoveryv1.EndpointSlice, port string) []Endpoint {
+	var out []Endpoint
+	seen := map[string]bool{}
+	for _, s := range list {
+		var number int32
+		for _, p := range s.Ports {
+			if p.Port != nil && ((p.Name != nil && *p.Name == port) || (port == "" && len(s.Ports) == 1)) {
+				number = *p.Port
+			}
+		}
+		if number == 0 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
+			pod := ""
+			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+				pod = e.TargetRef.Name
+			}
+			for _, a := range e.Addresses {
+				addr := net.JoinHostPort(a, strconv.Itoa(int(number)))
+				if !seen[addr] {
+					seen[addr] = true
+					out = append(out, Endpoint{Addr: addr, Pod: pod})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Endpoint) int { return strings.Compare(a.Addr, b.Addr) })
+	return out
+}
