@@ -340,8 +340,21 @@ func TestRolloutSidecar(t *testing.T) {
 // start, not an exit that stops the deploy.
 func TestRolloutInitContainer(t *testing.T) {
 	t.Parallel()
+	// The first init container to run fails, as a wait for a dependency
+	// does before it is up: the kubelet runs it again after its back-off,
+	// and the deploy waits for it.
+	manifest, err := os.ReadFile("testdata/rollout-init.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	once := filepath.Join(t.TempDir(), "once")
+	file := filepath.Join(t.TempDir(), "rollout-init.yaml")
+	manifest = bytes.Replace(manifest, []byte("echo init; sleep 0.2"), []byte("test -e "+once+" || { touch "+once+"; exit 1; }; echo init"), 1)
+	if err := os.WriteFile(file, manifest, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var out, errOut bytes.Buffer
-	code := Run(context.Background(), []string{"rollout", "-f", "testdata/rollout-init.yaml", "--local", "--path", "/work",
+	code := Run(context.Background(), []string{"rollout", "-f", file, "--local", "--path", "/work",
 		"--warm-up", "1s", "--after", "1s", "--max-failures", "1000000"},
 		Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
 	if code != ExitOK {
@@ -349,5 +362,8 @@ func TestRolloutInitContainer(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "old pod") {
 		t.Errorf("stdout lacks the old pods:\n%s", out.String())
+	}
+	if _, err := os.Stat(once); err != nil {
+		t.Errorf("no init container failed: %v", err)
 	}
 }

@@ -10,7 +10,7 @@ var shellPID1 = Rule{
 	ID:       "shell-pid1",
 	Severity: Error,
 	Title:    "The container's first process is a shell or a package manager, not the server (in a pod spec or a Dockerfile)",
-	Why: "The stop signal goes only to the container's first process. A shell does not pass SIGTERM on, so the server " +
+	Why: "The stop signal goes only to the container's first process. A shell does not pass SIGTERM on (sh, and bash before 5.1; bash 5.1 and later replace themselves with a script's last command, which leaves it to the image's bash), so the server " +
 		"never sees it and is killed with SIGKILL when the grace period ends; npm and yarn exit at once on SIGTERM and " +
 		"the server dies with them. Either way requests in flight are reset.",
 	Fix: "Start the server itself in exec form, such as command: [\"node\", \"server.js\"]; " +
@@ -69,7 +69,14 @@ func firstProcessProblem(argv []string) string {
 	}
 	last := lastCommand(script)
 	if len(last) == 0 || last[0] != "exec" {
-		return fmt.Sprintf("%s -c %q runs the server as a child of the shell (no exec)", path.Base(argv[0]), script)
+		msg := fmt.Sprintf("%s -c %q runs the server as a child of the shell (no exec)", path.Base(argv[0]), script)
+		if path.Base(argv[0]) == "bash" {
+			// bash 5.1 and later exec the last command of a -c string
+			// themselves (its CHANGES, bash-5.1 "one-shot"
+			// optimizations); dash and older bash fork it.
+			msg += ", unless the image's bash is 5.1 or later, which replaces itself with the script's last command"
+		}
+		return msg
 	}
 	if len(last) > 1 && packageManagers[path.Base(last[1])] {
 		return fmt.Sprintf("%s -c %q execs %s, which runs the server as its child", path.Base(argv[0]), script, path.Base(last[1]))

@@ -9,7 +9,7 @@ var supervisordNoExec = Rule{
 	ID:       "supervisord-no-exec",
 	Severity: Error,
 	Title:    "A supervisord program runs the server under a shell or a package manager",
-	Why: "supervisord sends the stop signal to the process it started. A shell does not pass it on, so the server never runs " +
+	Why: "supervisord sends the stop signal to the process it started. A shell does not pass it on (sh, and bash before 5.1; bash 5.1 and later replace themselves with a script's last command, which leaves it to the image's bash), so the server never runs " +
 		"its shutdown handler and is killed when stopwaitsecs runs out; npm and yarn exit at once and take the server with them. " +
 		"Either way requests in flight are cut.",
 	Fix: "End the command with exec, as command=bash -c \"… && exec python server.py\", so that the server replaces the shell; " +

@@ -50,7 +50,8 @@ func (e *DeployError) Unwrap() error { return e.Err }
 var errExited = errors.New("a container exited or failed to start")
 
 // setupOf returns, after events, the exits and failed starts of
-// containers of Deployment d's pods while their pod was not terminating,
+// containers of Deployment d's pods while their pod was not terminating
+// (but the exits of init containers, which are run again),
 // a line each ("pod web-1: container web exited with code 1", "pod web-1:
 // container web failed to start: …"), how many of those were failed
 // starts, how many of its pods are ready, and how many of its pods events
@@ -64,6 +65,13 @@ func setupOf(events []cluster.Event, d string) (exits []string, failed, ready, k
 		}
 		switch e.Kind {
 		case cluster.ContainerExited:
+			// An init container that fails runs again after its back-off,
+			// as part of its pod's start (C1): a wait for a dependency
+			// often fails a few times. Whether it ever passes, the pods'
+			// readiness tells.
+			if e.Fields["init"] != "" && !cluster.OfSidecar(e.Fields) {
+				continue
+			}
 			exits = append(exits, fmt.Sprintf("pod %s: %s %s exited with code %s", e.Pod, containerKind(e.Fields), e.Container, e.Fields["code"]))
 		case cluster.ContainerStartFailed:
 			exits = append(exits, fmt.Sprintf("pod %s: %s %s failed to start: %s", e.Pod, containerKind(e.Fields), e.Container, e.Fields["error"]))

@@ -91,31 +91,11 @@ func newContainerWorker(p *podWorker, spec *corev1.Container) (*containerWorker,
 		}
 		c.stopSig = sig
 	}
-	for kind, probe := range map[probeKind]*corev1.Probe{startupProbe: spec.StartupProbe, readinessProbe: spec.ReadinessProbe, livenessProbe: spec.LivenessProbe} {
-		if probe == nil {
-			continue
-		}
-		if probe.HTTPGet == nil && probe.TCPSocket == nil && probe.Exec == nil {
-			return nil, fmt.Errorf("container %s: %s probe: only httpGet, tcpSocket and exec probes run locally", spec.Name, kind)
-		}
-		if _, err := c.handlerPort(probe.ProbeHandler); err != nil {
-			return nil, fmt.Errorf("container %s: %s probe: %w", spec.Name, kind, err)
-		}
-	}
+	// CheckPodSpec, at the pod's admission, refused the probes and hooks
+	// that the kubelet does not run.
 	c.status = corev1.ContainerStatus{Name: spec.Name, Image: spec.Image,
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
 	return c, nil
-}
-
-// handlerPort checks that a handler's named port exists.
-func (c *containerWorker) handlerPort(h corev1.ProbeHandler) (int, error) {
-	switch {
-	case h.HTTPGet != nil:
-		return c.port(h.HTTPGet.Port)
-	case h.TCPSocket != nil:
-		return c.port(h.TCPSocket.Port)
-	}
-	return 0, nil
 }
 
 // run starts the container, waits for its exit and restarts it as

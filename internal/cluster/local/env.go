@@ -49,19 +49,9 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP string, nodeEnv []
 		case e.ValueFrom == nil:
 			value = cluster.Expand(value, defined)
 		case e.ValueFrom.FieldRef != nil:
-			switch path := e.ValueFrom.FieldRef.FieldPath; path {
-			case "metadata.name":
-				value = pod.Name
-			case "metadata.namespace":
-				value = pod.Namespace
-			case "metadata.uid":
-				value = string(pod.UID)
-			case "spec.nodeName":
-				value = pod.Spec.NodeName
-			case "status.podIP":
-				value = podIP
-			default:
-				return nil, nil, fmt.Errorf("env %s: fieldRef %s is not supported locally", e.Name, path)
+			var ok bool
+			if value, ok = fieldRefValue(pod, e.ValueFrom.FieldRef.FieldPath, podIP); !ok {
+				return nil, nil, fmt.Errorf("env %s: fieldRef %s is not supported locally", e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}
 		default:
 			return nil, nil, fmt.Errorf("env %s: only value and fieldRef are supported locally", e.Name)
@@ -213,4 +203,27 @@ func splitWords(s string) ([]string, error) {
 		return nil, errors.New("no command")
 	}
 	return words, nil
+}
+
+// fieldRefPaths are the downward API's fields that the embedded kubelet
+// fills, in fieldRefValue's order.
+var fieldRefPaths = []string{"metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName", "status.podIP"}
+
+// fieldRefValue returns the value of the downward API's field path for
+// pod, whose address is podIP; false for a field the kubelet does not
+// fill.
+func fieldRefValue(pod *corev1.Pod, path, podIP string) (string, bool) {
+	switch path {
+	case "metadata.name":
+		return pod.Name, true
+	case "metadata.namespace":
+		return pod.Namespace, true
+	case "metadata.uid":
+		return string(pod.UID), true
+	case "spec.nodeName":
+		return pod.Spec.NodeName, true
+	case "status.podIP":
+		return podIP, true
+	}
+	return "", false
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
@@ -166,9 +167,11 @@ func TestInitContainerTerminated(t *testing.T) {
 }
 
 // TestKubeletRefusesWhatItDoesNotRun: a postStart hook, what the API
-// refuses in an init container, and a shared PID namespace where the
-// kubelet has no pause process are refused at admission with the field
-// named, not run as something else.
+// refuses in an init container, a shared PID namespace where the kubelet
+// has no pause process, the node's network, volumes, variables from
+// ConfigMaps and Secrets, gRPC probes and named ports a container lacks
+// are refused at admission with the field named, not run as something
+// else.
 func TestKubeletRefusesWhatItDoesNotRun(t *testing.T) {
 	t.Parallel()
 	k, _ := newKubelet(t, KubeletConfig{})
@@ -185,6 +188,31 @@ func TestKubeletRefusesWhatItDoesNotRun(t *testing.T) {
 		{func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptr.To(true) }, "spec.shareProcessNamespace: "},
 		{func(p *corev1.Pod) { p.Spec.InitContainers[0].ReadinessProbe = httpProbe("/", 1) }, "spec.initContainers[0]: init container init-a: only a sidecar (restartPolicy Always) may have probes"},
 		{func(p *corev1.Pod) { p.Spec.InitContainers[0].Command = nil }, "spec.initContainers[0]: container init-a has no command"},
+		{func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "spec.hostNetwork: "},
+		{func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "conf", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}, "spec.volumes: volume conf: "},
+		{func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "conf", MountPath: "/etc/app"}}
+		}, "spec.containers[0].volumeMounts: "},
+		{func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
+		}, "spec.containers[0].envFrom: "},
+		{func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "a"}, {Name: "KEY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}}}
+		}, "spec.containers[0].env[1].valueFrom: container app: env KEY: "},
+		{func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}}
+		}, "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: container app: env IP: fieldRef status.hostIP is not filled"},
+		{func(p *corev1.Pod) {
+			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 8080}}}
+		}, "spec.containers[0].readinessProbe.grpc: "},
+		{func(p *corev1.Pod) {
+			p.Spec.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("admin")}}}
+		}, `spec.containers[0].livenessProbe.tcpSocket.port: container app has no port named "admin"`},
+		{func(p *corev1.Pod) {
+			p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromString("admin")}}}
+		}, "spec.containers[0].lifecycle.preStop.httpGet.port: "},
 	} {
 		pod := initPod("refused", "true", "true")
 		tt.change(pod)

@@ -1,9 +1,12 @@
 package local
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -34,12 +37,22 @@ func CheckPodTemplate(t *corev1.PodTemplateSpec, imageCommands map[string][]stri
 
 // CheckPodSpec returns the first field of a pod's spec that the embedded
 // kubelet would not run as Kubernetes does, rather than run it as
-// something else, or nil: a container with no local command
-// ([Entrypoint], with the pod's annotations and imageCommands, the
-// kubelet's KubeletConfig.ImageCommands), a postStart hook, or what the
-// API refuses in an init container that is not a sidecar (probes,
+// something else, or nil: a pod in the node's network, volumes and their
+// mounts (its containers would see this machine's files instead), a
+// container with no local command ([Entrypoint], with the pod's
+// annotations and imageCommands, the kubelet's
+// KubeletConfig.ImageCommands), a variable from a ConfigMap, a Secret or
+// a field the kubelet does not fill, a postStart hook, a probe or hook
+// that it does not run or whose named port the container lacks, or what
+// the API refuses in an init container that is not a sidecar (probes,
 // lifecycle hooks).
 func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageCommands map[string][]string) *SpecError {
+	switch {
+	case spec.HostNetwork:
+		return &SpecError{"hostNetwork", errors.New("a pod in the node's network is not run: the embedded kubelet gives every pod a network of its own")}
+	case len(spec.Volumes) > 0:
+		return &SpecError{"volumes", fmt.Errorf("volume %s: the embedded kubelet mounts no volumes (its containers would see this machine's files instead); give files by their path on this machine", spec.Volumes[0].Name)}
+	}
 	check := func(field string, c *corev1.Container, init bool) *SpecError {
 		sidecar := cluster.IsSidecar(c)
 		var err error
@@ -54,6 +67,12 @@ func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageComm
 			field, err = field+".lifecycle.postStart", fmt.Errorf("container %s: a postStart hook is not run by the embedded kubelet", c.Name)
 		default:
 			_, err = Entrypoint(annotations, c, imageCommands)
+		}
+		if err == nil {
+			var f string
+			if f, err = checkContainer(c); err != nil {
+				field += "." + f
+			}
 		}
 		if err != nil {
 			return &SpecError{field, err}
@@ -71,4 +90,82 @@ func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageComm
 		}
 	}
 	return nil
+}
+
+// checkContainer returns the first field of c, from c, that the embedded
+// kubelet does not run, and why; "" and nil if there is none.
+func checkContainer(c *corev1.Container) (string, error) {
+	if len(c.VolumeMounts) > 0 {
+		return "volumeMounts", fmt.Errorf("container %s: the embedded kubelet mounts no volumes", c.Name)
+	}
+	if len(c.EnvFrom) > 0 {
+		return "envFrom", fmt.Errorf("container %s: the embedded cluster has no ConfigMaps or Secrets: give the variables in env with values", c.Name)
+	}
+	for i, e := range c.Env {
+		if e.ValueFrom == nil {
+			continue
+		}
+		field := fmt.Sprintf("env[%d].valueFrom", i)
+		if e.ValueFrom.FieldRef == nil {
+			return field, fmt.Errorf("container %s: env %s: the embedded cluster has no ConfigMaps, Secrets or resource fields: give a value, or a fieldRef", c.Name, e.Name)
+		}
+		if _, ok := fieldRefValue(&corev1.Pod{}, e.ValueFrom.FieldRef.FieldPath, ""); !ok {
+			return field + ".fieldRef.fieldPath", fmt.Errorf("container %s: env %s: fieldRef %s is not filled by the embedded kubelet (it fills %s)",
+				c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath, strings.Join(fieldRefPaths, ", "))
+		}
+	}
+	for _, p := range []struct {
+		field string
+		probe *corev1.Probe
+	}{{"startupProbe", c.StartupProbe}, {"readinessProbe", c.ReadinessProbe}, {"livenessProbe", c.LivenessProbe}} {
+		if p.probe == nil {
+			continue
+		}
+		h := p.probe.ProbeHandler
+		if h.GRPC != nil {
+			return p.field + ".grpc", fmt.Errorf("container %s: gRPC probes are not run by the embedded kubelet: give an httpGet, tcpSocket or exec probe", c.Name)
+		}
+		if h.HTTPGet == nil && h.TCPSocket == nil && h.Exec == nil {
+			return p.field, fmt.Errorf("container %s: a probe needs an httpGet, tcpSocket or exec handler", c.Name)
+		}
+		if f, err := checkHandlerPort(c, h); err != nil {
+			return p.field + "." + f, err
+		}
+	}
+	if l := c.Lifecycle; l != nil && l.PreStop != nil {
+		h := corev1.ProbeHandler{HTTPGet: l.PreStop.HTTPGet, TCPSocket: l.PreStop.TCPSocket}
+		if f, err := checkHandlerPort(c, h); err != nil {
+			return "lifecycle.preStop." + f, err
+		}
+	}
+	return "", nil
+}
+
+// checkHandlerPort returns the port field of h, and the error, if it
+// names a port that c lacks.
+func checkHandlerPort(c *corev1.Container, h corev1.ProbeHandler) (string, error) {
+	var err error
+	switch {
+	case h.HTTPGet != nil:
+		_, err = containerPort(c, h.HTTPGet.Port)
+		return "httpGet.port", err
+	case h.TCPSocket != nil:
+		_, err = containerPort(c, h.TCPSocket.Port)
+		return "tcpSocket.port", err
+	}
+	return "", nil
+}
+
+// containerPort resolves a probe's or hook's port of container c, a
+// number or the name of one of c's ports.
+func containerPort(c *corev1.Container, p intstr.IntOrString) (int, error) {
+	if p.Type == intstr.Int {
+		return int(p.IntVal), nil
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return int(cp.ContainerPort), nil
+		}
+	}
+	return 0, fmt.Errorf("container %s has no port named %q", c.Name, p.StrVal)
 }

@@ -298,14 +298,4 @@ func (c *containerWorker) exec(ctx context.Context, command []string) ([]byte, e
 
 // port resolves a probe's or hook's port, a number or the name of one of
 // the container's ports.
-func (c *containerWorker) port(p intstr.IntOrString) (int, error) {
-	if p.Type == intstr.Int {
-		return int(p.IntVal), nil
-	}
-	for _, cp := range c.spec.Ports {
-		if cp.Name == p.StrVal {
-			return int(cp.ContainerPort), nil
-		}
-	}
-	return 0, fmt.Errorf("container %s has no port named %q", c.spec.Name, p.StrVal)
-}
+func (c *containerWorker) port(p intstr.IntOrString) (int, error) { return containerPort(c.spec, p) }
