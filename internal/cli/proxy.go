@@ -135,8 +135,18 @@ Log lines go to standard output, one JSON object per event
 		if err := checkRoleFlags(cmd, f.role); err != nil {
 			return err
 		}
+		if ns, name, ok := strings.Cut(f.service, "/"); f.service != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
+			return usagef("proxy: --service %q: want namespace/name, such as default/shop", f.service)
+		}
 		if f.keepalive < 0 || f.keepaliveRequests < 1 || f.nextUpstreamTries < 1 {
 			return usagef("proxy: --keepalive must be 0 or more, --keepalive-requests and --next-upstream-tries 1 or more")
+		}
+		if f.readTimeout == 0 || f.keepaliveTimeout == 0 || f.keepaliveTime == 0 {
+			return usagef("proxy: --read-timeout, --keepalive-timeout and --keepalive-time must be more than 0 (--keepalive 0 keeps no connection)")
+		}
+		minDelay, maxDelay := f.updateDelay.min, f.updateDelay.max
+		if maxDelay == 0 {
+			minDelay, maxDelay = -1, -1 // none
 		}
 		kubeconfig := f.kubeconfig
 		for _, v := range []string{cluster.PodKubeconfigEnv, "KUBECONFIG"} {
@@ -168,7 +178,7 @@ Log lines go to standard output, one JSON object per event
 			Timeout: timeout, ConnectTimeout: f.connectTimeout, HoldFile: f.holdFile,
 			PodName: podName, LogFormat: f.logFormat, AccessLog: f.accessLog, Log: streams.Out,
 			Role: f.role, Service: f.service, ServicePort: f.port, Kubeconfig: kubeconfig, Upstreams: f.upstreams,
-			MinUpdateDelay: f.updateDelay.min, MaxUpdateDelay: f.updateDelay.max,
+			MinUpdateDelay: minDelay, MaxUpdateDelay: maxDelay,
 			Keepalive: keepalive, KeepaliveRequests: f.keepaliveRequests, KeepaliveTimeout: f.keepaliveTimeout, KeepaliveTime: f.keepaliveTime,
 			NextUpstream: f.nextUpstream.n, NextUpstreamTries: f.nextUpstreamTries, ReadTimeout: f.readTimeout,
 		})

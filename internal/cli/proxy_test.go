@@ -20,6 +20,16 @@ func TestProxyUsageErrors(t *testing.T) {
 		{name: "an argument", args: []string{"proxy", "127.0.0.1:8080"}, wantErr: "unknown command"},
 		{name: "admin without a path", args: []string{"proxy", "admin"}, wantErr: "accepts 1 arg"},
 		{name: "admin timeout zero", args: []string{"proxy", "admin", "--timeout", "0", "/quitquitquit"}, wantErr: "invalid --timeout 0"},
+		{name: "role", args: []string{"proxy", "--role", "gateway"}, wantErr: "accepted values are sidecar, edge"},
+		{name: "an edge flag for the sidecar", args: []string{"proxy", "--service", "default/app"}, wantErr: "--service is for --role edge, not sidecar"},
+		{name: "a sidecar flag for the edge", args: []string{"proxy", "--role", "edge", "--service", "default/app", "--upstream", "127.0.0.1:1"}, wantErr: "--upstream is for --role sidecar, not edge"},
+		{name: "service without namespace", args: []string{"proxy", "--role", "edge", "--service", "app"}, wantErr: "want namespace/name"},
+		{name: "an edge without endpoints", args: []string{"proxy", "--role", "edge"}, wantErr: "give one of them"},
+		{name: "an edge with both", args: []string{"proxy", "--role", "edge", "--service", "default/app", "--upstreams", "127.0.0.1:1"}, wantErr: "give one of them"},
+		{name: "next upstream", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--next-upstream", "error,off"}, wantErr: "or off"},
+		{name: "update delay", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--update-delay", "4s-1s"}, wantErr: "such as 500ms-4s"},
+		{name: "read timeout zero", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--read-timeout", "0"}, wantErr: "more than 0"},
+		{name: "keepalive", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--keepalive", "-1"}, wantErr: "--keepalive must be 0 or more"},
 	})
 }
 

@@ -21,6 +21,11 @@ const (
 	// sandbox had gone with its address (unanswered), while a node's
 	// routing view still sent new connections to it.
 	RoutingRace results.Cause = "routing-race"
+	// IngressRoutingRace: an ingress in front of the Service (an edge
+	// that routes to pod addresses from its own watch) answered 502 or
+	// 504 for a terminating pod that no longer listened, or was gone,
+	// while its own routing still sent it requests.
+	IngressRoutingRace results.Cause = "ingress-routing-race"
 	// ProxyReadyBeforeApp: the pod's proxy answered 503 for an app that
 	// did not listen yet: the pod took traffic, ready through its proxy,
 	// before its app could serve it.
@@ -104,6 +109,9 @@ var causes = []Info{
 	{RoutingRace, "routing race: a new connection reached a terminating pod that no longer listened, or was gone, while the routing still sent it new connections",
 		"add a preStop delay at least as long as the measured endpoint propagation (closingtime rollout measures it), and keep listening until it ends",
 		"prestop-delay-missing", "2-readiness"},
+	{IngressRoutingRace, "the ingress answered 502 or 504: its own routing still sent the request to a terminating pod that no longer listened, or was gone",
+		"give the pods a preStop delay longer than the endpoint propagation and the ingress's own update delay (ingress-NGINX applies new endpoints up to seconds after the API has them), and keep listening until it ends; let the ingress try the next pod after a refused connect (proxy_next_upstream error timeout)",
+		"prestop-delay-missing", "seed002-no-fix"},
 	{ProxyReadyBeforeApp, "the pod's proxy answered 503: it took requests before its app listened, the pod counted ready through the proxy",
 		"hold the proxy's listener until the app is ready (start it once the app's readiness file exists: closingtime proxy --hold-file), or probe readiness through the proxy to the app's own readiness endpoint",
 		"", "seed003-scale-out-early"},

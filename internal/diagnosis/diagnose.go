@@ -244,6 +244,21 @@ func cause(h *history, r *results.Request) results.Cause {
 			return LivenessRestart
 		}
 		return NoEndpoint
+	case r.Class == load.HTTP5xx && ph != nil && r.Upstreams != "" &&
+		(r.Proxy == proxy.UpstreamRefused || r.Proxy == proxy.UpstreamUnreachable || r.Proxy == proxy.UpstreamConnectTimeout || r.Proxy == proxy.UpstreamError):
+		return ingressRouted(ph, r)
+	case r.Class == load.HTTP5xx && ph != nil && r.Upstreams != "" && r.Proxy == proxy.UpstreamReset:
+		if ph.at(r.AtMS).terminating {
+			// Sent on in the termination: the ingress's routing.
+			return IngressRoutingRace
+		}
+		// The ingress's connection to the pod broke under a request the
+		// pod had before: its server's cut, decided as one of a new
+		// connection (the ingress's pool does not say whether it reused
+		// one).
+		up := *r
+		up.ConnRequests, up.ConnAgeMS = 0, 0
+		return cut(ph, &up)
 	case r.Class == load.HTTP5xx && ph != nil && r.Proxy == proxy.UpstreamRefused:
 		return proxyRefused(ph, ph.at(r.FailedMS))
 	case r.Class == load.HTTP5xx && ph != nil && r.Proxy == proxy.UpstreamReset:
@@ -333,6 +348,17 @@ func proxyRefused(ph *podHistory, s snapshot) results.Cause {
 	case !s.running, notListening:
 		// Not started, or not listening, yet: the proxy came first.
 		return ProxyReadyBeforeApp
+	}
+	return Unknown
+}
+
+// ingressRouted gives the cause of a 502 or 504 that an ingress answered
+// for pod ph, where the request's connect was refused or got no answer:
+// the ingress's own routing still sent it to the pod in its termination,
+// once the pod no longer listened or its address had gone.
+func ingressRouted(ph *podHistory, r *results.Request) results.Cause {
+	if ph.at(r.AtMS).terminating || ph.at(r.FailedMS).terminating {
+		return IngressRoutingRace
 	}
 	return Unknown
 }

@@ -114,6 +114,14 @@ func proxied(pod string, r results.Request, reason proxy.Reason) results.Request
 	return r
 }
 
+// ingress returns r as an ingress's own answer for reason, after an
+// attempt at pod, whose address is upstream.
+func ingress(pod, upstream string, r results.Request, reason proxy.Reason) results.Request {
+	r = proxied(pod, r, reason)
+	r.Upstreams = upstream
+	return r
+}
+
 func request(id string, class load.Class, at, connect, failed float64, addr string, connRequests int, connAge float64) results.Request {
 	return results.Request{ID: id, Client: load.NewConn, AtMS: at, Class: class, ConnectMS: connect, FailedMS: failed, Addr: addr, ConnRequests: connRequests, ConnAgeMS: connAge}
 }
@@ -204,6 +212,34 @@ func TestDiagnoseCauses(t *testing.T) {
 		},
 		request: proxied(fresh, request("r", load.HTTP5xx, 1000, 1000, 1001, freshIP+":5000", 0, 0), proxy.UpstreamRefused),
 		want:    ProxyReadyBeforeApp,
+	}, {
+		name: "an ingress's 502 for a terminating pod that refused: its own routing still sent it there",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: ingress(old, oldIP+":8080", request("r", load.HTTP5xx, 1500, 1500, 1501, "10.96.0.20:80", 0, 0), proxy.UpstreamRefused),
+		want:    IngressRoutingRace,
+	}, {
+		name: "an ingress's 504 for a pod whose address had gone",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: ingress(old, oldIP+":8080", request("r", load.HTTP5xx, 1500, 1500, 6501, "10.96.0.20:80", 0, 0), proxy.UpstreamConnectTimeout),
+		want:    IngressRoutingRace,
+	}, {
+		name: "an ingress's 502 for a pod that was not terminating tells no cause",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP)
+		},
+		request: ingress(old, oldIP+":8080", request("r", load.HTTP5xx, 1500, 1500, 1501, "10.96.0.20:80", 0, 0), proxy.UpstreamError),
+		want:    Unknown,
+	}, {
+		name: "an ingress's 502 for a request its pod's exit cut",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: ingress(old, oldIP+":8080", request("r", load.HTTP5xx, -100, -100, 6, "10.96.0.20:80", 0, 0), proxy.UpstreamReset),
+		want:    ExitWithoutDrain,
 	}, {
 		name: "proxy outlived its app: a 503 for an app gone in the termination",
 		run: func() *timeline {

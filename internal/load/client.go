@@ -320,8 +320,9 @@ type attempt struct {
 	status int
 	pod    string
 	// proxy is the reason a proxy gave for a 5xx it answered itself; ""
-	// for any other answer.
-	proxy proxy.Reason
+	// for any other answer. upstreams is the response's X-Upstream-Addr.
+	proxy     proxy.Reason
+	upstreams string
 	// addr is the remote address of the attempt's connection, or the one
 	// a failed connect tried (dialedAddr); the zero AddrPort if neither.
 	addr netip.AddrPort
@@ -348,6 +349,7 @@ func (a *attempt) done(resp *http.Response, head []byte) {
 	a.end = time.Now()
 	a.status = resp.StatusCode
 	a.pod = resp.Header.Get(PodHeader)
+	a.upstreams = resp.Header.Get(proxy.UpstreamAddrHeader)
 	a.class = OK
 	if resp.StatusCode >= 500 {
 		a.class = HTTP5xx

@@ -79,6 +79,7 @@ func Merge(reports ...*Report) (*Report, error) {
 			for status, n := range cr.Statuses {
 				c.report.Statuses[status] += n
 			}
+			c.report.ProxyRetried += cr.ProxyRetried
 			for reason, n := range cr.ProxyReasons {
 				if c.report.ProxyReasons == nil {
 					c.report.ProxyReasons = map[proxy.Reason]int64{}

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +45,12 @@ type Result struct {
 	// a 5xx it answered itself (Envoy's local replies, closingtime
 	// proxy's): what the server behind did; "" for any other answer.
 	Proxy proxy.Reason
+	// Upstreams is the response's X-Upstream-Addr header: the upstreams
+	// that an ingress in front of the pods (closingtime proxy --role
+	// edge, an NGINX told to add it) sent the request to, in order,
+	// "a:80, b:80"; more than one when it tried the request again on the
+	// next. Empty without one.
+	Upstreams string
 	// Addr is the remote address of the connection the last attempt was
 	// sent on, as the dialer connected it, or, if its connect failed, the
 	// address the dialer tried, when its error (a *net.OpError) names
@@ -85,8 +92,10 @@ type Result struct {
 type Attempt struct {
 	// Class is the attempt's outcome.
 	Class Class
-	// Proxy is the reason a proxy gave for its 5xx, as Result's.
-	Proxy proxy.Reason
+	// Proxy is the reason a proxy gave for its 5xx, and Upstreams its
+	// upstreams, as Result's.
+	Proxy     proxy.Reason
+	Upstreams string
 	// Addr is the address its connection reached or its connect tried,
 	// as Result's Addr is.
 	Addr netip.AddrPort
@@ -115,7 +124,7 @@ func (r *Result) Absorbed() bool { return r.Class == OK && r.FirstClass != OK }
 func (r *Result) FailedAttempt() (Attempt, bool) {
 	switch {
 	case r.Class.Failed():
-		return Attempt{Class: r.Class, Proxy: r.Proxy, Addr: r.Addr, ConnRequests: r.ConnRequests, ConnAge: r.ConnAge,
+		return Attempt{Class: r.Class, Proxy: r.Proxy, Upstreams: r.Upstreams, Addr: r.Addr, ConnRequests: r.ConnRequests, ConnAge: r.ConnAge,
 			Connect: r.Connect, Total: r.Total, Err: r.Err}, true
 	case r.FirstFailure != nil:
 		return *r.FirstFailure, true
@@ -134,14 +143,14 @@ func newResult(kind Kind, id string, at, began time.Time, attempts []attempt, er
 	}
 	last := attempts[len(attempts)-1]
 	r.Class, r.FirstClass = last.class, attempts[0].class
-	r.Status, r.Pod, r.Proxy, r.Addr = last.status, last.pod, last.proxy, last.addr
+	r.Status, r.Pod, r.Proxy, r.Upstreams, r.Addr = last.status, last.pod, last.proxy, last.upstreams, last.addr
 	r.ConnRequests, r.ConnAge = last.connRequests, last.connAge
 	r.Connect, r.FirstByte, r.Total = offset(at, last.connect), offset(at, last.firstByte), offset(at, last.end)
 	if err == nil {
 		r.Err = last.err
 	}
 	if first := &attempts[0]; len(attempts) > 1 && first.class.Failed() {
-		r.FirstFailure = &Attempt{Class: first.class, Proxy: first.proxy, Addr: first.addr, ConnRequests: first.connRequests, ConnAge: first.connAge,
+		r.FirstFailure = &Attempt{Class: first.class, Proxy: first.proxy, Upstreams: first.upstreams, Addr: first.addr, ConnRequests: first.connRequests, ConnAge: first.connAge,
 			Connect: offset(at, first.connect), Total: offset(at, first.end), Err: first.err}
 	}
 	return r
@@ -250,6 +259,11 @@ type ClientReport struct {
 	// ProxyReasons counts the http5xx that a proxy in front of the pods
 	// answered itself, by its reason (Result's Proxy).
 	ProxyReasons map[proxy.Reason]int64 `json:"proxyReasons,omitempty"`
+	// ProxyRetried counts the responses (ok and http5xx) that an ingress
+	// in front of the pods got only after a failed attempt at another
+	// upstream, or the same again (Result's Upstreams lists more than
+	// one): failures of the pods that the client did not see.
+	ProxyRetried int64 `json:"proxyRetried,omitempty"`
 	// LatencyHistogram and ScheduleLagHistogram are the distributions
 	// behind Latency and ScheduleLag: HDR histograms of microseconds, from
 	// 1 µs to one hour with three significant digits, in HdrHistogram's
@@ -360,6 +374,7 @@ type recorder struct {
 	pods     map[string]int64
 	statuses map[int]int64
 	proxied  map[proxy.Reason]int64
+	retried  int64 // by the proxy
 }
 
 func newRecorder(client Client) *recorder {
@@ -395,6 +410,9 @@ func (r *recorder) record(res *Result) {
 		if res.Proxy != "" {
 			r.proxied[res.Proxy]++
 		}
+		if strings.Contains(res.Upstreams, ",") {
+			r.retried++
+		}
 		if res.Pod != "" {
 			r.pods[res.Pod]++
 		}
@@ -418,6 +436,7 @@ func (r *recorder) report() ClientReport {
 		ScheduleLag:   r.lag.percentiles(),
 		Pods:          maps.Clone(r.pods),
 		Statuses:      maps.Clone(r.statuses),
+		ProxyRetried:  r.retried,
 
 		LatencyHistogram:     r.latency.encode(),
 		ScheduleLagHistogram: r.lag.encode(),
@@ -444,9 +463,10 @@ type Event struct {
 	Class       Class   `json:"class"`
 	Status      int     `json:"status,omitempty"`
 	Pod         string  `json:"pod,omitempty"`
-	// Proxy is Result's, if any.
-	Proxy proxy.Reason `json:"proxy,omitempty"`
-	Addr  string       `json:"addr,omitempty"`
+	// Proxy and Upstreams are Result's, if any.
+	Proxy     proxy.Reason `json:"proxy,omitempty"`
+	Upstreams string       `json:"upstreams,omitempty"`
+	Addr      string       `json:"addr,omitempty"`
 	// Reused is ConnRequests > 0, for readers that want only that.
 	Reused       bool    `json:"reused,omitempty"`
 	ConnRequests int     `json:"connRequests,omitempty"`
@@ -475,6 +495,7 @@ type EventReprobe struct {
 type EventAttempt struct {
 	Class        Class        `json:"class"`
 	Proxy        proxy.Reason `json:"proxy,omitempty"`
+	Upstreams    string       `json:"upstreams,omitempty"`
 	Addr         string       `json:"addr,omitempty"`
 	ConnRequests int          `json:"connRequests,omitempty"`
 	ConnAgeMS    float64      `json:"connAgeMs,omitempty"`
@@ -497,6 +518,7 @@ func EventOf(r *Result) Event {
 		Status:       r.Status,
 		Pod:          r.Pod,
 		Proxy:        r.Proxy,
+		Upstreams:    r.Upstreams,
 		Reused:       r.Reused(),
 		ConnRequests: r.ConnRequests,
 		ConnAgeMS:    ms(r.ConnAge),
@@ -508,7 +530,7 @@ func EventOf(r *Result) Event {
 		e.FirstClass = &first
 	}
 	if f := r.FirstFailure; f != nil {
-		e.FirstFailure = &EventAttempt{Class: f.Class, Proxy: f.Proxy, Addr: addrText(f.Addr), ConnRequests: f.ConnRequests, ConnAgeMS: ms(f.ConnAge),
+		e.FirstFailure = &EventAttempt{Class: f.Class, Proxy: f.Proxy, Upstreams: f.Upstreams, Addr: addrText(f.Addr), ConnRequests: f.ConnRequests, ConnAgeMS: ms(f.ConnAge),
 			ConnectMS: ms(f.Connect), TotalMS: ms(f.Total), Error: errText(f.Err)}
 	}
 	if p := r.Reprobe; p != nil {
@@ -570,6 +592,7 @@ func (e *Event) result() (Result, error) {
 		Status:       e.Status,
 		Pod:          e.Pod,
 		Proxy:        e.Proxy,
+		Upstreams:    e.Upstreams,
 		ConnRequests: e.ConnRequests,
 		ConnAge:      DurationMS(e.ConnAgeMS),
 		Attempts:     e.Attempts,
@@ -591,7 +614,7 @@ func (e *Event) result() (Result, error) {
 		if err != nil {
 			return Result{}, fmt.Errorf("request %s: firstFailure.addr: %w", e.ID, err)
 		}
-		r.FirstFailure = &Attempt{Class: f.Class, Proxy: f.Proxy, Addr: addr, ConnRequests: f.ConnRequests, ConnAge: DurationMS(f.ConnAgeMS),
+		r.FirstFailure = &Attempt{Class: f.Class, Proxy: f.Proxy, Upstreams: f.Upstreams, Addr: addr, ConnRequests: f.ConnRequests, ConnAge: DurationMS(f.ConnAgeMS),
 			Connect: DurationMS(f.ConnectMS), Total: DurationMS(f.TotalMS), Err: parseErr(f.Error)}
 	}
 	if p := e.Reprobe; p != nil {

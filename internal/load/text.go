@@ -62,6 +62,9 @@ func WriteText(w io.Writer, r *Report) error {
 			}
 			b.WriteByte('\n')
 		}
+		if c.ProxyRetried > 0 {
+			fmt.Fprintf(&b, "retried by a proxy on the next upstream (X-Upstream-Addr): %d\n", c.ProxyRetried)
+		}
 		if len(c.Pods) > 0 {
 			b.WriteString("responses per pod (X-Pod-Name):")
 			for _, pod := range slices.Sorted(maps.Keys(c.Pods)) {

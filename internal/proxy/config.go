@@ -208,7 +208,7 @@ type Config struct {
 	// MinUpdateDelay and MaxUpdateDelay bound the edge's delay, drawn for
 	// each change, from its watch's sight of a change of the endpoints to
 	// its balancer's use of it; changes apply in order. Both zero means
-	// DefaultUpdateDelay.
+	// DefaultUpdateDelay; both negative, none.
 	MinUpdateDelay, MaxUpdateDelay time.Duration
 	// Upstreams are the edge's endpoints, host:port each, when it has no
 	// Service: a fixed upstream group.
@@ -281,8 +281,11 @@ type Config struct {
 func (c Config) withDefaults() (Config, error) {
 	c.Role = cmp.Or(c.Role, RoleSidecar)
 	c.Listen = cmp.Or(c.Listen, fmt.Sprintf(":%d", DefaultPort))
-	if c.MinUpdateDelay == 0 && c.MaxUpdateDelay == 0 {
+	switch {
+	case c.MinUpdateDelay == 0 && c.MaxUpdateDelay == 0:
 		c.MinUpdateDelay, c.MaxUpdateDelay = DefaultUpdateDelay, DefaultUpdateDelay
+	case c.MinUpdateDelay < 0 && c.MaxUpdateDelay < 0:
+		c.MinUpdateDelay, c.MaxUpdateDelay = 0, 0
 	}
 	c.Keepalive = cmp.Or(c.Keepalive, DefaultKeepalive)
 	c.Keepalive = max(c.Keepalive, 0)

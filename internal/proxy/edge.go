@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -84,23 +86,6 @@ func removeHopHeaders(h http.Header) {
 func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	cfg := e.p.cfg
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		return // the client left
-	}
-	if len(body) > maxBody {
-		e.answer(w, http.StatusRequestEntityTooLarge, "", nil)
-		return
-	}
-	out := r.Clone(r.Context())
-	out.RequestURI, out.Close = "", e.pool.max == 0
-	removeHopHeaders(out.Header)
-	out.Header.Del("Expect")
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		out.Header.Set("X-Forwarded-For", strings.Join(append(r.Header.Values("X-Forwarded-For"), host), ", "))
-		out.Header.Set("X-Real-Ip", host)
-	}
-
 	var (
 		attempts []attemptRecord
 		tried    = map[string]bool{}
@@ -109,12 +94,39 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	)
 	ex := &exchange{ResponseWriter: w}
 	defer func() {
-		if outcome := ex.outcome(); outcome != "ok" || cfg.AccessLog || len(attempts) > 1 {
+		if outcome := ex.outcome(); outcome != "ok" || cfg.AccessLog || len(attempts) > 1 || ex.status >= 400 {
 			e.p.log.Info("request", "id", r.Header.Get("X-Request-Id"), "method", r.Method, "path", r.URL.Path,
 				"upstream", upstreamAddrs(attempts), "attempts", attempts, "outcome", outcome, "status", ex.status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000)
 		}
 	}()
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	switch {
+	case err != nil && r.Context().Err() != nil:
+		ex.canceled = true
+		return
+	case err != nil:
+		// A body that does not parse, such as a bad chunk size.
+		e.answer(ex, http.StatusBadRequest, "", nil)
+		return
+	case len(body) > maxBody:
+		e.answer(ex, http.StatusRequestEntityTooLarge, "", nil)
+		return
+	}
+	out := r.Clone(r.Context())
+	out.RequestURI, out.Close = "", e.pool.max == 0
+	removeHopHeaders(out.Header)
+	out.Header.Del("Expect")
+	if _, ok := out.Header["User-Agent"]; !ok {
+		// Request.Write's own is not sent for an empty one: NGINX
+		// passes none where the client sent none.
+		out.Header["User-Agent"] = []string{""}
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		out.Header.Set("X-Forwarded-For", strings.Join(append(r.Header.Values("X-Forwarded-For"), host), ", "))
+		out.Header.Set("X-Real-Ip", host)
+	}
+
 	for tries := cfg.NextUpstreamTries; tries > 0; tries-- {
 		ep, ok := e.bal.pick(tried)
 		if !ok {
@@ -171,26 +183,32 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // within the read timeout; the response's body is left to read. A failure
 // closes uc.
 func (e *edge) roundTrip(ctx context.Context, uc *upConn, out *http.Request, body []byte) (*http.Response, *failure) {
-	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	req := out.Clone(ctx)
-	req.Body, req.ContentLength = io.NopCloser(strings.NewReader(string(body))), int64(len(body))
+	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	if len(body) == 0 {
 		req.Body = nil
 	}
 	uc.SetDeadline(time.Now().Add(e.p.cfg.ReadTimeout))
+	defer uc.onCancel(ctx)()
 	uc.sent = false
 	if err := req.Write(uc.bw); err != nil || uc.bw.Flush() != nil {
 		uc.Close()
 		return nil, upstreamFailure(err, uc.sent)
 	}
-	resp, err := http.ReadResponse(uc.br, req)
-	if err != nil {
-		uc.Close()
-		return nil, upstreamFailure(err, true)
+	for {
+		resp, err := http.ReadResponse(uc.br, req)
+		if err != nil {
+			uc.Close()
+			return nil, upstreamFailure(err, true)
+		}
+		// An informational answer (100 Continue unasked, 103 Early
+		// Hints) precedes the response: NGINX passes none of them on.
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			continue
+		}
+		uc.requests++
+		return resp, nil
 	}
-	uc.requests++
-	return resp, nil
 }
 
 // upstreamFailure returns the failure of an exchange with an upstream
@@ -202,6 +220,8 @@ func upstreamFailure(err error, sent bool) *failure {
 		return &failure{reason: UpstreamTimeout, timeout: true, sent: sent}
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return &failure{reason: UpstreamRefused, sent: sent}
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return &failure{reason: UpstreamUnreachable, sent: sent}
 	}
 	return &failure{reason: UpstreamReset, sent: sent}
 }
@@ -216,17 +236,19 @@ func (e *edge) relay(ex *exchange, r *http.Request, uc *upConn, resp *http.Respo
 	for k, v := range resp.Header {
 		h[k] = v
 	}
-	h.Set(upstreamAddrHeader, upstreamAddrs(attempts))
+	h.Set(UpstreamAddrHeader, upstreamAddrs(attempts))
 	e.p.closing(h)
 	ex.WriteHeader(resp.StatusCode)
 	uc.timed = e.p.cfg.ReadTimeout
-	stop := context.AfterFunc(r.Context(), func() { uc.SetReadDeadline(time.Unix(1, 0)) })
+	stop := uc.onCancel(r.Context())
 	_, err := io.Copy(flushWriter{ex}, resp.Body)
 	stop()
 	resp.Body.Close()
 	uc.timed = 0
 	switch {
-	case err == nil && !resp.Close && r.Context().Err() == nil:
+	case err == nil && !resp.Close:
+		// The response came whole: the connection takes another, also
+		// when the client has left since, as NGINX keeps it.
 		e.pool.put(uc)
 		return
 	case err == nil:
@@ -254,11 +276,11 @@ func (f flushWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// upstreamAddrHeader carries the upstreams a response's attempts went to,
+// UpstreamAddrHeader carries the upstreams a response's attempts went to,
 // in order, as NGINX's $upstream_addr lists them ("a:80, b:80"): the
 // edge's own answers and the responses it passes on alike. An NGINX
 // gives the same with add_header X-Upstream-Addr $upstream_addr always.
-const upstreamAddrHeader = "X-Upstream-Addr"
+const UpstreamAddrHeader = "X-Upstream-Addr"
 
 // reasonHeader carries the reason of the edge's own answer, which NGINX's
 // body does not tell.
@@ -281,7 +303,7 @@ func (e *edge) answer(w http.ResponseWriter, status int, pod string, attempts []
 		h.Set(podHeader, pod)
 	}
 	if len(attempts) > 0 {
-		h.Set(upstreamAddrHeader, upstreamAddrs(attempts))
+		h.Set(UpstreamAddrHeader, upstreamAddrs(attempts))
 	}
 	if ex, ok := w.(*exchange); ok && ex.reason != "" {
 		h.Set(reasonHeader, string(ex.reason))
@@ -384,6 +406,9 @@ func (p *pool) put(uc *upConn) {
 		return
 	}
 	uc.SetDeadline(time.Time{})
+	uc.canceled.Store(false)
+	// Ready to be taken before it can be: take reads what watch sets.
+	uc.watch(p.idleTimeout)
 	p.mu.Lock()
 	p.idle = append(p.idle, uc)
 	var evicted *upConn
@@ -395,7 +420,7 @@ func (p *pool) put(uc *upConn) {
 	if evicted != nil {
 		evicted.Close()
 	}
-	uc.watch(p)
+	go uc.peek(p)
 }
 
 // remove takes uc out of the idle connections; false if it was not there.
@@ -435,6 +460,9 @@ type upConn struct {
 	sent bool
 	// timed, if positive, is set as the read deadline before each read.
 	timed time.Duration
+	// canceled: the request's client left, and onCancel's callback ended
+	// the exchange; no read extends the deadline then.
+	canceled atomic.Bool
 	// watched is closed once the watch of an idle connection has ended,
 	// which began at idleSince and whose read ended with peekErr; nil
 	// when none runs.
@@ -444,10 +472,28 @@ type upConn struct {
 }
 
 func (c *upConn) Read(b []byte) (int, error) {
-	if c.timed > 0 {
+	if c.timed > 0 && !c.canceled.Load() {
 		c.SetReadDeadline(time.Now().Add(c.timed))
 	}
 	return c.Conn.Read(b)
+}
+
+// onCancel ends the exchange on c, its reads and writes, when ctx, its
+// request's, is done, and returns the function that stops watching ctx:
+// once that has returned, no callback runs on c any more, so that a
+// connection given back to the pool keeps its deadlines.
+func (c *upConn) onCancel(ctx context.Context) (stop func()) {
+	fired := make(chan struct{})
+	stopAfter := context.AfterFunc(ctx, func() {
+		c.canceled.Store(true)
+		c.SetDeadline(time.Unix(1, 0))
+		close(fired)
+	})
+	return func() {
+		if !stopAfter() {
+			<-fired
+		}
+	}
 }
 
 func (c *upConn) Write(b []byte) (int, error) {
@@ -455,21 +501,23 @@ func (c *upConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// watch waits, while uc is idle, for its upstream to close it (or to send
-// anything, which no idle HTTP/1.1 connection may receive), or for its
-// idle timeout: then it takes uc out of the pool and closes it, as
-// NGINX's keepalive module does when an idle connection becomes
-// readable.
-func (c *upConn) watch(p *pool) {
+// watch readies uc to wait, idle, for its upstream to close it (or to
+// send anything, which no idle HTTP/1.1 connection may receive), or for
+// idleTimeout: peek waits, and take ends the wait.
+func (c *upConn) watch(idleTimeout time.Duration) {
 	c.watched, c.idleSince = make(chan struct{}), time.Now()
-	c.SetReadDeadline(c.idleSince.Add(p.idleTimeout))
-	go func() {
-		_, c.peekErr = c.br.Peek(1)
-		if p.remove(c) {
-			c.Close()
-		}
-		close(c.watched)
-	}()
+	c.SetReadDeadline(c.idleSince.Add(idleTimeout))
+}
+
+// peek waits as watch readied it; if uc is still idle then, it takes uc
+// out of p and closes it, as NGINX's keepalive module does when an idle
+// connection becomes readable or its timer fires.
+func (c *upConn) peek(p *pool) {
+	_, c.peekErr = c.br.Peek(1)
+	if p.remove(c) {
+		c.Close()
+	}
+	close(c.watched)
 }
 
 // take ends the watch of an idle connection that get took from the pool,

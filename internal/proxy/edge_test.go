@@ -175,3 +175,15 @@ func fakeKeepaliveUpstream(t *testing.T, closeAfter int, conns *atomic.Int64) st
 		}
 	})
 }
+
+// TestEdgeInformational: an upstream's 103 before its response is not
+// passed on, and the response is, whole.
+func TestEdgeInformational(t *testing.T) {
+	upstream := fakeUpstream(t, func(c net.Conn) {
+		io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal")
+	})
+	_, addr := startEdge(t, []string{upstream})
+	if resp := send(t, addr, http.MethodGet); resp.Status != http.StatusOK || resp.Body != "final" {
+		t.Errorf("got %d %q, want 200 \"final\"", resp.Status, resp.Body)
+	}
+}

@@ -7,7 +7,7 @@ import (
 )
 
 // edgeReasons are the reasons the edge names in its X-Proxy-Reason.
-var edgeReasons = []Reason{UpstreamRefused, UpstreamConnectTimeout, UpstreamReset, UpstreamTimeout, NoEndpoints}
+var edgeReasons = []Reason{UpstreamRefused, UpstreamUnreachable, UpstreamConnectTimeout, UpstreamReset, UpstreamTimeout, NoEndpoints}
 
 // A Reason is why a proxy answered a request itself, with a 5xx, instead
 // of passing its upstream's response on: what the upstream did. Its
@@ -21,6 +21,10 @@ const (
 	// UpstreamConnectTimeout: the upstream's connect did not complete in
 	// the proxy's connect timeout.
 	UpstreamConnectTimeout Reason = "upstream-connect-timeout"
+	// UpstreamUnreachable: the upstream's connect failed with no host to
+	// answer it (EHOSTUNREACH, errno 113: its address had gone from its
+	// network).
+	UpstreamUnreachable Reason = "upstream-unreachable"
 	// UpstreamReset: the upstream closed or reset the connection before
 	// its response's headers.
 	UpstreamReset Reason = "upstream-reset"

@@ -40,6 +40,8 @@ type endpointWatch struct {
 	last    []Endpoint // the endpoints last seen
 	seq     uint64     // changes seen
 	applied uint64     // the latest change applied
+	timers  map[*time.Timer]bool
+	stopped bool
 }
 
 // watchEndpoints starts the watch of the edge's Service and returns once
@@ -61,7 +63,7 @@ func (p *server) watchEndpoints(ctx context.Context, bal *balancer) (*endpointWa
 		return nil, fmt.Errorf("the API to watch Service %s: %w", cfg.Service, err)
 	}
 	ns, name, _ := strings.Cut(cfg.Service, "/")
-	w := &endpointWatch{p: p, port: cfg.ServicePort}
+	w := &endpointWatch{p: p, port: cfg.ServicePort, timers: map[*time.Timer]bool{}}
 	if n, err := strconv.Atoi(cfg.ServicePort); err == nil {
 		// A port by number: the slices name it by the Service's name for
 		// it.
@@ -76,6 +78,12 @@ func (p *server) watchEndpoints(ctx context.Context, bal *balancer) (*endpointWa
 		w.port = svc.Spec.Ports[i].Name
 	}
 	selector := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}).String()
+	// The informer would retry a refused list for ever: one list first
+	// says at once what stands in the way (an API out of reach, a service
+	// account without RBAC to list EndpointSlices).
+	if _, err := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: selector, Limit: 1}); err != nil {
+		return nil, fmt.Errorf("list the EndpointSlices of Service %s: %w", cfg.Service, err)
+	}
 	w.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	informer := w.factory.Discovery().V1().EndpointSlices()
@@ -101,31 +109,39 @@ func (p *server) watchEndpoints(ctx context.Context, bal *balancer) (*endpointWa
 	return w, nil
 }
 
-// stop ends the watch.
-func (w *endpointWatch) stop() { w.factory.Shutdown() }
+// stop ends the watch, and the changes on their way to the balancer.
+func (w *endpointWatch) stop() {
+	w.factory.Shutdown()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	for t := range w.timers {
+		t.Stop()
+	}
+}
 
 // changed reads the Service's ready endpoints and, if they differ from
 // the last seen, gives them to bal after the update delay (at once if
 // delayed is false). A change that a later one overtook is not applied.
 func (w *endpointWatch) changed(bal *balancer, delayed bool) {
+	// The list is read and numbered under one lock, so that a change seen
+	// later is never numbered earlier.
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	list, err := w.lister.List(labels.Everything())
-	if err != nil {
+	if err != nil || w.stopped {
 		return
 	}
 	eps := readyEndpoints(list, w.port)
-	w.mu.Lock()
 	if w.seq > 0 && slices.Equal(eps, w.last) {
-		w.mu.Unlock()
 		return
 	}
 	w.last = eps
 	w.seq++
 	seq := w.seq
-	w.mu.Unlock()
-	apply := func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if seq <= w.applied {
+	// applyLocked gives bal the change, unless a later one came first.
+	applyLocked := func() {
+		if seq <= w.applied || w.stopped {
 			return
 		}
 		w.applied = seq
@@ -137,11 +153,18 @@ func (w *endpointWatch) changed(bal *balancer, delayed bool) {
 		w.p.log.Info("endpoints", "service", w.p.cfg.Service, "ready", ready)
 	}
 	if !delayed {
-		apply()
+		applyLocked()
 		return
 	}
 	min, max := w.p.cfg.MinUpdateDelay, w.p.cfg.MaxUpdateDelay
-	time.AfterFunc(min+time.Duration(rand.Int64N(int64(max-min)+1)), apply)
+	var t *time.Timer
+	t = time.AfterFunc(min+time.Duration(rand.Int64N(int64(max-min)+1)), func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.timers, t)
+		applyLocked()
+	})
+	w.timers[t] = true
 }
 
 // readyEndpoints returns the ready endpoints of slices on port (by name;

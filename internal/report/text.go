@@ -316,12 +316,16 @@ func writeRun(w io.Writer, name string, run results.Run, fixes bool) {
 	writeDiagnosis(w, run.Diagnosis, fixes)
 }
 
-// clientLine spells a client's kind, rate and requests by class, and the
-// requests that failed and then succeeded on a retry, if any.
+// clientLine spells a client's kind, rate and requests by class, the
+// requests that failed and then succeeded on a retry, if any, and those
+// that an ingress tried again on another upstream before it answered.
 func clientLine(c load.ClientReport) string {
 	line := fmt.Sprintf("%s at %g/s: %s", c.Kind, c.Rate, counts(c.Totals))
 	if n := c.Absorbed.Total(); n > 0 {
 		line += ", absorbed " + counts(c.Absorbed)
+	}
+	if c.ProxyRetried > 0 {
+		line += fmt.Sprintf(", retried by the ingress %d", c.ProxyRetried)
 	}
 	return line
 }

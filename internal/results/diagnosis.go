@@ -27,6 +27,11 @@ type Request struct {
 	// Proxy is the reason a proxy in front of the pod's server gave for
 	// the 5xx it answered itself: what the server behind it did.
 	Proxy proxy.Reason `json:"proxy,omitempty"`
+	// Upstreams are the upstreams that an ingress in front of the pods
+	// sent the request to, in order (its X-Upstream-Addr); empty if it
+	// did not go through one that says so. The pod of an ingress's own
+	// answer is that of its last attempt.
+	Upstreams string `json:"upstreams,omitempty"`
 	// ConnectMS is when the attempt's connection was ready (or its
 	// connect failed, for a connect that failed); FailedMS, when the
 	// attempt failed.

@@ -222,7 +222,7 @@ func failedRequest(r *load.Result, at func(time.Time) float64) (results.Request,
 		return results.Request{}, false
 	}
 	offset := func(d time.Duration) float64 { return at(r.Time.Add(d)) }
-	f := results.Request{ID: r.ID, Client: r.Client, AtMS: at(r.Time), Class: a.Class, Proxy: a.Proxy, Absorbed: r.Absorbed(),
+	f := results.Request{ID: r.ID, Client: r.Client, AtMS: at(r.Time), Class: a.Class, Proxy: a.Proxy, Upstreams: a.Upstreams, Absorbed: r.Absorbed(),
 		FailedMS: offset(a.Total), ConnRequests: a.ConnRequests, ConnAgeMS: ms(a.ConnAge)}
 	if a.Err != nil {
 		f.Error = a.Err.Error()

@@ -151,6 +151,8 @@ type settings struct {
 	warmUp, after, settle, rl time.Duration
 	// duration and timeout are the action's.
 	duration, timeout time.Duration
+	// rate, if positive, replaces every client's.
+	rate float64
 }
 
 func (r *Runner) settings(s *Scenario) settings {
@@ -165,6 +167,7 @@ func (r *Runner) settings(s *Scenario) settings {
 		st.settle = cmp.Or(q.Settle, st.settle)
 		st.duration = cmp.Or(q.Duration, st.duration)
 		st.timeout = cmp.Or(q.Timeout, st.timeout)
+		st.rate = q.Rate
 	}
 	st.repetitions = cmp.Or(r.cfg.Repetitions, st.repetitions, DefaultRepetitions)
 	st.warmUp = cmp.Or(st.warmUp, DefaultWarmUp)
@@ -281,6 +284,11 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 	}
 
 	cfg := loadConfig(s.Traffic, target, st.rl)
+	if st.rate > 0 {
+		for i := range cfg.Clients {
+			cfg.Clients[i].Rate = st.rate
+		}
+	}
 
 	// Deploy, and wait until the Service answers, telling every
 	// noticeInterval how many pods are ready and what the Service last

@@ -564,6 +564,39 @@ func proxied(cause results.Cause, also ...results.Cause) func(*testing.T, result
 	}
 }
 
+// TestRunnerIngress runs the seed-002 and edge-retry scenarios quick: an
+// ingress in front of the Service (closingtime proxy --role edge) routes
+// on to pods in their termination for its update delay, and, without
+// retries, answers 502 and 504 for them; a preStop delay longer than that
+// lets nothing fail; retries hide from the client what the pods still
+// drop.
+func TestRunnerIngress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs rollouts under load behind an ingress")
+	}
+	t.Parallel()
+	ingress := func(also ...results.Cause) func(*testing.T, results.Run) {
+		return proxied(diagnosis.IngressRoutingRace, also...)
+	}
+	checkCatalog(t, []catalogCheck{
+		{name: "seed002-no-fix", check: firstRun(ingress(diagnosis.ExitWithoutDrain))},
+		{name: "seed002-drain", check: firstRun(ingress())},
+		{name: "seed002-prestop-drain", check: firstRun(noneFailed)},
+		{name: "edge-retry-on", check: firstRun(func(t *testing.T, run results.Run) {
+			var retried int64
+			for _, c := range run.Clients {
+				retried += c.ProxyRetried
+			}
+			// The client sees at most the requests whose retry met a gone
+			// pod too, or took longer than its timeout.
+			if tot := run.Totals; retried == 0 || tot.Failed() > retried/4 {
+				t.Errorf("%d failed, %d retried by the ingress: want retries, and few failures", tot.Failed(), retried)
+				logFailures(t, run)
+			}
+		})},
+	})
+}
+
 // TestRunnerSeed003Pool runs the seed-003 pool pair quick, apart from the
 // rest of the group, whose traffic would starve its keep-alive client: a
 // caller's pool that reaps only idle connections keeps its busy ones on a

@@ -264,6 +264,9 @@ type Quick struct {
 	// Env sets environment variables of every container of every
 	// Deployment, replacing a variable of the same name.
 	Env map[string]string `yaml:"env"`
+	// Rate, when positive, replaces the rate of every client: a rate
+	// that a loaded machine sustains beside the other quick scenarios.
+	Rate float64 `yaml:"rate"`
 }
 
 // Error is a problem in a scenario file.
@@ -538,6 +541,9 @@ func (p *parser) check(s *Scenario) {
 	}
 	if g := s.Quick.GracePeriodSeconds; g != nil && *g < 0 {
 		p.errorf("quick.gracePeriodSeconds", "%d is negative", *g)
+	}
+	if s.Quick.Rate < 0 {
+		p.errorf("quick.rate", "%v is negative", s.Quick.Rate)
 	}
 }
 

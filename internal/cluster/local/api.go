@@ -28,6 +28,10 @@ import (
 // cache has moved on.
 const apiHistory = 4096
 
+// apiBookmarkPeriod is how often a watch that allows bookmarks gets one:
+// an API server sends them about once a minute.
+const apiBookmarkPeriod = time.Minute
+
 // apiWatchTimeout bounds a watch whose client gave no timeoutSeconds.
 const apiWatchTimeout = 30 * time.Minute
 
@@ -211,6 +215,10 @@ func (a *API) handle(r apiResource) http.HandlerFunc {
 			writeStatus(w, http.StatusBadRequest, "labelSelector: "+err.Error())
 			return
 		}
+		if q.Get("fieldSelector") != "" {
+			writeStatus(w, http.StatusBadRequest, "fieldSelector: this API takes label selectors only")
+			return
+		}
 		match := func(obj metav1.Object) bool {
 			return (ns == "" || obj.GetNamespace() == ns) && (name == "" || obj.GetName() == name) && selector.Matches(labels.Set(obj.GetLabels()))
 		}
@@ -282,6 +290,8 @@ func (a *API) watch(w http.ResponseWriter, req *http.Request, r apiResource, mat
 	defer cancel()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
+	// The client's watch begins with the response's header.
+	http.NewResponseController(w).Flush()
 	enc := json.NewEncoder(w)
 	send := func(typ watch.EventType, obj any) bool {
 		if enc.Encode(map[string]any{"type": typ, "object": obj}) != nil {
@@ -309,11 +319,21 @@ func (a *API) watch(w http.ResponseWriter, req *http.Request, r apiResource, mat
 		from = rv
 		a.mu.Lock()
 	}
+	// With bookmarks, one a while, as an API server sends them, so that a
+	// watcher of quiet objects resumes from a version still in the
+	// history.
+	var bookmarks <-chan time.Time
+	if q.Get("allowWatchBookmarks") == "true" {
+		t := time.NewTicker(apiBookmarkPeriod)
+		defer t.Stop()
+		bookmarks = t.C
+	}
 	for {
 		if len(a.history) > 0 && from+1 < a.history[0].rv {
+			oldest := a.history[0].rv - 1
 			a.mu.Unlock()
 			send(watch.Error, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
-				Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: fmt.Sprintf("too old resource version: %d (%d)", from, a.history[0].rv-1)})
+				Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: fmt.Sprintf("too old resource version: %d (%d)", from, oldest)})
 			return
 		}
 		i, _ := slices.BinarySearchFunc(a.history, from+1, func(e apiEvent, rv uint64) int { return compareUint(e.rv, rv) })
@@ -330,6 +350,13 @@ func (a *API) watch(w http.ResponseWriter, req *http.Request, r apiResource, mat
 		case <-ctx.Done():
 			return
 		case <-changed:
+		case <-bookmarks:
+			// At the last change sent or passed over: every change up to
+			// it is the watcher's.
+			bookmark := map[string]any{"kind": r.kind, "apiVersion": r.apiVersion(), "metadata": metav1.ObjectMeta{ResourceVersion: strconv.FormatUint(from, 10)}}
+			if !send(watch.Bookmark, bookmark) {
+				return
+			}
 		}
 		a.mu.Lock()
 	}
