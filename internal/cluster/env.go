@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Expand replaces each $(NAME) in s by the value of NAME in vars, as
@@ -96,6 +97,11 @@ func UnresolvedRefs(c *corev1.Container, kubelet ...string) []UnresolvedRef {
 	unresolved := func(s, field, env string) {
 		seen := map[string]bool{}
 		expand(s, func(name string) (string, bool) {
+			// A name that no env entry can have, such as a shell's
+			// $(cat file), is the shell's to expand.
+			if len(validation.IsEnvVarName(name)) > 0 {
+				return "", true
+			}
 			if !defined[name] && !seen[name] {
 				seen[name] = true
 				refs = append(refs, UnresolvedRef{Field: field, Env: env, Name: name})

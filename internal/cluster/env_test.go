@@ -46,7 +46,9 @@ func TestUnresolvedRefs(t *testing.T) {
 			{Name: "PORT", Value: "8080"},
 		},
 		Command: []string{"app", "--listen=$(LISTEN_ADDR)", "--pod=$(POD_NAME)"},
-		Args:    []string{"$(PORT)", "$(HOSTNAME)", "$(UNCLOSED"},
+		Args: []string{"$(PORT)", "$(HOSTNAME)", "$(UNCLOSED",
+			// A shell's command substitution and arithmetic: no env name.
+			"n=$(cat $f 2>/dev/null || echo 0); echo $((n+1))"},
 	}
 	want := []UnresolvedRef{
 		{Field: "env[0]", Env: "LISTEN_ADDR", Name: "POD_IP"},

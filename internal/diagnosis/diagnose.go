@@ -536,6 +536,9 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			continue
 		}
 		add := func(kind, text string) { out = append(out, results.Finding{Pod: o.Name, Kind: kind, Text: text}) }
+		// The stop signal, SIGTERM unless lifecycle.stopSignal names
+		// another.
+		sig := cmp.Or(ph.signal, "SIGTERM")
 		var killed, ended *exit
 		for i := range ph.exits {
 			if x := &ph.exits[i]; x.terminating && ended == nil {
@@ -552,23 +555,23 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			if ph.pid1 {
 				who = " (PID 1 without a handler)"
 			}
-			add("ignored-sigterm", fmt.Sprintf("ignored SIGTERM%s and lived out its %s grace period, exit %d", who, grace, killed.code))
+			add("ignored-sigterm", fmt.Sprintf("ignored %s%s and lived out its %s grace period, exit %d", sig, who, grace, killed.code))
 		case killed != nil && ph.reacted():
-			add("killed-at-grace-end", fmt.Sprintf("drain outlasted its budget: still running %s after SIGTERM, killed at the end of its %s grace period, exit %d",
-				sec(killed.at-ph.signalAt), grace, killed.code))
+			add("killed-at-grace-end", fmt.Sprintf("drain outlasted its budget: still running %s after %s, killed at the end of its %s grace period, exit %d",
+				sec(killed.at-ph.signalAt), sig, grace, killed.code))
 		case killed != nil:
-			add("killed-at-grace-end", fmt.Sprintf("still running %s after SIGTERM, killed at the end of its %s grace period, exit %d: it ignored SIGTERM or drained too long; no new connection after the signal, nor its log, told which",
-				sec(killed.at-ph.signalAt), grace, killed.code))
+			add("killed-at-grace-end", fmt.Sprintf("still running %s after %s, killed at the end of its %s grace period, exit %d: it ignored %[2]s or drained too long; no new connection after the signal, nor its log, told which",
+				sec(killed.at-ph.signalAt), sig, grace, killed.code))
 		case ended != nil && ph.wrapper != "":
-			add("wrapper-exit", fmt.Sprintf("its wrapper %s exited %s after SIGTERM with code %d, taking the server with it", ph.wrapper, sec(ended.at-ph.signalAt), ended.code))
+			add("wrapper-exit", fmt.Sprintf("its wrapper %s exited %s after %s with code %d, taking the server with it", ph.wrapper, sec(ended.at-ph.signalAt), sig, ended.code))
 		case ended != nil:
 			if cutN := cuts[o.Name]; cutN > 0 {
-				add("exited-without-drain", fmt.Sprintf("exited %s after SIGTERM with code %d%s, cutting %d %s in flight",
-					sec(ended.at-ph.signalAt), ended.code, exitMeaning(ended.code, ph.pid1), cutN, plural(cutN, "request", "requests")))
+				add("exited-without-drain", fmt.Sprintf("exited %s after %s with code %d%s, cutting %d %s in flight",
+					sec(ended.at-ph.signalAt), sig, ended.code, exitMeaning(ended.code, ph.pid1), cutN, plural(cutN, "request", "requests")))
 			}
 		}
 		if o.AfterSigterm != nil && *o.AfterSigterm > 0 {
-			text := fmt.Sprintf("served %d %s after SIGTERM", *o.AfterSigterm, plural(*o.AfterSigterm, "request", "requests"))
+			text := fmt.Sprintf("served %d %s after %s", *o.AfterSigterm, plural(*o.AfterSigterm, "request", "requests"), sig)
 			if o.LastNewConnectionMS == nil || *o.LastNewConnectionMS < ph.signalAt {
 				text += ", all on keep-alive connections made before it"
 			}
@@ -587,12 +590,12 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			case failed[o.Name] == 0:
 				advice = "none of its requests failed"
 			}
-			add("routing-not-converged", fmt.Sprintf("at SIGTERM, %s still sent new connections to it: %s", views, advice))
+			add("routing-not-converged", fmt.Sprintf("at %s, %s still sent new connections to it: %s", sig, views, advice))
 		} else if len(h.nodes) == 0 && !ph.signalInferred && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
 			gap := ph.signalAt - *o.LastNewConnectionMS
-			when := sec(gap) + " before SIGTERM"
+			when := sec(gap) + " before " + sig
 			if gap < 0 {
-				when = sec(-gap) + " after SIGTERM"
+				when = sec(-gap) + " after " + sig
 			}
 			add("routing-not-converged", fmt.Sprintf("its last request on a new connection came %s: the routing had not converged", when))
 		}

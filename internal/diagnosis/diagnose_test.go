@@ -464,6 +464,22 @@ func TestFindings(t *testing.T) {
 	}
 }
 
+// TestFindingsStopSignal: a pod stopped by the signal of its
+// lifecycle.stopSignal is told of by that signal's name.
+func TestFindingsStopSignal(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").log(-5000, "started", "app-a", nil).
+		endpoints(-5000, 0, ready("10.0.0.1"))
+	tl.event(0, cluster.PodTerminating, "app-a", map[string]string{"grace": "10s"}).
+		event(0, cluster.SignalSent, "app-a", map[string]string{"signal": "SIGQUIT", "grace": "10s"}).
+		event(10000, cluster.Killed, "app-a", nil).
+		event(10000, cluster.ContainerExited, "app-a", map[string]string{"code": "137"})
+	tl.run.OldPods = []results.OldPod{{Name: "app-a"}}
+	d := Diagnose(&tl.run, nil)
+	if len(d.Findings) == 0 || !strings.Contains(d.Findings[0].Text, "SIGQUIT") || strings.Contains(d.Findings[0].Text, "SIGTERM") {
+		t.Errorf("findings %+v: want the first to name SIGQUIT, not SIGTERM", d.Findings)
+	}
+}
+
 // TestRoutingFinding checks what the diagnosis tells of old pods that the
 // routing still sent new connections to at their SIGTERM: the fix where a
 // request to the pod failed, and only then.

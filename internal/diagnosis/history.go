@@ -55,6 +55,9 @@ type podHistory struct {
 	name  string
 	steps []snapshot
 	exits []exit
+	// signal is the stop signal's name, as the cluster reported it; empty
+	// if it did not.
+	signal string
 	// signalAt and terminatingAt are when the stop signal went and the
 	// termination began; never if they did not happen.
 	signalAt, terminatingAt float64
@@ -489,7 +492,7 @@ func (h *history) add(e *results.Entry) {
 		}
 		if !s.signalled {
 			s.signalled = true
-			ph.signalAt = e.AtMS
+			ph.signalAt, ph.signal = e.AtMS, e.Detail["signal"]
 		}
 		state("signalled")
 	case cluster.Killed:
