@@ -60,7 +60,9 @@ binary is needed, and findings point at the resource files and templates
 the objects came from. A JSON or YAML file found in a directory that holds
 no Kubernetes object (no apiVersion, kind or metadata: a package.json, a
 values file, results of closingtime rollout) is skipped, and said so on
-standard error. A file that cannot be read is reported
+standard error. A container that runs supervisord with a configuration
+that is not among the inputs gets a note there too: its programs went
+unchecked. A file that cannot be read is reported
 with its reason and the others are still checked. Suppress a rule for one
 object with the annotation closingtime.dev/ignore: RULE[,RULE], and by file
 or object in the configuration file (--config, by default
@@ -147,6 +149,9 @@ func runLint(streams Streams, flags lintFlags, args []string) error {
 	for _, d := range lint.Duplicates(in) {
 		fmt.Fprintf(streams.Err, "closingtime: lint: note: %s is written %d times among objects related as one cluster's (%s); a cluster holds one, so each copy was related to the Services and budgets of every copy\n",
 			d.Object, len(d.At), strings.Join(d.At, ", "))
+	}
+	for _, n := range lint.UncheckedSupervisord(in) {
+		fmt.Fprintf(streams.Err, "closingtime: lint: note: %s\n", n)
 	}
 	report := lint.Report{Version: buildVersion().String(), Rules: linter.Rules(), Findings: linter.Lint(in), Errors: errs}
 	if err := write(streams.Out, report); err != nil {

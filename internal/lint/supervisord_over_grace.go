@@ -174,3 +174,27 @@ func checkSupervisordOverGrace(ix *index) []finding {
 	}
 	return out
 }
+
+// UncheckedSupervisord returns, for each container of in's workloads
+// that runs supervisord, a line saying so when none of its configuration
+// is among in's files: its programs' stop order, stopwaitsecs and
+// commands went unchecked ("Deployment app (deploy.yaml:12): container
+// app runs supervisord with supervisord.conf, which is not among the
+// inputs: …").
+func UncheckedSupervisord(in Input) []string {
+	var out []string
+	for _, ix := range newIndexes(in) {
+		for _, w := range ix.workloads {
+			for _, c := range w.template.Spec.Containers {
+				config, ok := supervisordConfig(c)
+				if !ok || len(configPrograms(ix, w, config)) > 0 {
+					continue
+				}
+				out = append(out, fmt.Sprintf("%s (%s:%d): container %s runs supervisord with %s, which is not among the inputs: "+
+					"its programs were not checked (give the file to lint too, or the directory or ConfigMap that holds it)",
+					w.obj, w.obj.File, w.obj.Line, c.Name, config))
+			}
+		}
+	}
+	return out
+}

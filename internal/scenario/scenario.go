@@ -621,7 +621,7 @@ func (p *parser) readWorkload(s *Scenario, readFiles func([]string) ([]manifest.
 		case *appsv1.Deployment, *corev1.Service:
 		default:
 			if o.Kind() != "PodDisruptionBudget" {
-				p.errs = append(p.errs, &manifest.Error{File: o.File, Line: o.Line, Err: fmt.Errorf("%s: a scenario's workload holds Deployments, Services and PodDisruptionBudgets", o)})
+				p.errs = append(p.errs, &manifest.Error{File: o.File, Line: o.Line, Err: fmt.Errorf("%s: %s is not supported: the workload that rollout and lab run holds Deployments, Services and PodDisruptionBudgets only", o, o.Kind())})
 			}
 		}
 	}
