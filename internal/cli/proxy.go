@@ -138,8 +138,25 @@ Log lines go to standard output, one JSON object per event
 		if ns, name, ok := strings.Cut(f.service, "/"); f.service != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
 			return usagef("proxy: --service %q: want namespace/name, such as default/shop", f.service)
 		}
-		if f.keepalive < 0 || f.keepaliveRequests < 1 || f.nextUpstreamTries < 1 {
-			return usagef("proxy: --keepalive must be 0 or more, --keepalive-requests and --next-upstream-tries 1 or more")
+		switch {
+		case f.keepalive < 0:
+			return usagef("proxy: --keepalive %d: want 0 (a connection per request) or more", f.keepalive)
+		case f.keepaliveRequests < 1:
+			return usagef("proxy: --keepalive-requests %d: want 1 or more", f.keepaliveRequests)
+		case f.nextUpstreamTries < 1:
+			return usagef("proxy: --next-upstream-tries %d: want 1 or more, the first attempt included", f.nextUpstreamTries)
+		case cmd.Flags().Changed("port") && !cmd.Flags().Changed("service"):
+			return usagef("proxy: --port is the --service's port; --upstreams give theirs")
+		}
+		for _, u := range f.upstreams {
+			if err := new(listenValue).Set(u); err != nil {
+				return usagef("proxy: --upstreams %q: %v", u, err)
+			}
+		}
+		if f.kubeconfig != "" {
+			if _, err := os.Stat(f.kubeconfig); err != nil {
+				return usagef("proxy: --kubeconfig: %v", err)
+			}
 		}
 		if f.readTimeout == 0 || f.keepaliveTimeout == 0 || f.keepaliveTime == 0 {
 			return usagef("proxy: --read-timeout, --keepalive-timeout and --keepalive-time must be more than 0 (--keepalive 0 keeps no connection)")

@@ -29,7 +29,11 @@ func TestProxyUsageErrors(t *testing.T) {
 		{name: "next upstream", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--next-upstream", "error,off"}, wantErr: "or off"},
 		{name: "update delay", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--update-delay", "4s-1s"}, wantErr: "such as 500ms-4s"},
 		{name: "read timeout zero", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--read-timeout", "0"}, wantErr: "more than 0"},
-		{name: "keepalive", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--keepalive", "-1"}, wantErr: "--keepalive must be 0 or more"},
+		{name: "keepalive", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--keepalive", "-1"}, wantErr: "--keepalive -1: want 0"},
+		{name: "tries", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--next-upstream-tries", "0"}, wantErr: "--next-upstream-tries 0"},
+		{name: "an upstream without a port", args: []string{"proxy", "--role", "edge", "--upstreams", "nohostport"}, wantErr: `--upstreams "nohostport"`},
+		{name: "port without service", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--port", "http"}, wantErr: "--port is the --service's port"},
+		{name: "missing kubeconfig", args: []string{"proxy", "--role", "edge", "--service", "default/app", "--kubeconfig", "/nonexistent/kubeconfig"}, wantErr: "--kubeconfig"},
 	})
 }
 

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -64,18 +65,14 @@ func (p *server) watchEndpoints(ctx context.Context, bal *balancer) (*endpointWa
 	}
 	ns, name, _ := strings.Cut(cfg.Service, "/")
 	w := &endpointWatch{p: p, port: cfg.ServicePort, timers: map[*time.Timer]bool{}}
-	if n, err := strconv.Atoi(cfg.ServicePort); err == nil {
-		// A port by number: the slices name it by the Service's name for
-		// it.
-		svc, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("service %s: %w", cfg.Service, err)
-		}
-		i := slices.IndexFunc(svc.Spec.Ports, func(sp corev1.ServicePort) bool { return int(sp.Port) == n })
-		if i < 0 {
-			return nil, fmt.Errorf("service %s has no port %d", cfg.Service, n)
-		}
-		w.port = svc.Spec.Ports[i].Name
+	// The Service and its port must exist: a watch of nothing would serve
+	// 503s for ever, as a misspelt backend of an Ingress does.
+	svc, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", cfg.Service, err)
+	}
+	if w.port, err = servicePort(svc, cfg.ServicePort); err != nil {
+		return nil, fmt.Errorf("service %s: %w", cfg.Service, err)
 	}
 	selector := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}).String()
 	// The informer would retry a refused list for ever: one list first
@@ -107,6 +104,26 @@ func (p *server) watchEndpoints(ctx context.Context, bal *balancer) (*endpointWa
 	w.synced.Store(true)
 	w.changed(bal, false)
 	return w, nil
+}
+
+// servicePort returns the name under which svc's EndpointSlices carry
+// port, a port's name or number; "" for the only port of a Service that
+// port leaves empty.
+func servicePort(svc *corev1.Service, port string) (string, error) {
+	var names []string
+	for _, sp := range svc.Spec.Ports {
+		if port == sp.Name || port == strconv.Itoa(int(sp.Port)) {
+			return sp.Name, nil
+		}
+		names = append(names, cmp.Or(sp.Name, strconv.Itoa(int(sp.Port))))
+	}
+	if port == "" && len(svc.Spec.Ports) == 1 {
+		return svc.Spec.Ports[0].Name, nil
+	}
+	if port == "" {
+		return "", fmt.Errorf("has %d ports (%s): give one with --port", len(names), strings.Join(names, ", "))
+	}
+	return "", fmt.Errorf("has no port %q (it has %s)", port, strings.Join(names, ", "))
 }
 
 // stop ends the watch, and the changes on their way to the balancer.

@@ -94,14 +94,15 @@ func setupOf(events []cluster.Event, d string) (exits []string, failed, ready, k
 // the pod notices of rec's events, which read c's logs; or ctx.Err() if ctx ends.
 func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *cluster.EventLog, d *appsv1.Deployment) error {
 	want := int(replicas(d))
-	var exits []string
+	var exits, others []string
 	var failed, ready, known int
 	wctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	// A wait that times out leaves fewer ready than want: the answer.
 	_ = waitFor(wctx, rec, func(events []cluster.Event) bool {
 		exits, failed, ready, known = setupOf(events, d.Name)
-		return len(exits) > 0 || ready >= min(want, known)
+		others = otherExits(events, s, d)
+		return len(exits) > 0 || len(others) > 0 || ready >= min(want, known)
 	})
 	if err := ctx.Err(); err != nil {
 		return err
@@ -116,6 +117,10 @@ func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *cluster.
 		why = fmt.Sprintf("containers exited or failed to start %d times", len(exits))
 	case len(exits) == 1:
 		why = "a container exited"
+	case len(others) > 0:
+		// Another Deployment of the workload, such as an ingress in
+		// front of the measured one.
+		why, exits = "a container of another Deployment of the workload exited or failed to start", others
 	case ready < min(want, known):
 		// Pods that rec did not see created are the completed rollout's.
 		why = fmt.Sprintf("%d of %d pods ready", ready+want-min(want, known), want)
@@ -130,6 +135,24 @@ func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *cluster.
 	return &DeployError{Scenario: s.Name, Step: "deploy",
 		Err:   fmt.Errorf("%s before the %s, which was not done: a workload that does not run is not measured", why, cmp.Or(s.Action.Kind, "action")),
 		Cause: cause}
+}
+
+// otherExits returns, after events, the exits and failed starts of the
+// containers of scenario s's Deployments other than d, as setupOf says
+// them, each after its Deployment's name.
+func otherExits(events []cluster.Event, s *Scenario, d *appsv1.Deployment) []string {
+	var out []string
+	for _, o := range s.Objects {
+		od, ok := o.Obj.(*appsv1.Deployment)
+		if !ok || od.Name == d.Name {
+			continue
+		}
+		exits, _, _, _ := setupOf(events, od.Name)
+		for _, x := range exits {
+			out = append(out, "Deployment "+od.Name+": "+x)
+		}
+	}
+	return out
 }
 
 // explanationOf returns the explanation of the pod notices of events, which

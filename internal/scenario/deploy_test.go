@@ -161,3 +161,32 @@ func TestRunnerCrashBeforeAction(t *testing.T) {
 		t.Errorf("phases %v: the action was done", phases)
 	}
 }
+
+// TestOtherExits: an exit of a container of another Deployment of the
+// workload, such as the ingress in front of the measured one, is told
+// with its Deployment's name; the measured one's are setupOf's.
+func TestOtherExits(t *testing.T) {
+	t.Parallel()
+	all, err := Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Select(all, []string{"seed002-no-fix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s[0].Deployment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := []cluster.Event{
+		{Kind: cluster.PodCreated, Pod: "app-a1b2c-1", Object: "ReplicaSet/app-a1b2c"},
+		{Kind: cluster.PodCreated, Pod: "ingress-x9z8y-1", Object: "ReplicaSet/ingress-x9z8y"},
+		{Kind: cluster.ContainerExited, Pod: "app-a1b2c-1", Container: "app", Fields: map[string]string{"code": "1"}},
+		{Kind: cluster.ContainerExited, Pod: "ingress-x9z8y-1", Container: "nginx", Fields: map[string]string{"code": "4"}},
+	}
+	want := []string{"Deployment ingress: pod ingress-x9z8y-1: container nginx exited with code 4"}
+	if got := otherExits(events, s[0], d); !cmp.Equal(got, want) {
+		t.Errorf("otherExits = %q, want %q", got, want)
+	}
+}

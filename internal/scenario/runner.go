@@ -326,7 +326,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 	deployFollowers.Go(func() {
 		exited := func(events []cluster.Event) bool {
 			exits, _, _, _ := setupOf(events, deployment.Name)
-			return len(exits) > 0
+			return len(exits) > 0 || len(otherExits(events, s, deployment)) > 0
 		}
 		if waitFor(deployCtx, rec, exited) == nil {
 			abort(errExited)

@@ -1,0 +1,3 @@
+module github.com/closingtime-dev/closingtime/bench/proxy
+
+go 1.26.8
