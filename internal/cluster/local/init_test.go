@@ -191,10 +191,10 @@ func TestKubeletRefusesWhatItDoesNotRun(t *testing.T) {
 		{func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "spec.hostNetwork: "},
 		{func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "conf", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-		}, "spec.volumes: volume conf: "},
+		}, "spec.volumes[0]: volume conf: "},
 		{func(p *corev1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "conf", MountPath: "/etc/app"}}
-		}, "spec.containers[0].volumeMounts: "},
+		}, "spec.containers[0].volumeMounts[0]: "},
 		{func(p *corev1.Pod) {
 			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
 		}, "spec.containers[0].envFrom: "},
@@ -215,6 +215,10 @@ func TestKubeletRefusesWhatItDoesNotRun(t *testing.T) {
 		}, "spec.containers[0].lifecycle.preStop.httpGet.port: "},
 	} {
 		pod := initPod("refused", "true", "true")
+		// What a ServiceAccount admission adds every pod passes.
+		pod.Spec.Volumes = []corev1.Volume{{Name: "kube-api-access-x1", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "kube-api-access-x1", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}}
 		tt.change(pod)
 		err := k.SyncPod(pod)
 		if err == nil || !strings.Contains(err.Error(), tt.field) {

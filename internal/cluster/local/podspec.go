@@ -47,11 +47,19 @@ func CheckPodTemplate(t *corev1.PodTemplateSpec, imageCommands map[string][]stri
 // the API refuses in an init container that is not a sidecar (probes,
 // lifecycle hooks).
 func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageCommands map[string][]string) *SpecError {
-	switch {
-	case spec.HostNetwork:
+	if spec.HostNetwork {
 		return &SpecError{"hostNetwork", errors.New("a pod in the node's network is not run: the embedded kubelet gives every pod a network of its own")}
-	case len(spec.Volumes) > 0:
-		return &SpecError{"volumes", fmt.Errorf("volume %s: the embedded kubelet mounts no volumes (its containers would see this machine's files instead); give files by their path on this machine", spec.Volumes[0].Name)}
+	}
+	// An API server's ServiceAccount admission adds every pod a volume of
+	// its API credentials (kube-api-access-…), which the kubelet does not
+	// mount: a pod of closingtime's clusters reaches its API by
+	// cluster.PodKubeconfigEnv instead.
+	apiAccess := map[string]bool{}
+	for i, v := range spec.Volumes {
+		if !isAPIAccess(v) {
+			return &SpecError{fmt.Sprintf("volumes[%d]", i), fmt.Errorf("volume %s: the embedded kubelet mounts no volumes (its containers would see this machine's files instead); give files by their path on this machine", v.Name)}
+		}
+		apiAccess[v.Name] = true
 	}
 	check := func(field string, c *corev1.Container, init bool) *SpecError {
 		sidecar := cluster.IsSidecar(c)
@@ -70,7 +78,7 @@ func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageComm
 		}
 		if err == nil {
 			var f string
-			if f, err = checkContainer(c); err != nil {
+			if f, err = checkContainer(c, apiAccess); err != nil {
 				field += "." + f
 			}
 		}
@@ -92,11 +100,29 @@ func CheckPodSpec(annotations map[string]string, spec *corev1.PodSpec, imageComm
 	return nil
 }
 
+// isAPIAccess reports whether v is the volume of a pod's API credentials
+// that a ServiceAccount admission adds: a projected service account
+// token.
+func isAPIAccess(v corev1.Volume) bool {
+	if v.Projected == nil {
+		return false
+	}
+	for _, src := range v.Projected.Sources {
+		if src.ServiceAccountToken != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // checkContainer returns the first field of c, from c, that the embedded
-// kubelet does not run, and why; "" and nil if there is none.
-func checkContainer(c *corev1.Container) (string, error) {
-	if len(c.VolumeMounts) > 0 {
-		return "volumeMounts", fmt.Errorf("container %s: the embedded kubelet mounts no volumes", c.Name)
+// kubelet does not run, and why; "" and nil if there is none. A mount of
+// a volume of apiAccess passes.
+func checkContainer(c *corev1.Container, apiAccess map[string]bool) (string, error) {
+	for i, m := range c.VolumeMounts {
+		if !apiAccess[m.Name] {
+			return fmt.Sprintf("volumeMounts[%d]", i), fmt.Errorf("container %s: volume %s: the embedded kubelet mounts no volumes", c.Name, m.Name)
+		}
 	}
 	if len(c.EnvFrom) > 0 {
 		return "envFrom", fmt.Errorf("container %s: the embedded cluster has no ConfigMaps or Secrets: give the variables in env with values", c.Name)
