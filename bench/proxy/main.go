@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -59,7 +60,9 @@ func run() error {
 	var procs []*exec.Cmd
 	defer func() {
 		for _, p := range procs {
-			p.Process.Kill()
+			// SIGTERM: NGINX's master stops its workers before it exits,
+			// where a SIGKILL would leave them behind.
+			p.Process.Signal(syscall.SIGTERM)
 			p.Wait()
 		}
 	}()
