@@ -92,37 +92,21 @@ func TestEdgeInCluster(t *testing.T) {
 		pod string
 	}
 	var (
-		mu      sync.Mutex
-		got     []served
-		failed  []string
-		stopped = make(chan struct{})
-		wg      sync.WaitGroup
+		mu     sync.Mutex
+		got    []served
+		failed []string
 	)
-	client := &http.Client{Transport: &http.Transport{DialContext: c.DialContext, DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	wg.Go(func() {
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopped:
-				return
-			case <-tick.C:
-			}
-			at := time.Now()
-			resp, err := client.Get("http://edge.default:80/work")
-			mu.Lock()
-			if err != nil {
-				failed = append(failed, err.Error())
-			} else {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					failed = append(failed, resp.Status+" via "+resp.Header.Get("X-Upstream-Addr"))
-				}
-				got = append(got, served{at, resp.Header.Get("X-Pod-Name")})
-			}
-			mu.Unlock()
+	stop := getEvery(c, "http://edge.default:80/work", 20*time.Millisecond, func(at time.Time, resp *http.Response, _ []byte, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			failed = append(failed, err.Error())
+			return
 		}
+		if resp.StatusCode != http.StatusOK {
+			failed = append(failed, resp.Status+" via "+resp.Header.Get("X-Upstream-Addr"))
+		}
+		got = append(got, served{at, resp.Header.Get("X-Pod-Name")})
 	})
 	time.Sleep(time.Second)
 	deleted := time.Now()
@@ -130,8 +114,7 @@ func TestEdgeInCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(updateDelay + 3*time.Second)
-	close(stopped)
-	wg.Wait()
+	stop()
 
 	// When the endpoints controller took the victim out, and when the
 	// edge applied it.
@@ -171,5 +154,43 @@ func TestEdgeInCluster(t *testing.T) {
 	}
 	if len(failed) > 0 {
 		t.Errorf("%d requests failed through the edge, want none (the pod serves through its preStop): %v", len(failed), failed)
+	}
+}
+
+// getEvery sends a GET of url through c's dialer every period, each on a
+// new connection and in a goroutine of its own, and gives handle, which
+// may be called concurrently, the time it was sent, the response and its
+// body's first 512 bytes, or the error. The returned function stops it
+// and returns once every request has been handled.
+func getEvery(c *Cluster, url string, period time.Duration, handle func(at time.Time, resp *http.Response, body []byte, err error)) (stop func()) {
+	client := &http.Client{Transport: &http.Transport{DialContext: c.DialContext, DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	stopped := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopped:
+				return
+			case <-tick.C:
+			}
+			wg.Go(func() {
+				at := time.Now()
+				resp, err := client.Get(url)
+				if err != nil {
+					handle(at, nil, nil, err)
+					return
+				}
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				handle(at, resp, body, nil)
+			})
+		}
+	})
+	return func() {
+		close(stopped)
+		wg.Wait()
 	}
 }

@@ -3,7 +3,6 @@ package local
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -121,35 +120,18 @@ http {
 		statuses = map[int]int{}
 		reasons  = map[proxy.Reason]int{}
 		upstream string
-		stopped  = make(chan struct{})
-		wg       sync.WaitGroup
 	)
-	client := &http.Client{Transport: &http.Transport{DialContext: c.DialContext, DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	wg.Go(func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopped:
-				return
-			case <-tick.C:
-			}
-			wg.Go(func() {
-				resp, err := client.Get("http://nginx.default:80/work")
-				if err != nil {
-					return
-				}
-				body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-				resp.Body.Close()
-				mu.Lock()
-				defer mu.Unlock()
-				statuses[resp.StatusCode]++
-				if r := proxy.Recognize(resp.StatusCode, resp.Header, body); r != "" {
-					reasons[r]++
-				}
-				upstream = resp.Header.Get(proxy.UpstreamAddrHeader)
-			})
+	stop := getEvery(c, "http://nginx.default:80/work", 10*time.Millisecond, func(_ time.Time, resp *http.Response, body []byte, err error) {
+		if err != nil {
+			return
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		statuses[resp.StatusCode]++
+		if r := proxy.Recognize(resp.StatusCode, resp.Header, body); r != "" {
+			reasons[r]++
+		}
+		upstream = resp.Header.Get(proxy.UpstreamAddrHeader)
 	})
 	time.Sleep(time.Second)
 	if err := c.RolloutRestart(ctx, "default", "web"); err != nil {
@@ -159,8 +141,7 @@ http {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
-	close(stopped)
-	wg.Wait()
+	stop()
 
 	t.Logf("statuses %v, reasons %v", statuses, reasons)
 	if statuses[http.StatusOK] == 0 {
