@@ -191,7 +191,11 @@ func (e *edge) roundTrip(ctx context.Context, uc *upConn, out *http.Request, bod
 	uc.SetDeadline(time.Now().Add(e.p.cfg.ReadTimeout))
 	defer uc.onCancel(ctx)()
 	uc.sent = false
-	if err := req.Write(uc.bw); err != nil || uc.bw.Flush() != nil {
+	err := req.Write(uc.bw)
+	if err == nil {
+		err = uc.bw.Flush()
+	}
+	if err != nil {
 		uc.Close()
 		return nil, upstreamFailure(err, uc.sent)
 	}
