@@ -194,6 +194,13 @@ func (p *server) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 	served := make(chan error, 1)
 	go func() { served <- p.hs.Serve(lnc) }()
 	defer p.hs.Close()
+	// The state is set before "listening" is logged, so that whoever
+	// waits for that event finds /ready telling the truth.
+	if healthBad {
+		p.state.Store(stateDraining)
+	} else {
+		p.state.Store(stateLive)
+	}
 	p.log.Info("listening", "address", ln.Addr().String(), "upstream", upstream)
 
 	var (
@@ -209,11 +216,6 @@ func (p *server) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 		if !p.draining.Swap(true) {
 			p.log.Info("draining", "reason", reason, "for", d.String(), "connections", p.conns.Load())
 		}
-	}
-	if healthBad {
-		p.state.Store(stateDraining)
-	} else {
-		p.state.Store(stateLive)
 	}
 	for {
 		select {
