@@ -22,9 +22,10 @@ const (
 	// routing view still sent new connections to it.
 	RoutingRace results.Cause = "routing-race"
 	// IngressRoutingRace: an ingress in front of the Service (an edge
-	// that routes to pod addresses from its own watch) answered 502 or
-	// 504 for a terminating pod that no longer listened, or was gone,
-	// while its own routing still sent it requests.
+	// that routes to pod addresses from its own watch) still sent a
+	// request to a terminating pod that no longer listened, or was gone:
+	// it answered 502 or 504, or its client gave up while it tried (its
+	// log names the pod).
 	IngressRoutingRace results.Cause = "ingress-routing-race"
 	// ProxyReadyBeforeApp: the pod's proxy answered 503 for an app that
 	// did not listen yet: the pod took traffic, ready through its proxy,
@@ -109,7 +110,7 @@ var causes = []Info{
 	{RoutingRace, "routing race: a new connection reached a terminating pod that no longer listened, or was gone, while the routing still sent it new connections",
 		"add a preStop delay at least as long as the measured endpoint propagation (closingtime rollout measures it), and keep listening until it ends",
 		"prestop-delay-missing", "2-readiness"},
-	{IngressRoutingRace, "the ingress answered 502 or 504: its own routing still sent the request to a terminating pod that no longer listened, or was gone",
+	{IngressRoutingRace, "the ingress's own routing still sent the request to a terminating pod that no longer listened, or was gone: the ingress answered 502 or 504, or the client gave up while it tried",
 		"give the pods a preStop delay longer than the endpoint propagation and the ingress's own update delay (ingress-NGINX applies new endpoints up to seconds after the API has them), and keep listening until it ends; let the ingress try the next pod after a refused connect (proxy_next_upstream error timeout)",
 		"prestop-delay-missing", "seed002-no-fix"},
 	{ProxyReadyBeforeApp, "the pod's proxy answered 503: it took requests before its app listened, the pod counted ready through the proxy",

@@ -88,8 +88,11 @@ func joined(h *history, r results.Request) results.Request {
 	}
 	r.AtConnect, r.AtFailure, r.Published, r.RoutedBy, r.PodInferred = results.PodState{}, results.PodState{}, nil, nil, false
 	made := r.MadeMS()
+	if r.Pod == "" && r.Upstreams != "" {
+		r.Pod = h.ingressPod(&r)
+	}
 	addr, err := netip.ParseAddrPort(r.Addr)
-	if r.Pod == "" && err == nil {
+	if r.Pod == "" && err == nil && r.Upstreams == "" {
 		r.Pod = h.podAt(addr.Addr(), made)
 	}
 	r.ReadyEndpoints = h.readyEndpoints(r.ConnectMS)
@@ -109,6 +112,25 @@ func joined(h *history, r results.Request) results.Request {
 		r.RoutedBy = h.routedBy(ip, made)
 	}
 	return r
+}
+
+// ingressPod returns the pod that an ingress's attempts at request r, its
+// Upstreams, most likely failed on: the first that was terminating while
+// r lasted, or else the last; "" if no pod had the attempts' addresses.
+func (h *history) ingressPod(r *results.Request) string {
+	var last string
+	for _, u := range strings.Split(r.Upstreams, ", ") {
+		a, err := netip.ParseAddrPort(u)
+		if err != nil {
+			continue
+		}
+		pod := h.podAt(a.Addr(), r.MadeMS())
+		if ph := h.pods[pod]; ph != nil && (ph.at(r.MadeMS()).terminating || ph.at(r.FailedMS).terminating) {
+			return pod
+		}
+		last = cmp.Or(pod, last)
+	}
+	return last
 }
 
 // ipOf returns pod's address; "" if unknown. A pod keeps its address
@@ -263,6 +285,10 @@ func cause(h *history, r *results.Request) results.Cause {
 		return proxyRefused(ph, ph.at(r.FailedMS))
 	case r.Class == load.HTTP5xx && ph != nil && r.Proxy == proxy.UpstreamReset:
 		return proxyReset(ph, r)
+	case r.Class == load.ResponseTimeout && ph != nil && r.Upstreams != "":
+		// The client gave up while the ingress, as its log tells, still
+		// tried the pod: a connect to a gone pod's address, say.
+		return ingressRouted(ph, r)
 	case ph == nil || r.Class == load.ConnectTimeout || r.Class == load.ResponseTimeout || r.Class == load.HTTP5xx:
 		// A 5xx is an answer, and a response that never came tells
 		// nothing of a cut.
@@ -577,20 +603,34 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			}
 			add("served-after-sigterm", text)
 		}
-		if nodes := h.routedBy(h.ipOf(o.Name), ph.signalAt); len(nodes) > 0 {
+		// advice ends a finding that the routing still sent the pod
+		// requests at its stop signal: what it did about them, or fix.
+		advice := func(fix string) string {
+			switch {
+			case o.AfterSigterm != nil && *o.AfterSigterm > 0 && cuts[o.Name] == 0:
+				// Its server's own delay did: it went on accepting.
+				return "it went on accepting them"
+			case failed[o.Name] == 0:
+				return "none of its requests failed"
+			}
+			return fix
+		}
+		if left, ok := h.ingressLeft(h.ipOf(o.Name), ph.signalAt); ok {
+			// The client's requests came through the ingress, whose own
+			// routing decided where they went.
+			after := "until the end of the run"
+			if left != never {
+				after = "for " + sec(left-ph.signalAt) + " more"
+			}
+			add("ingress-not-converged", fmt.Sprintf("at %s, the ingress still sent requests to it, %s: %s", sig, after,
+				advice("a preStop delay longer than the ingress's update delay would have covered it")))
+		} else if nodes := h.routedBy(h.ipOf(o.Name), ph.signalAt); len(nodes) > 0 {
 			views := "the routing view of " + nodes[0]
 			if len(nodes) > 1 {
 				views = "the routing views of " + strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
 			}
-			advice := "a preStop delay would have covered the propagation"
-			switch {
-			case o.AfterSigterm != nil && *o.AfterSigterm > 0 && cuts[o.Name] == 0:
-				// Its server's own delay did: it went on accepting.
-				advice = "it went on accepting them"
-			case failed[o.Name] == 0:
-				advice = "none of its requests failed"
-			}
-			add("routing-not-converged", fmt.Sprintf("at %s, %s still sent new connections to it: %s", sig, views, advice))
+			add("routing-not-converged", fmt.Sprintf("at %s, %s still sent new connections to it: %s", sig, views,
+				advice("a preStop delay would have covered the propagation")))
 		} else if len(h.nodes) == 0 && !ph.signalInferred && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
 			gap := ph.signalAt - *o.LastNewConnectionMS
 			when := sec(gap) + " before " + sig

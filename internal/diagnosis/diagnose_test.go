@@ -227,6 +227,28 @@ func TestDiagnoseCauses(t *testing.T) {
 		request: ingress(old, oldIP+":8080", request("r", load.HTTP5xx, 1500, 1500, 6501, "10.96.0.20:80", 0, 0), proxy.UpstreamConnectTimeout),
 		want:    IngressRoutingRace,
 	}, {
+		name: "a client's timeout while the ingress, its log says, tried a gone pod and then a live one",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).running(fresh, freshIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: func() results.Request {
+			r := request("r", load.ResponseTimeout, 1500, 1500, 11500, "10.96.0.20:80", 0, 0)
+			r.Upstreams = oldIP + ":8080, " + freshIP + ":8080"
+			return r
+		}(),
+		want: IngressRoutingRace,
+	}, {
+		name: "a client's timeout while the ingress tried a pod that was not terminating tells no cause",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP)
+		},
+		request: func() results.Request {
+			r := request("r", load.ResponseTimeout, 1500, 1500, 11500, "10.96.0.20:80", 0, 0)
+			r.Upstreams = oldIP + ":8080"
+			return r
+		}(),
+		want: Unknown,
+	}, {
 		name: "an ingress's 502 for a pod that was not terminating tells no cause",
 		run: func() *timeline {
 			return new(timeline).running(old, oldIP)
@@ -501,6 +523,39 @@ func TestRoutingFinding(t *testing.T) {
 	}
 	if !strings.HasSuffix(texts["app-b"], "none of its requests failed") {
 		t.Errorf("app-b, nothing failed: %q, want it said that none of its requests failed", texts["app-b"])
+	}
+}
+
+// TestIngressFinding: where an ingress logged the endpoints it routed to,
+// an old pod's finding tells how long after its SIGTERM the ingress still
+// sent it requests, not what the nodes' views did.
+func TestIngressFinding(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").
+		endpoints(-5000, 0, ready("10.0.0.1"), ready("10.0.0.2")).
+		stopped("app-a", 0, 0, 5, 143, false).
+		endpoints(1, 300, terminating("10.0.0.1"), ready("10.0.0.2"))
+	ingressView := func(at float64, eps ...cluster.Endpoint) {
+		tl.run.Timeline = append(tl.run.Timeline, results.Entry{AtMS: at, Source: results.SourceIngress, Kind: "endpoints", Pod: "ingress-1", Endpoints: cluster.Endpoints{List: eps}})
+		sortTimeline(tl.run.Timeline)
+	}
+	ingressView(-4000, ready("10.0.0.1"), ready("10.0.0.2"))
+	ingressView(2500, ready("10.0.0.2"))
+	tl.run.OldPods = []results.OldPod{{Name: "app-a", AfterSigterm: new(int)}}
+	r := request("r", load.ResponseTimeout, 300, 300, 10300, "10.96.0.20:80", 0, 0)
+	r.Upstreams = "10.0.0.1:8080"
+	d, got := tl.diagnosed(t, r)
+	if !slices.Equal(got, []results.Cause{IngressRoutingRace}) {
+		t.Errorf("causes %v, want the ingress's routing race", got)
+	}
+	var kinds []string
+	for _, f := range d.Findings {
+		kinds = append(kinds, f.Kind)
+		if f.Kind == "ingress-not-converged" && !strings.Contains(f.Text, "the ingress still sent requests to it, for 2.50 s more: a preStop delay longer than the ingress's update delay") {
+			t.Errorf("finding %q, want the 2.5 s the ingress still routed to it, and the preStop's fix", f.Text)
+		}
+	}
+	if !slices.Equal(kinds, []string{"ingress-not-converged"}) {
+		t.Errorf("findings %v, want the ingress's alone, not the nodes' views", kinds)
 	}
 }
 

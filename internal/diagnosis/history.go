@@ -206,7 +206,10 @@ type history struct {
 	published []endpointsAt
 	applied   map[string][]endpointsAt
 	nodes     []string
-	outage    *results.Outage
+	// ingress are the endpoints an ingress in front of the workload
+	// routed to, as its log tells them.
+	ingress []endpointsAt
+	outage  *results.Outage
 	// times are the times of the timeline's entries, in order; exits,
 	// every pod's exits in the order of their times.
 	times []float64
@@ -365,6 +368,11 @@ func (h *history) add(e *results.Entry) {
 			h.applied[e.Node] = append(h.applied[e.Node], endpointsAt{at: e.AtMS, eps: e.Endpoints, node: e.Node})
 			return
 		}
+	case results.SourceIngress:
+		if e.Kind == "endpoints" {
+			h.ingress = append(h.ingress, endpointsAt{at: e.AtMS, eps: e.Endpoints})
+		}
+		return
 	case results.SourcePod:
 	default:
 		return
@@ -635,6 +643,24 @@ func (h *history) routedBy(ip string, t float64) []string {
 		return []string{}
 	}
 	return out
+}
+
+// ingressLeft returns when the ingress's routing, as its log tells it,
+// last stopped sending requests to ip: the first endpoints it took after
+// t without ip, when it routed to ip at t; ok false if it did not, or no
+// ingress logged its endpoints, and left never if it still routed there
+// at the end.
+func (h *history) ingressLeft(ip string, t float64) (left float64, ok bool) {
+	e := latest(h.ingress, t)
+	if e == nil || !e.routes(ip) {
+		return 0, false
+	}
+	for i := range h.ingress {
+		if n := &h.ingress[i]; n.at > t && !n.routes(ip) {
+			return n.at, true
+		}
+	}
+	return never, true
 }
 
 // formerPod reports whether addr is the address of a pod that the run

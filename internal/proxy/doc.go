@@ -4,14 +4,19 @@
 // turn an app's shutdown into.
 //
 // [Run] forwards every request on its listener to one upstream, the app
-// on the pod's own loopback, on a connection of its own: a pool's hidden
-// resend of a request whose reused connection broke would change the
-// failure the client sees. When the upstream
-// fails before its response's headers, the sidecar answers itself, with
+// on the pod's own loopback, over a pool of keep-alive connections that
+// never resends a request silently, as Envoy's. When the upstream fails
+// before its response's headers, the sidecar answers itself, with
 // Envoy's status and body for the [Reason]: 503 `… delayed connect error:
-// 111` for a refused connect, 503 for a reset, 504 when the route timeout
-// passes. [Recognize] reads those answers back, from a real Envoy as
-// well.
+// 111` for a refused connect, 503 for a reset (a pooled connection that
+// the app closed as the request came included), 504 when the route
+// timeout passes. [Recognize] reads those answers back, from a real
+// Envoy as well.
+//
+// With the edge role ([RoleEdge]) it is an ingress instead: it watches a
+// Service's EndpointSlices, sends each request straight to a Ready
+// endpoint, round-robin, retries as NGINX's proxy_next_upstream does,
+// and answers NGINX's 502, 503 and 504 pages.
 //
 // On SIGTERM it exits at once ([ModeExit], Envoy's own) or drains first
 // ([ModeDrain], Istio's agent). An admin listener serves Envoy's

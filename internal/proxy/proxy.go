@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -34,6 +31,23 @@ const holdPoll = 50 * time.Millisecond
 // connection open: NGINX's keepalive_timeout, which ingress-NGINX keeps at
 // 75 s.
 const edgeClientIdleTimeout = 75 * time.Second
+
+// copyBuffers are the buffers that response bodies are copied through,
+// one per response at a time: a buffer per request would be most of what
+// a proxied request allocates.
+var copyBuffers buffers
+
+// buffers is a pool of 32 KiB buffers, io.Copy's size.
+type buffers struct{ pool sync.Pool }
+
+func (b *buffers) Get() []byte {
+	if buf, ok := b.pool.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *buffers) Put(buf []byte) { b.pool.Put(&buf) }
 
 // errRouteTimeout is the cause of a request's context whose route timeout
 // passed.
@@ -81,8 +95,8 @@ type server struct {
 	conns atomic.Int64
 	// admin carries the admin endpoints' commands to the run loop.
 	admin chan command
-	// edge is the edge role's handler; nil for the sidecar.
-	edge *edge
+	// fwd is the handler of either role.
+	fwd *forwarder
 }
 
 // The states the admin's /ready reports, Envoy's words.
@@ -107,42 +121,12 @@ func newServer(cfg Config) *server {
 			}
 		},
 	}
+	p.fwd = newForwarder(p)
+	p.hs.Handler = p.fwd
 	if cfg.Role == RoleEdge {
-		p.edge = newEdge(p)
-		p.hs.Handler = p.edge
 		// NGINX's keepalive_timeout for its clients.
 		p.hs.IdleTimeout = edgeClientIdleTimeout
-		return p
 	}
-	upstream := &url.URL{Scheme: "http", Host: cfg.Upstream}
-	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(upstream)
-			pr.Out.Host = pr.In.Host
-			pr.SetXForwarded()
-		},
-		// A connection per request: net/http's Transport resends an
-		// idempotent request whose reused connection broke, unseen, which
-		// Envoy does not, and which would turn a request the app's exit
-		// cut into a refused one.
-		Transport: &http.Transport{
-			DialContext:        dialer.DialContext,
-			DisableKeepAlives:  true,
-			DisableCompression: true,
-		},
-		// Each write goes on at once, as Envoy streams a response: a
-		// response the upstream cuts after its headers reaches the
-		// client cut, not empty.
-		FlushInterval: -1,
-		ModifyResponse: func(resp *http.Response) error {
-			p.closing(resp.Header)
-			return nil
-		},
-		ErrorHandler: p.upstreamFailed,
-		ErrorLog:     slog.NewLogLogger(slog.DiscardHandler, slog.LevelError),
-	}
-	p.hs.Handler = p.forward(rp)
 	return p
 }
 
@@ -167,11 +151,11 @@ func (p *server) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 		}
 	}
 	upstream := p.cfg.Upstream
-	if p.edge != nil {
-		defer p.edge.pool.closeIdle()
+	defer p.fwd.pool.closeIdle()
+	if p.cfg.Role == RoleEdge {
 		switch {
 		case p.cfg.Service != "":
-			w, err := p.watchEndpoints(ctx, p.edge.bal)
+			w, err := p.watchEndpoints(ctx, p.fwd.bal)
 			if err != nil {
 				return 0, err
 			}
@@ -182,7 +166,7 @@ func (p *server) run(ctx context.Context, sig <-chan os.Signal) (int, error) {
 			for i, u := range p.cfg.Upstreams {
 				eps[i] = Endpoint{Addr: u}
 			}
-			p.edge.bal.set(eps)
+			p.fwd.bal.set(eps)
 			upstream = strings.Join(p.cfg.Upstreams, ",")
 		}
 	}
@@ -345,38 +329,6 @@ func (l *listener) close(log *slog.Logger, reason string) {
 	})
 }
 
-// forward returns the downstream handler: each request goes to the
-// upstream through rp, bounded by the route timeout, and is logged.
-func (p *server) forward(rp *httputil.ReverseProxy) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		ex := &exchange{ResponseWriter: w}
-		ctx := r.Context()
-		if p.cfg.Timeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeoutCause(ctx, p.cfg.Timeout, errRouteTimeout)
-			defer cancel()
-		}
-		defer func() {
-			// rp aborts a response whose upstream failed after its
-			// headers with a panic, which closes the connection: logged,
-			// then passed on.
-			v := recover()
-			ex.aborted = v != nil
-			ex.cut = ex.cut || (ex.aborted && p.exiting.Load())
-			if outcome := ex.outcome(); outcome != "ok" || p.cfg.AccessLog {
-				p.log.Info("request", "id", r.Header.Get("X-Request-Id"), "method", r.Method, "path", r.URL.Path,
-					"upstream", p.cfg.Upstream, "outcome", outcome, "status", ex.status,
-					"duration_ms", float64(time.Since(start).Microseconds())/1000)
-			}
-			if v != nil {
-				panic(v)
-			}
-		}()
-		rp.ServeHTTP(ex, r.WithContext(ctx))
-	})
-}
-
 // closing asks the client, in a response's header h, to close its
 // connection if the sidecar is draining or its health check failed (as
 // Envoy's drain manager does for a listener of the default drain type):
@@ -386,44 +338,6 @@ func (p *server) closing(h http.Header) {
 	if p.draining.Load() || p.state.Load() == stateDraining {
 		h.Set("Connection", "close")
 	}
-}
-
-// upstreamFailed is rp's error handler: it answers as Envoy does for the
-// upstream's failure, unless the downstream client left first.
-func (p *server) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
-	ex := w.(*exchange)
-	reason, ok := classify(r.Context(), err)
-	if !ok {
-		ex.canceled, ex.cut = !p.exiting.Load(), p.exiting.Load()
-		return
-	}
-	ex.reason = reason
-	status, body := reply(reason)
-	h := w.Header()
-	h.Set("Content-Type", "text/plain")
-	h.Set(podHeader, p.cfg.PodName)
-	p.closing(h)
-	w.WriteHeader(status)
-	io.WriteString(w, body)
-}
-
-// classify returns the reason for an upstream failure err of a request
-// whose context is ctx; false if the downstream client left.
-func classify(ctx context.Context, err error) (Reason, bool) {
-	if errors.Is(context.Cause(ctx), errRouteTimeout) {
-		return UpstreamTimeout, true
-	}
-	if ctx.Err() != nil {
-		return "", false
-	}
-	var oe *net.OpError
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return UpstreamRefused, true
-	case errors.As(err, &oe) && oe.Op == "dial" && oe.Timeout():
-		return UpstreamConnectTimeout, true
-	}
-	return UpstreamReset, true
 }
 
 // An exchange is the response writer of one request, which records its

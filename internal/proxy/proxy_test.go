@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -153,6 +154,49 @@ func TestResetUpstream(t *testing.T) {
 	})
 	p := startProxy(t, upstream)
 	checkReply(t, testbinary.Dial(t, p.addr).Get(t, "/work", "r1"), proxy.UpstreamReset, http.StatusServiceUnavailable)
+}
+
+// TestPooledConnectionCloses: both roles keep their upstream connections
+// for the next request. When the upstream closes one as a request comes
+// on it, the sidecar answers Envoy's 503 "connection termination" (Envoy
+// retries nothing unless a route says so: Istio's "503 UC"), where the
+// edge gives the failed pooled connection a try of its own, on a new
+// connection, unseen by the client.
+func TestPooledConnectionCloses(t *testing.T) {
+	var conns atomic.Int64
+	// Each connection: one request answered, the next read and the
+	// connection closed, as a server whose idle timeout fired.
+	upstream := listenUpstream(t, func(c net.Conn) {
+		conns.Add(1)
+		c.SetDeadline(time.Now().Add(testbinary.WaitLimit))
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		http.ReadRequest(br)
+	})
+
+	p := startProxy(t, upstream)
+	client := testbinary.Dial(t, p.addr)
+	if resp := client.Get(t, "/work", "r1"); resp.Status != http.StatusOK {
+		t.Fatalf("first request: %d %q, want 200", resp.Status, resp.Body)
+	}
+	checkReply(t, client.Get(t, "/work", "r2"), proxy.UpstreamReset, http.StatusServiceUnavailable)
+	if n := conns.Load(); n != 1 {
+		t.Errorf("the sidecar made %d upstream connections for 2 requests, want 1, reused", n)
+	}
+
+	conns.Store(0)
+	_, addr := startEdge(t, []string{upstream})
+	for i := range 2 {
+		if resp := send(t, addr, http.MethodGet); resp.Status != http.StatusOK {
+			t.Errorf("request %d through the edge: %d %q, want 200", i, resp.Status, resp.Body)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("the edge made %d upstream connections for 2 requests, want 2: the second's retry", n)
+	}
 }
 
 func TestUpstreamTimeout(t *testing.T) {

@@ -47,6 +47,7 @@ var envoyReplies = map[Reason]struct {
 }{
 	UpstreamRefused:        {http.StatusServiceUnavailable, envoyConnectError + "connection failure, transport failure reason: delayed connect error: 111"},
 	UpstreamConnectTimeout: {http.StatusServiceUnavailable, envoyConnectError + "connection timeout"},
+	UpstreamUnreachable:    {http.StatusServiceUnavailable, envoyConnectError + "connection failure, transport failure reason: delayed connect error: 113"},
 	UpstreamReset:          {http.StatusServiceUnavailable, envoyConnectError + "connection termination"},
 	UpstreamTimeout:        {http.StatusGatewayTimeout, "upstream request timeout"},
 }
@@ -101,6 +102,9 @@ func Recognize(status int, header http.Header, body []byte) Reason {
 		}
 		if strings.HasSuffix(reset, ": 110") || strings.Contains(reset, "timed out") {
 			return UpstreamConnectTimeout
+		}
+		if strings.HasSuffix(reset, ": 113") || strings.HasSuffix(reset, "No route to host") {
+			return UpstreamUnreachable
 		}
 		return ""
 	case strings.HasPrefix(reset, "connection timeout"):

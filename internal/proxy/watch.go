@@ -163,11 +163,7 @@ func (w *endpointWatch) changed(bal *balancer, delayed bool) {
 		}
 		w.applied = seq
 		bal.set(eps)
-		ready := make([]string, len(eps))
-		for i, ep := range eps {
-			ready[i] = ep.Pod + "=" + ep.Addr
-		}
-		w.p.log.Info("endpoints", "service", w.p.cfg.Service, "ready", ready)
+		w.p.log.Info("endpoints", "service", w.p.cfg.Service, "ready", eps)
 	}
 	if !delayed {
 		applyLocked()

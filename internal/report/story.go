@@ -475,9 +475,13 @@ func stateWords(s results.PodState) string {
 }
 
 // routingLine says what the EndpointSlices and the nodes' routing views
-// showed of r's pod when its connection was made.
+// showed of r's pod when its connection was made, and, for a request
+// that went through an ingress, where the ingress sent it.
 func routingLine(r results.Request, run results.Run) string {
 	var parts []string
+	if r.Upstreams != "" {
+		parts = append(parts, "the ingress sent it to "+r.Upstreams)
+	}
 	switch {
 	case r.Published == nil:
 	case *r.Published:

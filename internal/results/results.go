@@ -277,6 +277,10 @@ const (
 	SourceCluster Source = "cluster"
 	// SourcePod is a log event of a pod: Kind is the event's name.
 	SourcePod Source = "pod"
+	// SourceIngress is a log event of an ingress in front of the
+	// workload (`closingtime proxy --role edge`): Kind "endpoints", the
+	// Ready endpoints its balancer took, in Endpoints.
+	SourceIngress Source = "ingress"
 	// SourceClient is a failed request: Kind is its failure class.
 	SourceClient Source = "client"
 	// SourceRunner is a step of the runner's action: Kind is one of the

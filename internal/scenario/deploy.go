@@ -142,14 +142,21 @@ func deployed(ctx context.Context, s *Scenario, c cluster.Backend, rec *cluster.
 // them, each after its Deployment's name.
 func otherExits(events []cluster.Event, s *Scenario, d *appsv1.Deployment) []string {
 	var out []string
-	for _, o := range s.Objects {
-		od, ok := o.Obj.(*appsv1.Deployment)
-		if !ok || od.Name == d.Name {
-			continue
-		}
+	for _, od := range otherDeployments(s, d) {
 		exits, _, _, _ := setupOf(events, od.Name)
 		for _, x := range exits {
 			out = append(out, "Deployment "+od.Name+": "+x)
+		}
+	}
+	return out
+}
+
+// otherDeployments returns scenario s's Deployments other than d.
+func otherDeployments(s *Scenario, d *appsv1.Deployment) []*appsv1.Deployment {
+	var out []*appsv1.Deployment
+	for _, o := range s.Objects {
+		if od, ok := o.Obj.(*appsv1.Deployment); ok && od.Name != d.Name {
+			out = append(out, od)
 		}
 	}
 	return out

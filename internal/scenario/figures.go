@@ -18,6 +18,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/proxy"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
@@ -53,9 +54,20 @@ func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Mic
 //
 // It returns the failed and absorbed requests, with what the client saw
 // of each, for the diagnosis to join to the timeline.
-func figures(run *results.Run, report *load.Report, requests []load.Result, events []cluster.Event, addrs podAddresses, logs map[string][]cluster.LogLine, goneAt time.Time) []results.Request {
+func figures(run *results.Run, report *load.Report, requests []load.Result, events []cluster.Event, addrs podAddresses, logs, ingress map[string][]cluster.LogLine, goneAt time.Time) []results.Request {
 	start := run.Start
 	at := func(t time.Time) float64 { return ms(t.Sub(start)) }
+	routed := map[string][]proxy.Attempt{}
+	for pod, lines := range ingress {
+		for _, l := range lines {
+			if l.Time.Before(start.Add(-time.Minute)) {
+				continue
+			}
+			if e, ok := ingressEvent(pod, l, at, routed); ok {
+				run.Timeline = append(run.Timeline, e)
+			}
+		}
+	}
 	for _, c := range report.Clients {
 		run.Totals.Add(totalsOf(c.Totals, c.Absorbed.Total()))
 		run.P99MS = max(run.P99MS, ms(c.Latency.P99))
@@ -74,6 +86,10 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 	unattributed := 0 // answered requests that no pod could be given
 	for _, r := range requests {
 		if f, ok := failedRequest(&r, at); ok {
+			if attempts := routed[f.ID]; f.Upstreams == "" && len(attempts) > 0 {
+				// No answer named them: the ingress's log does.
+				f.Upstreams = proxy.UpstreamAddrs(attempts)
+			}
 			failed = append(failed, f)
 		}
 		t := r.Time
@@ -323,6 +339,41 @@ func logEvent(pod string, l cluster.LogLine, at func(time.Time) float64) (result
 		detail[k] = string(bytes.Trim(b, `"`))
 	}
 	return results.Entry{AtMS: at(t), Source: results.SourcePod, Kind: name, Pod: pod, Detail: detail}, true
+}
+
+// ingressEvent reads one JSON log line of an ingress's pod, `closingtime
+// proxy --role edge` (docs/proxy.md § The edge's log): an "endpoints" event
+// is a timeline entry, at the time the line says, with the Ready
+// endpoints the ingress's balancer took; a "request" event's attempts go
+// to routed, by the request's id.
+func ingressEvent(pod string, l cluster.LogLine, at func(time.Time) float64, routed map[string][]proxy.Attempt) (results.Entry, bool) {
+	var ev struct {
+		Event    string
+		Time     time.Time
+		ID       string
+		Service  string
+		Ready    []proxy.Endpoint
+		Attempts []proxy.Attempt
+	}
+	if json.Unmarshal([]byte(l.Text), &ev) != nil {
+		return results.Entry{}, false
+	}
+	switch ev.Event {
+	case "request":
+		if ev.ID != "" && len(ev.Attempts) > 0 {
+			routed[ev.ID] = ev.Attempts
+		}
+	case "endpoints":
+		e := results.Entry{AtMS: at(ev.Time), Source: results.SourceIngress, Kind: ev.Event, Pod: pod,
+			Detail: map[string]string{"service": ev.Service}, Endpoints: cluster.Endpoints{List: []cluster.Endpoint{}}}
+		for _, ep := range ev.Ready {
+			if a, err := netip.ParseAddrPort(ep.Addr); err == nil {
+				e.Endpoints.List = append(e.Endpoints.List, cluster.Endpoint{Address: a.Addr().String(), Ready: true, Serving: true})
+			}
+		}
+		return e, true
+	}
+	return results.Entry{}, false
 }
 
 // supervisordLine matches a line of supervisord's own log: its time, level

@@ -3,6 +3,7 @@ package scenario
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -364,7 +365,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 				return nil, err
 			}
 		}
-		a := &actor{c: c, rec: rec, action: s.Action, d: deployment, dep: dep, duration: st.duration, timeout: st.timeout}
+		a := &actor{c: c, rec: rec, action: s.Action, d: deployment, others: otherDeployments(s, deployment), dep: dep, duration: st.duration, timeout: st.timeout}
 		// The first action is done only to a workload that runs: until
 		// then, a container's exit is the deploy's failure.
 		if rep == 1 {
@@ -540,11 +541,77 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 		}
 		logs[pod] = l
 	}
-	failed := figures(run, out.report, out.requests, events, podAddressesOf(all), logs, goneAt)
+	ingress, err := ingressLogs(ctx, c, d.Namespace, a.others, all, unanswered(out.requests))
+	if err != nil {
+		return nil, err
+	}
+	failed := figures(run, out.report, out.requests, events, podAddressesOf(all), logs, ingress, goneAt)
 	run.Running = runningOf(all[:firstEvent], d.Name)
 	disruption(run, all, d.Name, replicas(d), rolloutAllowed(d, replicas(d), a.action.Kind))
 	run.Diagnosis = diagnosis.Diagnose(run, failed)
 	return run, nil
+}
+
+// ingressLogs returns the logs of the pods of Deployments others, from
+// events, in namespace unless one names its own: an ingress in front of
+// the measured Deployment logs which endpoints it routed to, and where
+// each request went. An ingress logs a request when it ends, which for
+// one whose client gave up is a moment after the client did: the logs
+// are read again, for up to ingressLogWait, until they name every
+// request of ids.
+func ingressLogs(ctx context.Context, c cluster.Backend, namespace string, others []*appsv1.Deployment, events []cluster.Event, ids []string) (map[string][]cluster.LogLine, error) {
+	pods := map[string]*appsv1.Deployment{}
+	for _, od := range others {
+		tr := newReadiness(od.Name)
+		for _, e := range events {
+			tr.add(e)
+		}
+		for pod := range tr.ours {
+			pods[pod] = od
+		}
+	}
+	deadline := time.Now().Add(ingressLogWait)
+	for {
+		logs := map[string][]cluster.LogLine{}
+		named := map[string]bool{}
+		for pod, od := range pods {
+			spec := &od.Spec.Template.Spec
+			l, err := c.Logs(ctx, cmp.Or(od.Namespace, namespace), pod, spec.Containers[cluster.ServerIndex(spec)].Name)
+			if err != nil && !errors.Is(err, cluster.ErrNotFound) {
+				return nil, fmt.Errorf("logs of pod %s: %w", pod, err)
+			}
+			logs[pod] = l
+			for _, line := range l {
+				var ev struct{ Event, ID string }
+				if json.Unmarshal([]byte(line.Text), &ev) == nil && ev.Event == "request" {
+					named[ev.ID] = true
+				}
+			}
+		}
+		missing := slices.ContainsFunc(ids, func(id string) bool { return !named[id] })
+		if len(pods) == 0 || !missing || time.Now().After(deadline) {
+			return logs, nil
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// ingressLogWait bounds how long ingressLogs waits for an ingress to log
+// the requests whose clients gave up.
+const ingressLogWait = 2 * time.Second
+
+// unanswered returns the ids of the requests of results that failed
+// without an answer, which an ingress in front would log.
+func unanswered(requests []load.Result) []string {
+	var ids []string
+	for _, r := range requests {
+		if r.Class.Failed() && r.Class != load.HTTP5xx && r.Class != load.Refused && r.Class != load.ConnectTimeout {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
 }
 
 // replicas returns d's spec.replicas, defaulted.
@@ -562,6 +629,9 @@ type actor struct {
 	rec    *cluster.EventLog
 	action Action
 	d      *appsv1.Deployment
+	// others are the scenario's other Deployments, such as an ingress in
+	// front of d.
+	others []*appsv1.Deployment
 	// dep is the scenario's dependency; nil if it has none.
 	dep *dependency
 	// before, if not nil, is called before the action; its error ends the

@@ -573,7 +573,8 @@ func proxied(cause results.Cause, also ...results.Cause) func(*testing.T, result
 // of the Service (closingtime proxy --role edge) routes on to pods in
 // their termination for its update delay and, without retries, answers
 // 502 and 504 for them; a preStop delay longer than that lets nothing
-// fail; retries hide from the client what the pods still drop.
+// fail; retries hide from the client what the pods still drop, and the
+// ingress's log tells the cause of what they do not.
 func TestRunnerIngress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs rollouts under load behind an ingress")
@@ -592,6 +593,9 @@ func TestRunnerIngress(t *testing.T) {
 				t.Errorf("%d failed, %d retried by the ingress: want retries, and few failures", tot.Failed(), retried)
 				logFailures(t, run)
 			}
+			// What the client still sees, a timeout while the ingress
+			// tried gone pods, its log tells.
+			causes(false, nil, diagnosis.IngressRoutingRace)(t, run)
 		})},
 	} {
 		checkCatalog(t, []catalogCheck{c})

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -17,17 +18,27 @@ import (
 	"time"
 )
 
-// maxBody is the largest request body the edge takes: NGINX's
-// client_max_body_size. The edge reads a body whole before the first
+// maxBody is the largest request body a proxy takes: NGINX's
+// client_max_body_size. The proxy reads a body whole before the first
 // attempt, as NGINX buffers it, so that a retry can send it again.
 const maxBody = 1 << 20
 
-// An Endpoint is one upstream of the edge: a pod's address and port, and
+// The sidecar's upstream pool, as Envoy's cluster defaults keep it: no
+// limit on the requests of a connection, nor on its life, and an hour's
+// idle timeout (common_http_protocol_options.idle_timeout).
+const (
+	sidecarKeepalive        = 1024
+	sidecarKeepaliveTimeout = time.Hour
+	unlimitedRequests       = math.MaxInt
+	unlimitedLifetime       = time.Duration(math.MaxInt64)
+)
+
+// An Endpoint is one upstream of a proxy: a pod's address and port, and
 // the pod's name where the edge knows it (from its EndpointSlice's
 // targetRef).
 type Endpoint struct {
-	Addr string
-	Pod  string
+	Addr string `json:"addr"`
+	Pod  string `json:"pod,omitempty"`
 }
 
 // A failure is what made one attempt fail, in NGINX's terms: an error
@@ -41,8 +52,9 @@ type failure struct {
 	sent bool
 }
 
-// An attemptRecord is one attempt as the request event logs it.
-type attemptRecord struct {
+// An Attempt is one attempt at a request's upstream, as the request event
+// logs it.
+type Attempt struct {
 	Upstream string  `json:"upstream"`
 	Pod      string  `json:"pod,omitempty"`
 	Outcome  string  `json:"outcome"`
@@ -50,19 +62,34 @@ type attemptRecord struct {
 	MS       float64 `json:"ms"`
 }
 
-// edge is the edge role's request handler: each request goes to the
-// endpoints of its balancer in turn, over the pool's connections, and is
-// tried on the next endpoint when an attempt fails as NextUpstream allows.
-type edge struct {
+// A forwarder is either role's request handler: each request goes to the
+// endpoints of its balancer in turn, over the pool's connections. The
+// edge tries the next endpoint when an attempt fails as NextUpstream
+// allows, and answers its failures as NGINX does; the sidecar, whose
+// balancer holds its one upstream, makes one attempt, within its route
+// timeout, and answers as Envoy does.
+type forwarder struct {
 	p    *server
 	bal  *balancer
 	pool *pool
+	edge bool
+	// readTimeout bounds each read of an upstream's response; 0 means
+	// none.
+	readTimeout time.Duration
 }
 
-func newEdge(p *server) *edge {
+func newForwarder(p *server) *forwarder {
 	c := p.cfg
-	return &edge{p: p, bal: &balancer{}, pool: &pool{max: c.Keepalive, requests: c.KeepaliveRequests,
-		idleTimeout: c.KeepaliveTimeout, lifetime: c.KeepaliveTime, dialer: net.Dialer{Timeout: c.ConnectTimeout}}}
+	dialer := net.Dialer{Timeout: c.ConnectTimeout}
+	if c.Role == RoleEdge {
+		return &forwarder{p: p, bal: &balancer{}, edge: true, readTimeout: c.ReadTimeout,
+			pool: &pool{max: c.Keepalive, requests: c.KeepaliveRequests, idleTimeout: c.KeepaliveTimeout,
+				lifetime: c.KeepaliveTime, dialer: dialer}}
+	}
+	f := &forwarder{p: p, bal: &balancer{}, pool: &pool{max: sidecarKeepalive, requests: unlimitedRequests,
+		idleTimeout: sidecarKeepaliveTimeout, lifetime: unlimitedLifetime, dialer: dialer}}
+	f.bal.set([]Endpoint{{Addr: c.Upstream}})
+	return f
 }
 
 // hopHeaders are the hop-by-hop headers that a proxy does not pass on (RFC
@@ -82,12 +109,13 @@ func removeHopHeaders(h http.Header) {
 	}
 }
 
-// ServeHTTP forwards r as NGINX's proxy_pass to an upstream group does.
-func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP forwards r: the edge as NGINX's proxy_pass to an upstream
+// group does, the sidecar as Envoy's router to its one cluster.
+func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	cfg := e.p.cfg
+	cfg := f.p.cfg
 	var (
-		attempts []attemptRecord
+		attempts []Attempt
 		tried    = map[string]bool{}
 		last     *failure
 		lastEP   Endpoint
@@ -95,11 +123,19 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex := &exchange{ResponseWriter: w}
 	defer func() {
 		if outcome := ex.outcome(); outcome != "ok" || cfg.AccessLog || len(attempts) > 1 || ex.status >= 400 {
-			e.p.log.Info("request", "id", r.Header.Get("X-Request-Id"), "method", r.Method, "path", r.URL.Path,
-				"upstream", upstreamAddrs(attempts), "attempts", attempts, "outcome", outcome, "status", ex.status,
+			f.p.log.Info("request", "id", r.Header.Get("X-Request-Id"), "method", r.Method, "path", r.URL.Path,
+				"upstream", UpstreamAddrs(attempts), "attempts", attempts, "outcome", outcome, "status", ex.status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000)
 		}
 	}()
+	ctx := r.Context()
+	if !f.edge && cfg.Timeout > 0 {
+		// Envoy's route timeout: from the request's arrival to the end
+		// of its response.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, cfg.Timeout, errRouteTimeout)
+		defer cancel()
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	switch {
 	case err != nil && r.Context().Err() != nil:
@@ -107,68 +143,82 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		// A body that does not parse, such as a bad chunk size.
-		e.answer(ex, http.StatusBadRequest, "", nil)
+		f.answer(ex, http.StatusBadRequest, "", nil)
 		return
 	case len(body) > maxBody:
-		e.answer(ex, http.StatusRequestEntityTooLarge, "", nil)
+		f.answer(ex, http.StatusRequestEntityTooLarge, "", nil)
 		return
 	}
-	out := r.Clone(r.Context())
-	out.RequestURI, out.Close = "", e.pool.max == 0
+	out := r.Clone(ctx)
+	out.RequestURI, out.Close = "", f.pool.max == 0
 	removeHopHeaders(out.Header)
 	out.Header.Del("Expect")
 	if _, ok := out.Header["User-Agent"]; !ok {
-		// Request.Write's own is not sent for an empty one: NGINX
-		// passes none where the client sent none.
+		// Request.Write's own is not sent for an empty one: neither
+		// proxy adds one where the client sent none.
 		out.Header["User-Agent"] = []string{""}
 	}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		out.Header.Set("X-Forwarded-For", strings.Join(append(r.Header.Values("X-Forwarded-For"), host), ", "))
-		out.Header.Set("X-Real-Ip", host)
+		if f.edge {
+			out.Header.Set("X-Real-Ip", host)
+		}
+	}
+	if !f.edge {
+		out.Header.Set("X-Forwarded-Proto", "http")
 	}
 
-	for tries := cfg.NextUpstreamTries; tries > 0; tries-- {
-		ep, ok := e.bal.pick(tried)
+	tries := 1
+	if f.edge {
+		tries = cfg.NextUpstreamTries
+	}
+	for ; tries > 0; tries-- {
+		ep, ok := f.bal.pick(tried)
 		if !ok {
 			break
 		}
 		tried[ep.Addr] = true
 		at := time.Now()
-		uc, cached, f := e.pool.get(r.Context(), ep.Addr)
+		uc, cached, fl := f.pool.get(ctx, ep.Addr)
 		var resp *http.Response
-		if f == nil {
-			resp, f = e.roundTrip(r.Context(), uc, out, body)
+		if fl == nil {
+			resp, fl = f.roundTrip(ctx, uc, out, body)
 		}
-		rec := attemptRecord{Upstream: ep.Addr, Pod: ep.Pod, Cached: cached, MS: float64(time.Since(at).Microseconds()) / 1000}
-		if f == nil {
+		rec := Attempt{Upstream: ep.Addr, Pod: ep.Pod, Cached: cached, MS: float64(time.Since(at).Microseconds()) / 1000}
+		if fl == nil {
 			rec.Outcome = "ok"
 			attempts = append(attempts, rec)
-			e.relay(ex, r, uc, resp, attempts)
+			f.relay(ctx, ex, r, uc, resp, attempts)
 			return
 		}
-		if r.Context().Err() != nil {
-			ex.canceled, ex.cut = !e.p.exiting.Load(), e.p.exiting.Load()
+		if errors.Is(context.Cause(ctx), errRouteTimeout) {
+			fl = &failure{reason: UpstreamTimeout, timeout: true, sent: fl.sent}
+		} else if ctx.Err() != nil {
+			ex.canceled, ex.cut = !f.p.exiting.Load(), f.p.exiting.Load()
 			rec.Outcome = "canceled"
 			attempts = append(attempts, rec)
 			return
 		}
-		rec.Outcome = string(f.reason)
+		rec.Outcome = string(fl.reason)
 		attempts = append(attempts, rec)
-		last, lastEP = f, ep
-		if cached && !f.timeout {
+		last, lastEP = fl, ep
+		if !f.edge {
+			break
+		}
+		if cached && !fl.timeout {
 			// NGINX gives a failed cached connection a try of its own
 			// (ngx_http_upstream_next: "TODO: inform balancer
 			// instead"), and the same endpoint again.
 			tries++
 			delete(tried, ep.Addr)
 		}
-		if !cfg.NextUpstream.allows(f, r.Method) {
+		if !cfg.NextUpstream.allows(fl, r.Method) {
 			break
 		}
 	}
 	if last == nil {
 		ex.reason = NoEndpoints
-		e.answer(ex, http.StatusServiceUnavailable, "", attempts)
+		f.answer(ex, http.StatusServiceUnavailable, "", attempts)
 		return
 	}
 	ex.reason = last.reason
@@ -176,19 +226,25 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if last.timeout {
 		status = http.StatusGatewayTimeout
 	}
-	e.answer(ex, status, lastEP.Pod, attempts)
+	f.answer(ex, status, lastEP.Pod, attempts)
 }
 
 // roundTrip sends out, with body, on uc and reads its response's header,
 // within the read timeout; the response's body is left to read. A failure
 // closes uc.
-func (e *edge) roundTrip(ctx context.Context, uc *upConn, out *http.Request, body []byte) (*http.Response, *failure) {
-	req := out.Clone(ctx)
+func (f *forwarder) roundTrip(ctx context.Context, uc *upConn, out *http.Request, body []byte) (*http.Response, *failure) {
+	// A copy for this attempt's body; the header is out's, which Write
+	// only reads.
+	req := out.WithContext(ctx)
 	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	if len(body) == 0 {
 		req.Body = nil
 	}
-	uc.SetDeadline(time.Now().Add(e.p.cfg.ReadTimeout))
+	var deadline time.Time
+	if f.readTimeout > 0 {
+		deadline = time.Now().Add(f.readTimeout)
+	}
+	uc.SetDeadline(deadline)
 	defer uc.onCancel(ctx)()
 	uc.sent = false
 	err := req.Write(uc.bw)
@@ -206,7 +262,7 @@ func (e *edge) roundTrip(ctx context.Context, uc *upConn, out *http.Request, bod
 			return nil, upstreamFailure(err, true)
 		}
 		// An informational answer (100 Continue unasked, 103 Early
-		// Hints) precedes the response: NGINX passes none of them on.
+		// Hints) precedes the response: neither proxy passes them on.
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 			continue
 		}
@@ -234,18 +290,22 @@ func upstreamFailure(err error, sent bool) *failure {
 // within the read timeout, and gives uc back to the pool if the upstream
 // may take another request on it. An upstream that fails mid-body cuts
 // the client's response, as NGINX closes the client's connection.
-func (e *edge) relay(ex *exchange, r *http.Request, uc *upConn, resp *http.Response, attempts []attemptRecord) {
+func (f *forwarder) relay(ctx context.Context, ex *exchange, r *http.Request, uc *upConn, resp *http.Response, attempts []Attempt) {
 	h := ex.Header()
 	removeHopHeaders(resp.Header)
 	for k, v := range resp.Header {
 		h[k] = v
 	}
-	h.Set(UpstreamAddrHeader, upstreamAddrs(attempts))
-	e.p.closing(h)
+	if f.edge {
+		h.Set(UpstreamAddrHeader, UpstreamAddrs(attempts))
+	}
+	f.p.closing(h)
 	ex.WriteHeader(resp.StatusCode)
-	uc.timed = e.p.cfg.ReadTimeout
-	stop := uc.onCancel(r.Context())
-	_, err := io.Copy(flushWriter{ex}, resp.Body)
+	uc.timed = f.readTimeout
+	stop := uc.onCancel(ctx)
+	buf := copyBuffers.Get()
+	_, err := io.CopyBuffer(flushWriter{ex}, resp.Body, buf)
+	copyBuffers.Put(buf)
 	stop()
 	resp.Body.Close()
 	uc.timed = 0
@@ -253,7 +313,7 @@ func (e *edge) relay(ex *exchange, r *http.Request, uc *upConn, resp *http.Respo
 	case err == nil && !resp.Close:
 		// The response came whole: the connection takes another, also
 		// when the client has left since, as NGINX keeps it.
-		e.pool.put(uc)
+		f.pool.put(uc)
 		return
 	case err == nil:
 		uc.Close()
@@ -261,16 +321,17 @@ func (e *edge) relay(ex *exchange, r *http.Request, uc *upConn, resp *http.Respo
 	}
 	uc.Close()
 	if r.Context().Err() != nil {
-		ex.canceled, ex.cut = !e.p.exiting.Load(), e.p.exiting.Load()
+		ex.canceled, ex.cut = !f.p.exiting.Load(), f.p.exiting.Load()
 		return
 	}
-	// ServeHTTP logs it as aborted.
-	ex.aborted, ex.cut = true, e.p.exiting.Load()
+	// ServeHTTP logs it as aborted. Past the sidecar's route timeout,
+	// Envoy resets the stream too.
+	ex.aborted, ex.cut = true, f.p.exiting.Load()
 	panic(http.ErrAbortHandler)
 }
 
-// flushWriter flushes each write: the edge streams a response as it
-// comes, as NGINX with proxy_buffering off does, so that a response cut
+// flushWriter flushes each write: a proxy streams a response as it comes,
+// as NGINX with proxy_buffering off and Envoy do, so that a response cut
 // upstream reaches the client cut.
 type flushWriter struct{ w http.ResponseWriter }
 
@@ -290,7 +351,9 @@ const UpstreamAddrHeader = "X-Upstream-Addr"
 // body does not tell.
 const reasonHeader = "X-Proxy-Reason"
 
-func upstreamAddrs(attempts []attemptRecord) string {
+// UpstreamAddrs lists the upstreams of attempts, in order, as
+// UpstreamAddrHeader carries them.
+func UpstreamAddrs(attempts []Attempt) string {
 	addrs := make([]string, len(attempts))
 	for i, a := range attempts {
 		addrs[i] = a.Upstream
@@ -298,21 +361,36 @@ func upstreamAddrs(attempts []attemptRecord) string {
 	return strings.Join(addrs, ", ")
 }
 
-// answer writes the edge's own answer, NGINX's page for status, naming
-// pod, the pod of the last attempt, if known.
-func (e *edge) answer(w http.ResponseWriter, status int, pod string, attempts []attemptRecord) {
+// answer writes the proxy's own answer: the sidecar's, Envoy's local
+// reply for the exchange's reason; the edge's, NGINX's page for status,
+// naming pod, the pod of the last attempt, if known.
+func (f *forwarder) answer(w http.ResponseWriter, status int, pod string, attempts []Attempt) {
 	h := w.Header()
+	if !f.edge {
+		// Envoy's local reply, for the reason; the pod is the sidecar's
+		// own.
+		body := http.StatusText(status)
+		if ex, ok := w.(*exchange); ok && ex.reason != "" {
+			status, body = reply(ex.reason)
+		}
+		h.Set("Content-Type", "text/plain")
+		h.Set(podHeader, f.p.cfg.PodName)
+		f.p.closing(h)
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+		return
+	}
 	h.Set("Content-Type", "text/html")
 	if pod != "" {
 		h.Set(podHeader, pod)
 	}
 	if len(attempts) > 0 {
-		h.Set(UpstreamAddrHeader, upstreamAddrs(attempts))
+		h.Set(UpstreamAddrHeader, UpstreamAddrs(attempts))
 	}
 	if ex, ok := w.(*exchange); ok && ex.reason != "" {
 		h.Set(reasonHeader, string(ex.reason))
 	}
-	e.p.closing(h)
+	f.p.closing(h)
 	w.WriteHeader(status)
 	io.WriteString(w, nginxPage(status))
 }
