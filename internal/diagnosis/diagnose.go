@@ -549,11 +549,15 @@ func Sum(runs []results.Run) []results.CauseCount {
 func findings(h *history, old []results.OldPod, requests []results.Request) []results.Finding {
 	var out []results.Finding
 	cuts := map[string]int{}   // by pod, its requests cut by an exit without drain
+	raced := map[string]int{}  // by pod, its requests that the routing sent it too late
 	failed := map[string]int{} // by pod, its failed and absorbed requests
 	for _, r := range requests {
 		failed[r.Pod]++
-		if r.Cause == ExitWithoutDrain {
+		switch r.Cause {
+		case ExitWithoutDrain:
 			cuts[r.Pod]++
+		case RoutingRace, IngressRoutingRace:
+			raced[r.Pod]++
 		}
 	}
 	for _, o := range old {
@@ -607,7 +611,7 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 		// requests at its stop signal: what it did about them, or fix.
 		advice := func(fix string) string {
 			switch {
-			case o.AfterSigterm != nil && *o.AfterSigterm > 0 && cuts[o.Name] == 0:
+			case o.AfterSigterm != nil && *o.AfterSigterm > 0 && cuts[o.Name] == 0 && raced[o.Name] == 0:
 				// Its server's own delay did: it went on accepting.
 				return "it went on accepting them"
 			case failed[o.Name] == 0:

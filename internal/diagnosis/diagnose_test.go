@@ -540,7 +540,10 @@ func TestIngressFinding(t *testing.T) {
 	}
 	ingressView(-4000, ready("10.0.0.1"), ready("10.0.0.2"))
 	ingressView(2500, ready("10.0.0.2"))
-	tl.run.OldPods = []results.OldPod{{Name: "app-a", AfterSigterm: new(int)}}
+	// The request it had in flight at SIGTERM was answered: it was the
+	// requests the ingress sent on that failed, not a server that went
+	// on accepting them.
+	tl.run.OldPods = []results.OldPod{{Name: "app-a", AfterSigterm: ptr.To(1)}}
 	r := request("r", load.ResponseTimeout, 300, 300, 10300, "10.96.0.20:80", 0, 0)
 	r.Upstreams = "10.0.0.1:8080"
 	d, got := tl.diagnosed(t, r)
@@ -554,8 +557,8 @@ func TestIngressFinding(t *testing.T) {
 			t.Errorf("finding %q, want the 2.5 s the ingress still routed to it, and the preStop's fix", f.Text)
 		}
 	}
-	if !slices.Equal(kinds, []string{"ingress-not-converged"}) {
-		t.Errorf("findings %v, want the ingress's alone, not the nodes' views", kinds)
+	if !slices.Equal(kinds, []string{"served-after-sigterm", "ingress-not-converged"}) {
+		t.Errorf("findings %v, want the ingress's view, not the nodes'", kinds)
 	}
 }
 

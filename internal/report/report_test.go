@@ -14,6 +14,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/golden"
 	"github.com/closingtime-dev/closingtime/internal/load"
+	"github.com/closingtime-dev/closingtime/internal/proxy"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
@@ -396,5 +397,21 @@ func TestUnattributed(t *testing.T) {
 	}
 	if n := strings.Count(js.String(), `"afterSigterm": 0`); n != 2 {
 		t.Errorf("attributed run: %d old pods with \"afterSigterm\": 0 in JSON, want 2:\n%s", n, js.String())
+	}
+}
+
+// TestClientLine: a client's line splits its 5xx by status and by the
+// reason of the proxy that answered them, and counts what the ingress
+// retried.
+func TestClientLine(t *testing.T) {
+	var totals load.Counts
+	totals[load.OK], totals[load.HTTP5xx] = 90, 10
+	c := load.ClientReport{Kind: load.KeepAlive, Rate: 150, Totals: totals,
+		Statuses:     map[int]int64{200: 90, 504: 3, 502: 7},
+		ProxyReasons: map[proxy.Reason]int64{proxy.UpstreamRefused: 7, proxy.UpstreamConnectTimeout: 3},
+		ProxyRetried: 4}
+	want := "keep-alive at 150/s: ok=90 http5xx=10 (502=7 504=3; the proxy's: upstream-connect-timeout=3 upstream-refused=7), retried by the ingress 4"
+	if got := clientLine(c); got != want {
+		t.Errorf("clientLine:\n got %s\nwant %s", got, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -316,11 +317,29 @@ func writeRun(w io.Writer, name string, run results.Run, fixes bool) {
 	writeDiagnosis(w, run.Diagnosis, fixes)
 }
 
-// clientLine spells a client's kind, rate and requests by class, the
+// clientLine spells a client's kind, rate and requests by class, its 5xx
+// by status and by the reason of the proxy that answered them, the
 // requests that failed and then succeeded on a retry, if any, and those
 // that an ingress tried again on another upstream before it answered.
 func clientLine(c load.ClientReport) string {
 	line := fmt.Sprintf("%s at %g/s: %s", c.Kind, c.Rate, counts(c.Totals))
+	var statuses []string
+	for _, code := range slices.Sorted(maps.Keys(c.Statuses)) {
+		if code >= 500 {
+			statuses = append(statuses, fmt.Sprintf("%d=%d", code, c.Statuses[code]))
+		}
+	}
+	if len(statuses) > 0 {
+		line += " (" + strings.Join(statuses, " ")
+		if len(c.ProxyReasons) > 0 {
+			var reasons []string
+			for _, r := range slices.Sorted(maps.Keys(c.ProxyReasons)) {
+				reasons = append(reasons, fmt.Sprintf("%s=%d", r, c.ProxyReasons[r]))
+			}
+			line += "; the proxy's: " + strings.Join(reasons, " ")
+		}
+		line += ")"
+	}
 	if n := c.Absorbed.Total(); n > 0 {
 		line += ", absorbed " + counts(c.Absorbed)
 	}
