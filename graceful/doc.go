@@ -52,6 +52,25 @@
 // Shutdown until only HTTP/2 connections remain, and closes everything at
 // its deadline.
 //
+// A gRPC server runs the same sequence with [Server.GRPC] set instead of
+// HTTP: readiness fails (its grpc.health.v1 service, [Server.Health],
+// answers NOT_SERVING to every check, which fails a kubelet's grpc
+// probe), the pre-stop delay serves on, then GracefulStop closes the
+// listener, sends each connection GOAWAY and waits for the calls in
+// flight; at the drain deadline, or a second signal, Stop cuts what is
+// left, and Serve returns [ErrDrainTimeout] or [ErrInterrupted]. The
+// clients' channels reconnect to another pod on the GOAWAY, and grpc-go
+// retries a call that the server refused this way transparently.
+//
+//	gs := grpc.NewServer()
+//	hs := health.NewServer()
+//	healthpb.RegisterHealthServer(gs, hs)
+//	pb.RegisterShopServer(gs, shop)
+//	srv := &graceful.Server{GRPC: gs, Health: hs, PreStopDelay: 5 * time.Second}
+//	ln, err := net.Listen("tcp", ":50051")
+//	…
+//	err = srv.Serve(context.Background(), ln)
+//
 // A minimal use, in main. ListenAndServe blocks until the termination
 // sequence is over, which SIGTERM or SIGINT starts, or the end of the
 // context it is given; it returns nil after a complete drain.

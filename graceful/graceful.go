@@ -15,6 +15,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 )
 
 // Defaults used when the corresponding [Server] field is zero.
@@ -58,9 +61,10 @@ var (
 	ErrServerUsed = errors.New("graceful: Server already used")
 )
 
-// Server runs an [http.Server] until a termination signal, then drains it as
-// the package documentation describes. The zero value is not usable: HTTP
-// must be set. All other fields are optional.
+// Server runs an [http.Server] or a [grpc.Server] until a termination
+// signal, then drains it as the package documentation describes. The zero
+// value is not usable: one of HTTP and GRPC must be set. All other fields
+// are optional.
 //
 // A Server serves once; it cannot be reused after [Server.Serve] returns.
 type Server struct {
@@ -69,6 +73,16 @@ type Server struct {
 	// they must not be changed while Serve runs. If TLSConfig is set, its
 	// Certificates or GetCertificate serve TLS.
 	HTTP *http.Server
+
+	// GRPC is the gRPC server to run, instead of HTTP. Its drain is
+	// GracefulStop, bounded by the drain deadline, then Stop.
+	GRPC *grpc.Server
+
+	// Health, with GRPC, is the server's grpc.health.v1 service: every
+	// service it knows turns NOT_SERVING when termination begins, which
+	// fails a kubelet's grpc readiness probe as ReadyHandler fails an HTTP
+	// one. Nil means GRPC serves no health service of graceful's knowing.
+	Health *health.Server
 
 	// Signals start the termination sequence; a second one ends it at once.
 	// Nil means SIGTERM and SIGINT.
@@ -149,7 +163,7 @@ func (s *Server) LiveHandler() http.Handler {
 // calls [Server.Serve].
 func (s *Server) ListenAndServe(ctx context.Context) error {
 	if s.HTTP == nil {
-		return errors.New("graceful: Server.HTTP is nil")
+		return errors.New("graceful: Server.HTTP is nil (a gRPC server is served with Serve)")
 	}
 	ln, err := net.Listen("tcp", cmp.Or(s.HTTP.Addr, ":http"))
 	if err != nil {
@@ -166,9 +180,9 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 // Handlers that ignore their request's context may still be running when it
 // returns; their connections are closed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	if s.HTTP == nil {
+	if (s.HTTP == nil) == (s.GRPC == nil) {
 		ln.Close()
-		return errors.New("graceful: Server.HTTP is nil")
+		return errors.New("graceful: set one of Server.HTTP and Server.GRPC")
 	}
 	drain, err := s.drainTimeout()
 	if err != nil {
@@ -186,6 +200,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		signal.Notify(signals, syscall.SIGTERM, os.Interrupt)
 	}
 	defer signal.Stop(signals)
+	if s.GRPC != nil {
+		return s.serveGRPC(ctx, ln, signals, drain)
+	}
 
 	s.changed = make(chan struct{}, 1)
 	s.conns = make(map[*conn]struct{})
