@@ -23,6 +23,8 @@ type serveFlags struct {
 	listen            string
 	startupDelay      time.Duration
 	work              target.Work
+	grpc              bool
+	maxConnectionAge  time.Duration
 	shutdown          target.Mode
 	preStopDelay      time.Duration
 	drainTimeout      time.Duration
@@ -50,6 +52,8 @@ var serveEnv = []struct {
 	{"listen", "CT_LISTEN", 0},
 	{"startup-delay", "STARTUP_DELAY", time.Second},
 	{"work", "WORK_MS", time.Millisecond},
+	{"grpc", "CT_GRPC", 0},
+	{"max-connection-age", "CT_MAX_CONNECTION_AGE", time.Second},
 	{"shutdown", "SHUTDOWN_MODE", 0},
 	{"pre-stop-delay", "CT_PRE_STOP_DELAY", time.Second},
 	{"drain-timeout", "CT_DRAIN_TIMEOUT", time.Second},
@@ -71,7 +75,10 @@ func newServeCommand(streams Streams) *cobra.Command {
 		Use:   "serve",
 		Short: "Run the lab server, which dies the way you choose",
 		Long: `serve runs the lab server: /work takes the work time, /ready, /live and
-/health-deep are probes, / shows the configuration. On SIGTERM it behaves as
+/health-deep are probes, / shows the configuration; HTTP/1.1 and HTTP/2
+without TLS (h2c) both. With --grpc it serves gRPC instead: the Work call
+of closingtime.lab.v1.Lab and the standard health service, on port 50051.
+On SIGTERM it behaves as
 --shutdown says, each mode a behaviour measured in rollout experiments:
 exit (leave at once), graceful (drain through the graceful library),
 hostage (Node's server.close(): busy keep-alive connections go on serving)
@@ -104,9 +111,12 @@ func newServeFlags(fs *pflag.FlagSet) *serveFlags {
 		logFormat:         target.LogJSON,
 	}
 	fs.Var((*listenValue)(&f.listen), "listen",
-		fmt.Sprintf("address to listen on, host:port (default $POD_IP:%[1]d, or 0.0.0.0:%[1]d without POD_IP)", target.DefaultPort))
+		fmt.Sprintf("address to listen on, host:port (default $POD_IP:%[1]d, or 0.0.0.0:%[1]d without POD_IP; port %[2]d with --grpc)", target.DefaultPort, target.DefaultGRPCPort))
 	fs.Var((*durationValue)(&f.startupDelay), "startup-delay", "time between the start and the opening of the port")
-	fs.Var((*workValue)(&f.work), "work", "time a /work request takes: a duration, a range such as 100ms-300ms, or parts with their shares of the requests, such as 2s,19s:5%")
+	fs.Var((*workValue)(&f.work), "work", "time a /work request (or Work call) takes: a duration, a range such as 100ms-300ms, or parts with their shares of the requests, such as 2s,19s:5%")
+	fs.Var((*boolValue)(&f.grpc), "grpc", fmt.Sprintf("serve gRPC instead of HTTP: closingtime.lab.v1.Lab/Work and grpc.health.v1, on port %d by default; graceful is GracefulStop, exit is Stop", target.DefaultGRPCPort))
+	fs.Lookup("grpc").NoOptDefVal = "true"
+	fs.Var((*durationValue)(&f.maxConnectionAge), "max-connection-age", "gRPC: close each connection with a GOAWAY once it is this old, so that clients connect again (0: never)")
 	fs.Var(&enumValue[target.Mode]{&f.shutdown, target.Modes()}, "shutdown",
 		"what to do on SIGTERM: "+joinValues(target.Modes()))
 	fs.Var((*durationValue)(&f.preStopDelay), "pre-stop-delay", "graceful: time to serve on after SIGTERM, readiness failing")
@@ -157,13 +167,19 @@ func (f *serveFlags) config(fs *pflag.FlagSet, lookupEnv func(string) (string, b
 	if h, _ := lookupEnv("HOSTNAME"); podName == "" {
 		podName = h
 	}
+	port := target.DefaultPort
+	if f.grpc {
+		port = target.DefaultGRPCPort
+	}
 	if ip, ok := lookupEnv("POD_IP"); ok && ip != "" && listen == "" {
-		listen = net.JoinHostPort(ip, strconv.Itoa(target.DefaultPort))
+		listen = net.JoinHostPort(ip, strconv.Itoa(port))
 	}
 	return target.Config{
 		Listen:            listen,
 		StartupDelay:      f.startupDelay,
 		Work:              f.work,
+		GRPC:              f.grpc,
+		MaxConnectionAge:  f.maxConnectionAge,
 		Shutdown:          f.shutdown,
 		PreStopDelay:      f.preStopDelay,
 		DrainTimeout:      f.drainTimeout,
@@ -196,6 +212,9 @@ func runServe(cmd *cobra.Command, streams Streams, flags *serveFlags) error {
 			return fmt.Errorf("serve: wrapper %s: %w", cfg.Wrapper, err)
 		}
 		cfg.WrapperCommand = slices.Concat([]string{exe}, os.Args[1:], []string{"--wrapper=" + string(cfg.Wrapper.Child())})
+	}
+	if err := cfg.Check(); err != nil {
+		return usagef("serve: %v", err)
 	}
 	code, err := target.Run(cmd.Context(), cfg)
 	if err != nil {

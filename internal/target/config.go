@@ -20,6 +20,9 @@ const (
 	// DefaultPort is the port the server listens on when Config.Listen is
 	// empty, as seed 001's app.py does.
 	DefaultPort = 8080
+	// DefaultGRPCPort is the port of the gRPC server when Config.Listen
+	// is empty: seed 003's model server's.
+	DefaultGRPCPort = 50051
 	// DefaultShutdown is the shutdown mode when Config.Shutdown is empty:
 	// seed 001's first experiment, an application that leaves at once.
 	DefaultShutdown = ModeExit
@@ -121,7 +124,7 @@ func LogFormats() []LogFormat { return []LogFormat{LogJSON, LogText} }
 // leaves at once on SIGTERM, logging JSON to nowhere.
 type Config struct {
 	// Listen is the TCP address to listen on, as host:port. Empty means
-	// port DefaultPort on every interface. Port 0 picks a free port, which
+	// port DefaultPort (DefaultGRPCPort with GRPC) on every interface. Port 0 picks a free port, which
 	// the "listening" event reports.
 	Listen string
 
@@ -130,8 +133,21 @@ type Config struct {
 	// means none.
 	StartupDelay time.Duration
 
-	// Work is the time each /work request takes. Empty means none.
+	// Work is the time each /work request takes, or each Work call of
+	// the gRPC server. Empty means none.
 	Work Work
+
+	// GRPC serves the lab's gRPC service (labpb.Lab, whose Work takes the
+	// work time) and grpc.health.v1 instead of HTTP. ModeHostage, Node's
+	// way with HTTP/1 connections, is not one of its modes.
+	GRPC bool
+
+	// MaxConnectionAge, with GRPC, is how long a connection may live: past
+	// it the server sends GOAWAY and lets the calls in flight finish, and
+	// the client connects again, to whichever pod its resolver or the
+	// Service's routing gives it (grpc-go's
+	// keepalive.ServerParameters.MaxConnectionAge). Zero means for ever.
+	MaxConnectionAge time.Duration
 
 	// Shutdown is what the server does on SIGTERM. Empty means
 	// DefaultShutdown.
@@ -211,6 +227,16 @@ type Config struct {
 	Stderr io.Writer
 }
 
+// Check reports what is invalid in c, as Run would: an unknown mode,
+// wrapper or log format, a negative duration, settings that do not go
+// together.
+func (c Config) Check() error {
+	// The host name, the default pod name, is Run's to look up.
+	c.PodName = cmp.Or(c.PodName, "check")
+	_, err := c.withDefaults()
+	return err
+}
+
 // withDefaults checks c and returns it with every zero field that has a
 // default set to it.
 func (c Config) withDefaults() (Config, error) {
@@ -220,7 +246,11 @@ func (c Config) withDefaults() (Config, error) {
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, DefaultIdleTimeout)
 	c.WrapperDelay = cmp.Or(c.WrapperDelay, DefaultWrapperDelay)
 	c.DependencyTimeout = cmp.Or(c.DependencyTimeout, DefaultDependencyTimeout)
-	c.Listen = cmp.Or(c.Listen, fmt.Sprintf(":%d", DefaultPort))
+	port := DefaultPort
+	if c.GRPC {
+		port = DefaultGRPCPort
+	}
+	c.Listen = cmp.Or(c.Listen, fmt.Sprintf(":%d", port))
 	if c.PodName == "" {
 		name, err := os.Hostname()
 		if err != nil {
@@ -238,6 +268,12 @@ func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	if !slices.Contains(Modes(), c.Shutdown) {
 		errs = append(errs, fmt.Errorf("unknown shutdown mode %q", c.Shutdown))
+	}
+	if c.GRPC && c.Shutdown == ModeHostage {
+		errs = append(errs, fmt.Errorf("shutdown mode %s is HTTP/1's: not one of the gRPC server's", ModeHostage))
+	}
+	if c.MaxConnectionAge != 0 && !c.GRPC {
+		errs = append(errs, errors.New("a maximum connection age is the gRPC server's"))
 	}
 	if !slices.Contains(Wrappers(), c.Wrapper) {
 		errs = append(errs, fmt.Errorf("unknown wrapper %q", c.Wrapper))
@@ -265,7 +301,7 @@ func (c Config) withDefaults() (Config, error) {
 	}{
 		{"startup delay", c.StartupDelay}, {"pre-stop delay", c.PreStopDelay},
 		{"drain timeout", c.DrainTimeout}, {"idle timeout", c.IdleTimeout}, {"wrapper delay", c.WrapperDelay},
-		{"dependency timeout", c.DependencyTimeout}, {"crash after", c.CrashAfter},
+		{"dependency timeout", c.DependencyTimeout}, {"crash after", c.CrashAfter}, {"max connection age", c.MaxConnectionAge},
 	} {
 		if d.d < 0 {
 			errs = append(errs, fmt.Errorf("negative %s %v", d.name, d.d))
@@ -285,6 +321,8 @@ type settings struct {
 	Shutdown          Mode      `json:"shutdown"`
 	StartupDelay      string    `json:"startup_delay"`
 	Work              string    `json:"work"`
+	GRPC              bool      `json:"grpc"`
+	MaxConnectionAge  string    `json:"max_connection_age"`
 	PreStopDelay      string    `json:"pre_stop_delay"`
 	DrainTimeout      string    `json:"drain_timeout"`
 	IdleTimeout       string    `json:"idle_timeout"`
@@ -318,6 +356,8 @@ func (c Config) settings() settings {
 		Shutdown:          c.Shutdown,
 		StartupDelay:      c.StartupDelay.String(),
 		Work:              c.Work.String(),
+		GRPC:              c.GRPC,
+		MaxConnectionAge:  c.MaxConnectionAge.String(),
 		PreStopDelay:      c.PreStopDelay.String(),
 		DrainTimeout:      c.DrainTimeout.String(),
 		IdleTimeout:       c.IdleTimeout.String(),

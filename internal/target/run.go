@@ -95,10 +95,12 @@ func (s *server) run(ctx context.Context) (int, error) {
 	}
 	s.log.Info("listening", "address", ln.Addr().String())
 
-	switch s.cfg.Shutdown {
-	case ModeGraceful:
+	switch {
+	case s.cfg.GRPC:
+		return s.serveGRPC(ctx, ln, sigterm, crash)
+	case s.cfg.Shutdown == ModeGraceful:
 		return s.serveGraceful(ctx, ln, crash)
-	case ModeHostage:
+	case s.cfg.Shutdown == ModeHostage:
 		return s.serveHostage(ctx, ln, sigterm, crash)
 	default:
 		// ModeIgnore never receives on sigterm: the kernel decides.
@@ -146,17 +148,7 @@ func (s *server) serveGraceful(ctx context.Context, ln net.Listener, crash <-cha
 		<-served
 		return s.interrupted(ctx, by)
 	}
-	switch {
-	case err == nil:
-		s.onDrained("complete")
-	case errors.Is(err, graceful.ErrDrainTimeout):
-		s.onDrained("deadline")
-	case errors.Is(err, graceful.ErrInterrupted):
-		s.onDrained("interrupted")
-	default:
-		return 0, fmt.Errorf("serve: %w", err)
-	}
-	return s.exit(ExitSIGTERM)
+	return s.drained(err)
 }
 
 // serveHostage serves until SIGTERM, then does what Node's server.close()

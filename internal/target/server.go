@@ -30,7 +30,13 @@ func (s *server) newHTTPServer(ready http.Handler) *http.Server {
 	mux.HandleFunc("/live", s.serveLive)
 	mux.HandleFunc("/health-deep", s.serveHealthDeep)
 	mux.HandleFunc("/{$}", s.serveConfig)
+	// HTTP/2 without TLS (h2c) beside HTTP/1.1, so that HTTP/2 clients
+	// can be measured too.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	return &http.Server{
+		Protocols:   &protocols,
 		Handler:     s.annotate(mux),
 		IdleTimeout: s.cfg.IdleTimeout,
 		// A connection that never sends a request ends like an idle one,

@@ -121,6 +121,19 @@ func (es *Events) Wait(t *testing.T, name string) Event {
 	}
 }
 
+// Named returns the events named name logged so far, in order.
+func (es *Events) Named(name string) []Event {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	var out []Event
+	for _, e := range es.all {
+		if e.Name() == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // Names returns the names of the events logged so far, in order.
 func (es *Events) Names() []string {
 	es.mu.Lock()
