@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -25,6 +26,9 @@ const (
 	cmdHealthOK
 	cmdQuit
 )
+
+// okAnswer is the body of the admin's answer to a change that it made.
+const okAnswer = "OK\n"
 
 // adminHandler serves Envoy's admin endpoints that shutdowns use: the
 // changes by POST only, as Envoy wants them.
@@ -48,8 +52,10 @@ func (p *server) adminHandler() http.Handler {
 			cmd.done = make(chan struct{})
 			if cmd.kind == cmdQuit {
 				// The exit closes this connection: the answer goes
-				// first.
-				fmt.Fprintln(w, "OK")
+				// first, whole, its length told, so that the exit cannot
+				// cut it before a last chunk.
+				w.Header().Set("Content-Length", strconv.Itoa(len(okAnswer)))
+				io.WriteString(w, okAnswer)
 				http.NewResponseController(w).Flush()
 			}
 			select {
@@ -62,7 +68,7 @@ func (p *server) adminHandler() http.Handler {
 			}
 			select {
 			case <-cmd.done:
-				fmt.Fprintln(w, "OK")
+				io.WriteString(w, okAnswer)
 			case <-r.Context().Done():
 			}
 		})

@@ -18,9 +18,10 @@ import (
 	"time"
 )
 
-// maxBody is the largest request body a proxy takes: NGINX's
-// client_max_body_size. The proxy reads a body whole before the first
-// attempt, as NGINX buffers it, so that a retry can send it again.
+// maxBody is the largest request body the edge takes: NGINX's
+// client_max_body_size. The edge reads a body whole before the first
+// attempt, as NGINX buffers it, so that a retry can send it again; the
+// sidecar streams it to its one attempt, as Envoy does.
 const maxBody = 1 << 20
 
 // The sidecar's upstream pool, as Envoy's cluster defaults keep it: no
@@ -136,20 +137,27 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeoutCause(ctx, cfg.Timeout, errRouteTimeout)
 		defer cancel()
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	switch {
-	case err != nil && r.Context().Err() != nil:
-		ex.canceled = true
-		return
-	case err != nil:
-		// A body that does not parse, such as a bad chunk size.
-		f.answer(ex, http.StatusBadRequest, "", nil)
-		return
-	case len(body) > maxBody:
-		f.answer(ex, http.StatusRequestEntityTooLarge, "", nil)
-		return
+	// The downstream body: the edge's, read whole; the sidecar's, read
+	// as it goes up, its errors kept apart from the upstream's.
+	var body []byte
+	down := &downstreamBody{ReadCloser: r.Body}
+	if f.edge {
+		var err error
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		switch {
+		case err != nil:
+			f.downstreamFailed(ex, r, err)
+			return
+		case len(body) > maxBody:
+			f.answer(ex, http.StatusRequestEntityTooLarge, "", nil)
+			return
+		}
 	}
 	out := r.Clone(ctx)
+	out.Body = down
+	if r.ContentLength == 0 {
+		out.Body = nil
+	}
 	out.RequestURI, out.Close = "", f.pool.max == 0
 	removeHopHeaders(out.Header)
 	out.Header.Del("Expect")
@@ -181,8 +189,20 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		at := time.Now()
 		uc, cached, fl := f.pool.get(ctx, ep.Addr)
 		var resp *http.Response
+		if f.edge {
+			out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+			if len(body) == 0 {
+				out.Body = nil
+			}
+		}
 		if fl == nil {
-			resp, fl = f.roundTrip(ctx, uc, out, body)
+			resp, fl = f.roundTrip(ctx, uc, out)
+		}
+		if down.err != nil {
+			// The client's body failed as it went up, which failed the
+			// attempt: the client's doing.
+			f.downstreamFailed(ex, r, down.err)
+			return
 		}
 		rec := Attempt{Upstream: ep.Addr, Pod: ep.Pod, Cached: cached, MS: float64(time.Since(at).Microseconds()) / 1000}
 		if fl == nil {
@@ -229,17 +249,11 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.answer(ex, status, lastEP.Pod, attempts)
 }
 
-// roundTrip sends out, with body, on uc and reads its response's header,
-// within the read timeout; the response's body is left to read. A failure
-// closes uc.
-func (f *forwarder) roundTrip(ctx context.Context, uc *upConn, out *http.Request, body []byte) (*http.Response, *failure) {
-	// A copy for this attempt's body; the header is out's, which Write
-	// only reads.
+// roundTrip sends out, its body included, on uc and reads its response's
+// header, within the read timeout if there is one; the response's body is
+// left to read. A failure closes uc.
+func (f *forwarder) roundTrip(ctx context.Context, uc *upConn, out *http.Request) (*http.Response, *failure) {
 	req := out.WithContext(ctx)
-	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-	if len(body) == 0 {
-		req.Body = nil
-	}
 	var deadline time.Time
 	if f.readTimeout > 0 {
 		deadline = time.Now().Add(f.readTimeout)
@@ -269,6 +283,32 @@ func (f *forwarder) roundTrip(ctx context.Context, uc *upConn, out *http.Request
 		uc.requests++
 		return resp, nil
 	}
+}
+
+// downstreamBody is a request's body as the proxy reads it from its
+// client, which keeps the error of a read that failed.
+type downstreamBody struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *downstreamBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// downstreamFailed ends an exchange whose client's body failed with err:
+// the client left (or the proxy's exit cut it), or its body did not parse,
+// such as a bad chunk size, which gets a 400.
+func (f *forwarder) downstreamFailed(ex *exchange, r *http.Request, err error) {
+	if r.Context().Err() != nil || f.p.exiting.Load() {
+		ex.canceled, ex.cut = !f.p.exiting.Load(), f.p.exiting.Load()
+		return
+	}
+	f.answer(ex, http.StatusBadRequest, "", nil)
 }
 
 // upstreamFailure returns the failure of an exchange with an upstream
@@ -303,9 +343,9 @@ func (f *forwarder) relay(ctx context.Context, ex *exchange, r *http.Request, uc
 	ex.WriteHeader(resp.StatusCode)
 	uc.timed = f.readTimeout
 	stop := uc.onCancel(ctx)
-	buf := copyBuffers.Get()
-	_, err := io.CopyBuffer(flushWriter{ex}, resp.Body, buf)
-	copyBuffers.Put(buf)
+	buf := copyBuffers.get()
+	_, err := io.CopyBuffer(flushWriter{ex}, resp.Body, *buf)
+	copyBuffers.put(buf)
 	stop()
 	resp.Body.Close()
 	uc.timed = 0
@@ -442,6 +482,8 @@ type pool struct {
 
 	mu   sync.Mutex
 	idle []*upConn // the most recently used last
+	// closed: closeIdle has run, and put keeps nothing more.
+	closed bool
 }
 
 // get returns an idle connection to addr, cached true, or a new one; a
@@ -492,6 +534,11 @@ func (p *pool) put(uc *upConn) {
 	// Ready to be taken before it can be: take reads what watch sets.
 	uc.watch(p.idleTimeout)
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		uc.Close()
+		return
+	}
 	p.idle = append(p.idle, uc)
 	var evicted *upConn
 	if len(p.idle) > p.max {
@@ -518,11 +565,11 @@ func (p *pool) remove(uc *upConn) bool {
 	return false
 }
 
-// closeIdle closes every idle connection.
+// closeIdle closes every idle connection, and those given back later.
 func (p *pool) closeIdle() {
 	p.mu.Lock()
 	idle := p.idle
-	p.idle = nil
+	p.idle, p.closed = nil, true
 	p.mu.Unlock()
 	for _, uc := range idle {
 		uc.Close()
@@ -542,8 +589,9 @@ type upConn struct {
 	sent bool
 	// timed, if positive, is set as the read deadline before each read.
 	timed time.Duration
-	// canceled: the request's client left, and onCancel's callback ended
-	// the exchange; no read extends the deadline then.
+	// canceled: the request's context ended (its client left, or the
+	// sidecar's route timeout passed), and onCancel's callback ended the
+	// exchange; no read extends the deadline then.
 	canceled atomic.Bool
 	// watched is closed once the watch of an idle connection has ended,
 	// which began at idleSince and whose read ended with peekErr; nil

@@ -37,17 +37,19 @@ const edgeClientIdleTimeout = 75 * time.Second
 // a proxied request allocates.
 var copyBuffers buffers
 
-// buffers is a pool of 32 KiB buffers, io.Copy's size.
+// buffers is a pool of 32 KiB buffers, io.Copy's size, kept by pointer
+// so that putting one back allocates nothing.
 type buffers struct{ pool sync.Pool }
 
-func (b *buffers) Get() []byte {
+func (b *buffers) get() *[]byte {
 	if buf, ok := b.pool.Get().(*[]byte); ok {
-		return *buf
+		return buf
 	}
-	return make([]byte, 32<<10)
+	buf := make([]byte, 32<<10)
+	return &buf
 }
 
-func (b *buffers) Put(buf []byte) { b.pool.Put(&buf) }
+func (b *buffers) put(buf *[]byte) { b.pool.Put(buf) }
 
 // errRouteTimeout is the cause of a request's context whose route timeout
 // passed.
@@ -345,7 +347,7 @@ func (p *server) closing(h http.Header) {
 type exchange struct {
 	http.ResponseWriter
 	status int
-	// reason is the sidecar's reason for answering itself; empty if it
+	// reason is the proxy's reason for answering itself; empty if it
 	// did not.
 	reason Reason
 	// canceled: the downstream client left before the answer; cut: the
@@ -369,8 +371,8 @@ func (e *exchange) Write(b []byte) (int, error) {
 	return e.ResponseWriter.Write(b)
 }
 
-// Unwrap gives http.ResponseController, which rp flushes through, the
-// connection's writer.
+// Unwrap gives http.ResponseController, which flushWriter flushes
+// through, the connection's writer.
 func (e *exchange) Unwrap() http.ResponseWriter { return e.ResponseWriter }
 
 // outcome is the request's outcome as the log tells it.

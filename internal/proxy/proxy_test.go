@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -196,6 +197,39 @@ func TestPooledConnectionCloses(t *testing.T) {
 	}
 	if n := conns.Load(); n != 2 {
 		t.Errorf("the edge made %d upstream connections for 2 requests, want 2: the second's retry", n)
+	}
+}
+
+// TestLargeBody: the sidecar streams a body of any size to its app, as
+// Envoy does; the edge reads it whole first, as NGINX buffers it, and
+// refuses one over its client_max_body_size.
+func TestLargeBody(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, n)
+	})}
+	go upstream.Serve(ln)
+	t.Cleanup(func() { upstream.Close() })
+	post := func(addr string) (int, string) {
+		resp, err := http.Post("http://"+addr+"/work", "application/octet-stream", strings.NewReader(strings.Repeat("x", 2<<20)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	p := startProxy(t, ln.Addr().String())
+	if status, body := post(p.addr); status != http.StatusOK || body != fmt.Sprint(2<<20) {
+		t.Errorf("a 2 MiB POST through the sidecar: %d %q, want 200 and all of it at the app", status, body)
+	}
+	_, edge := startEdge(t, []string{ln.Addr().String()})
+	if status, _ := post(edge); status != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 2 MiB POST through the edge: %d, want 413", status)
 	}
 }
 
