@@ -114,23 +114,45 @@ func joined(h *history, r results.Request) results.Request {
 	return r
 }
 
-// ingressPod returns the pod that an ingress's attempts at request r, its
-// Upstreams, most likely failed on: the first that was terminating while
-// r lasted, or else the last; "" if no pod had the attempts' addresses.
+// ingressPod returns the pod that an ingress's attempts at request r
+// failed on: where its log tells the attempts, that of the first that
+// failed at the pod's door (doorFailure), else of the last; where only
+// its answer tells them (Upstreams), that of the last, whose failure its
+// answer gives. "" if no pod had the address.
 func (h *history) ingressPod(r *results.Request) string {
-	var last string
-	for _, u := range strings.Split(r.Upstreams, ", ") {
-		a, err := netip.ParseAddrPort(u)
-		if err != nil {
-			continue
-		}
-		pod := h.podAt(a.Addr(), r.MadeMS())
-		if ph := h.pods[pod]; ph != nil && (ph.at(r.MadeMS()).terminating || ph.at(r.FailedMS).terminating) {
-			return pod
-		}
-		last = cmp.Or(pod, last)
+	upstreams := strings.Split(r.Upstreams, ", ")
+	addr := upstreams[len(upstreams)-1]
+	if a, ok := doorFailure(r.Attempts); ok {
+		addr = a.Upstream
 	}
-	return last
+	a, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return ""
+	}
+	return h.podAt(a.Addr(), r.MadeMS())
+}
+
+// doorFailure returns the first of a proxy's attempts that failed at its
+// pod's door, before the pod had any of the request: refused, unreachable,
+// a connect that timed out, or one that the client's departure ended.
+func doorFailure(attempts []proxy.Attempt) (proxy.Attempt, bool) {
+	for _, a := range attempts {
+		switch proxy.Reason(a.Outcome) {
+		case proxy.UpstreamRefused, proxy.UpstreamUnreachable, proxy.UpstreamConnectTimeout:
+			return a, true
+		}
+		if a.Outcome == "canceled" && !a.Sent {
+			return a, true
+		}
+	}
+	return proxy.Attempt{}, false
+}
+
+// reusedUpstream reports whether the last of a proxy's attempts, as its
+// log tells them, went on a pooled connection: one that had carried a
+// request before.
+func reusedUpstream(attempts []proxy.Attempt) bool {
+	return len(attempts) > 0 && attempts[len(attempts)-1].Cached
 }
 
 // ipOf returns pod's address; "" if unknown. A pod keeps its address
@@ -275,19 +297,25 @@ func cause(h *history, r *results.Request) results.Cause {
 			return IngressRoutingRace
 		}
 		// The ingress's connection to the pod broke under a request the
-		// pod had before: its server's cut, decided as one of a new
-		// connection (the ingress's pool does not say whether it reused
-		// one).
-		up := *r
-		up.ConnRequests, up.ConnAgeMS = 0, 0
-		return cut(ph, &up)
+		// pod had before: its server's cut, of a connection the
+		// ingress's log says was pooled or new (new, without the log).
+		return cut(ph, upstreamRequest(r))
+	case (r.Class == load.Closed || r.Class == load.Reset) && ph != nil && r.Upstreams != "":
+		// Through an ingress, whose connection to the pod broke: the
+		// client's own connection was the ingress's.
+		return cut(ph, upstreamRequest(r))
 	case r.Class == load.HTTP5xx && ph != nil && r.Proxy == proxy.UpstreamRefused:
 		return proxyRefused(ph, ph.at(r.FailedMS))
 	case r.Class == load.HTTP5xx && ph != nil && r.Proxy == proxy.UpstreamReset:
 		return proxyReset(ph, r)
 	case r.Class == load.ResponseTimeout && ph != nil && r.Upstreams != "":
 		// The client gave up while the ingress, as its log tells, still
-		// tried the pod: a connect to a gone pod's address, say.
+		// tried to reach the pod: a connect to a gone pod's address,
+		// say. Attempts that the pods all had were slow pods, not the
+		// routing.
+		if _, ok := doorFailure(r.Attempts); !ok {
+			return Unknown
+		}
 		return ingressRouted(ph, r)
 	case ph == nil || r.Class == load.ConnectTimeout || r.Class == load.ResponseTimeout || r.Class == load.HTTP5xx:
 		// A 5xx is an answer, and a response that never came tells
@@ -401,11 +429,20 @@ func proxyReset(ph *podHistory, r *results.Request) results.Cause {
 		}
 		return ContainerExited
 	}
-	// The connection that broke is the proxy's to the app, made for the
-	// request, not the client's, which the client may have reused.
-	app := *r
-	app.ConnRequests, app.ConnAgeMS = 0, 0
-	return cut(ph, &app)
+	return cut(ph, upstreamRequest(r))
+}
+
+// upstreamRequest returns r as its proxy's request to the pod: the
+// connection that broke is the proxy's, not the client's, which the
+// client may have reused. The proxy's log says whether it was pooled;
+// without it, it is taken for a new one.
+func upstreamRequest(r *results.Request) *results.Request {
+	up := *r
+	up.ConnRequests, up.ConnAgeMS = 0, 0
+	if reusedUpstream(r.Attempts) {
+		up.ConnRequests = 1
+	}
+	return &up
 }
 
 // cut gives the cause of request r, which failed after its connection to

@@ -122,6 +122,13 @@ func ingress(pod, upstream string, r results.Request, reason proxy.Reason) resul
 	return r
 }
 
+// viaIngress returns r, which no answer named a pod for, with the
+// attempts that the ingress's log tells.
+func viaIngress(r results.Request, attempts ...proxy.Attempt) results.Request {
+	r.Attempts, r.Upstreams = attempts, proxy.UpstreamAddrs(attempts)
+	return r
+}
+
 func request(id string, class load.Class, at, connect, failed float64, addr string, connRequests int, connAge float64) results.Request {
 	return results.Request{ID: id, Client: load.NewConn, AtMS: at, Class: class, ConnectMS: connect, FailedMS: failed, Addr: addr, ConnRequests: connRequests, ConnAgeMS: connAge}
 }
@@ -227,26 +234,29 @@ func TestDiagnoseCauses(t *testing.T) {
 		request: ingress(old, oldIP+":8080", request("r", load.HTTP5xx, 1500, 1500, 6501, "10.96.0.20:80", 0, 0), proxy.UpstreamConnectTimeout),
 		want:    IngressRoutingRace,
 	}, {
-		name: "a client's timeout while the ingress, its log says, tried a gone pod and then a live one",
+		name: "a client's timeout while the ingress, its log says, waited on a gone pod's connect, then tried a live one",
 		run: func() *timeline {
 			return new(timeline).running(old, oldIP).running(fresh, freshIP).stopped(old, 0, 0, 5, 143, false)
 		},
-		request: func() results.Request {
-			r := request("r", load.ResponseTimeout, 1500, 1500, 11500, "10.96.0.20:80", 0, 0)
-			r.Upstreams = oldIP + ":8080, " + freshIP + ":8080"
-			return r
-		}(),
+		request: viaIngress(request("r", load.ResponseTimeout, 1500, 1500, 11500, "10.96.0.20:80", 0, 0),
+			proxy.Attempt{Upstream: oldIP + ":8080", Outcome: string(proxy.UpstreamConnectTimeout)},
+			proxy.Attempt{Upstream: freshIP + ":8080", Outcome: "canceled", Sent: true}),
 		want: IngressRoutingRace,
+	}, {
+		name: "a client's timeout while a terminating pod, still serving, worked on its request is not the routing's",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 20000, 143, false)
+		},
+		request: viaIngress(request("r", load.ResponseTimeout, 1500, 1500, 11500, "10.96.0.20:80", 0, 0),
+			proxy.Attempt{Upstream: oldIP + ":8080", Outcome: "canceled", Sent: true}),
+		want: Unknown,
 	}, {
 		name: "a client's timeout while the ingress tried a pod that was not terminating tells no cause",
 		run: func() *timeline {
 			return new(timeline).running(old, oldIP)
 		},
-		request: func() results.Request {
-			r := request("r", load.ResponseTimeout, 1500, 1500, 11500, "10.96.0.20:80", 0, 0)
-			r.Upstreams = oldIP + ":8080"
-			return r
-		}(),
+		request: viaIngress(request("r", load.ResponseTimeout, 1500, 1500, 11500, "10.96.0.20:80", 0, 0),
+			proxy.Attempt{Upstream: oldIP + ":8080", Outcome: "canceled"}),
 		want: Unknown,
 	}, {
 		name: "an ingress's 502 for a pod that was not terminating tells no cause",
@@ -290,6 +300,18 @@ func TestDiagnoseCauses(t *testing.T) {
 		},
 		request: proxied(old, request("r", load.HTTP5xx, 200, 200, 201, oldIP+":5000", 3, 900), proxy.UpstreamReset),
 		want:    ProxyOutlivedApp,
+	}, {
+		name: "a sidecar's 503 on a pooled connection that its draining app closed as the request came",
+		run: func() *timeline {
+			// The app drains for 5 s after SIGTERM at 0.
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5000, 143, false)
+		},
+		request: func() results.Request {
+			r := proxied(old, request("r", load.HTTP5xx, 1000, 1000, 1001, oldIP+":5000", 0, 0), proxy.UpstreamReset)
+			r.Attempts = []proxy.Attempt{{Upstream: "127.0.0.1:50051", Outcome: string(proxy.UpstreamReset), Cached: true, Sent: true}}
+			return r
+		}(),
+		want: StaleConnection,
 	}, {
 		name: "a proxy's 503 for a cut on a reused client connection is the app's cut",
 		run: func() *timeline {
@@ -544,8 +566,8 @@ func TestIngressFinding(t *testing.T) {
 	// requests the ingress sent on that failed, not a server that went
 	// on accepting them.
 	tl.run.OldPods = []results.OldPod{{Name: "app-a", AfterSigterm: ptr.To(1)}}
-	r := request("r", load.ResponseTimeout, 300, 300, 10300, "10.96.0.20:80", 0, 0)
-	r.Upstreams = "10.0.0.1:8080"
+	r := viaIngress(request("r", load.ResponseTimeout, 300, 300, 10300, "10.96.0.20:80", 0, 0),
+		proxy.Attempt{Upstream: "10.0.0.1:8080", Outcome: string(proxy.UpstreamRefused)})
 	d, got := tl.diagnosed(t, r)
 	if !slices.Equal(got, []results.Cause{IngressRoutingRace}) {
 		t.Errorf("causes %v, want the ingress's routing race", got)

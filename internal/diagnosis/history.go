@@ -207,8 +207,8 @@ type history struct {
 	applied   map[string][]endpointsAt
 	nodes     []string
 	// ingress are the endpoints an ingress in front of the workload
-	// routed to, as its log tells them.
-	ingress []endpointsAt
+	// routed to, as its log tells them, by the ingress's pod.
+	ingress map[string][]endpointsAt
 	outage  *results.Outage
 	// times are the times of the timeline's entries, in order; exits,
 	// every pod's exits in the order of their times.
@@ -370,7 +370,10 @@ func (h *history) add(e *results.Entry) {
 		}
 	case results.SourceIngress:
 		if e.Kind == "endpoints" {
-			h.ingress = append(h.ingress, endpointsAt{at: e.AtMS, eps: e.Endpoints})
+			if h.ingress == nil {
+				h.ingress = map[string][]endpointsAt{}
+			}
+			h.ingress[e.Pod] = append(h.ingress[e.Pod], endpointsAt{at: e.AtMS, eps: e.Endpoints})
 		}
 		return
 	case results.SourcePod:
@@ -646,21 +649,27 @@ func (h *history) routedBy(ip string, t float64) []string {
 }
 
 // ingressLeft returns when the ingress's routing, as its log tells it,
-// last stopped sending requests to ip: the first endpoints it took after
-// t without ip, when it routed to ip at t; ok false if it did not, or no
-// ingress logged its endpoints, and left never if it still routed there
-// at the end.
+// stopped sending requests to ip, if it routed to ip at t: for each of its
+// pods that did, the first endpoints it took after t without ip, and of
+// those the last; never if one still routed there at the end. ok is
+// false if none routed to ip at t, or no ingress logged its endpoints.
 func (h *history) ingressLeft(ip string, t float64) (left float64, ok bool) {
-	e := latest(h.ingress, t)
-	if e == nil || !e.routes(ip) {
-		return 0, false
-	}
-	for i := range h.ingress {
-		if n := &h.ingress[i]; n.at > t && !n.routes(ip) {
-			return n.at, true
+	for _, views := range h.ingress {
+		e := latest(views, t)
+		if e == nil || !e.routes(ip) {
+			continue
 		}
+		ok = true
+		stopped := never
+		for i := range views {
+			if n := &views[i]; n.at > t && !n.routes(ip) {
+				stopped = n.at
+				break
+			}
+		}
+		left = max(left, stopped)
 	}
-	return never, true
+	return left, ok
 }
 
 // formerPod reports whether addr is the address of a pod that the run

@@ -56,11 +56,13 @@ type failure struct {
 // An Attempt is one attempt at a request's upstream, as the request event
 // logs it.
 type Attempt struct {
-	Upstream string  `json:"upstream"`
-	Pod      string  `json:"pod,omitempty"`
-	Outcome  string  `json:"outcome"`
-	Cached   bool    `json:"cached,omitempty"`
-	MS       float64 `json:"ms"`
+	Upstream string `json:"upstream"`
+	Pod      string `json:"pod,omitempty"`
+	Outcome  string `json:"outcome"`
+	Cached   bool   `json:"cached,omitempty"`
+	// Sent: a byte of the request was written to the upstream.
+	Sent bool    `json:"sent,omitempty"`
+	MS   float64 `json:"ms"`
 }
 
 // A forwarder is either role's request handler: each request goes to the
@@ -204,7 +206,7 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.downstreamFailed(ex, r, down.err)
 			return
 		}
-		rec := Attempt{Upstream: ep.Addr, Pod: ep.Pod, Cached: cached, MS: float64(time.Since(at).Microseconds()) / 1000}
+		rec := Attempt{Upstream: ep.Addr, Pod: ep.Pod, Cached: cached, Sent: fl == nil || fl.sent, MS: float64(time.Since(at).Microseconds()) / 1000}
 		if fl == nil {
 			rec.Outcome = "ok"
 			attempts = append(attempts, rec)

@@ -32,6 +32,11 @@ type Request struct {
 	// did not go through one that says so. The pod of an ingress's own
 	// answer is that of its last attempt.
 	Upstreams string `json:"upstreams,omitempty"`
+	// Attempts are the attempts of the proxy in front of the pod, as its
+	// log tells them (`closingtime proxy`'s request event, by the
+	// request's id): the ingress's, or, for a 5xx that the pod's sidecar
+	// answered, the sidecar's. Empty where no such log was read.
+	Attempts []proxy.Attempt `json:"attempts,omitempty"`
 	// ConnectMS is when the attempt's connection was ready (or its
 	// connect failed, for a connect that failed); FailedMS, when the
 	// attempt failed.

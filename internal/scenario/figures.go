@@ -54,17 +54,41 @@ func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Mic
 //
 // It returns the failed and absorbed requests, with what the client saw
 // of each, for the diagnosis to join to the timeline.
-func figures(run *results.Run, report *load.Report, requests []load.Result, events []cluster.Event, addrs podAddresses, logs, ingress map[string][]cluster.LogLine, goneAt time.Time) []results.Request {
+func figures(run *results.Run, report *load.Report, requests []load.Result, events []cluster.Event, addrs podAddresses, logs map[string][]cluster.LogLine, proxies proxyLogs, goneAt time.Time) []results.Request {
 	start := run.Start
 	at := func(t time.Time) float64 { return ms(t.Sub(start)) }
-	routed := map[string][]proxy.Attempt{}
-	for pod, lines := range ingress {
+	ingressCalls, sidecarCalls := proxyCalls{}, proxyCalls{}
+	for pod, lines := range proxies.ingress {
+		var before *results.Entry // the last endpoints before the timeline's minute
 		for _, l := range lines {
-			if l.Time.Before(start.Add(-time.Minute)) {
-				continue
-			}
-			if e, ok := ingressEvent(pod, l, at, routed); ok {
+			ev, ok := parseProxyEvent(l)
+			switch {
+			case !ok:
+			case ev.Event == "request":
+				ingressCalls.add(ev, at)
+			case ev.Event == "endpoints":
+				e := ev.endpoints(pod, at)
+				if l.Time.Before(start.Add(-time.Minute)) {
+					before = &e
+					continue
+				}
+				if before != nil {
+					// What the ingress routed to when the timeline
+					// begins: it logs a change only.
+					run.Timeline = append(run.Timeline, *before)
+					before = nil
+				}
 				run.Timeline = append(run.Timeline, e)
+			}
+		}
+		if before != nil {
+			run.Timeline = append(run.Timeline, *before)
+		}
+	}
+	for _, lines := range proxies.sidecars {
+		for _, l := range lines {
+			if ev, ok := parseProxyEvent(l); ok && ev.Event == "request" {
+				sidecarCalls.add(ev, at)
 			}
 		}
 	}
@@ -86,9 +110,12 @@ func figures(run *results.Run, report *load.Report, requests []load.Result, even
 	unattributed := 0 // answered requests that no pod could be given
 	for _, r := range requests {
 		if f, ok := failedRequest(&r, at); ok {
-			if attempts := routed[f.ID]; f.Upstreams == "" && len(attempts) > 0 {
-				// No answer named them: the ingress's log does.
-				f.Upstreams = proxy.UpstreamAddrs(attempts)
+			if f.Proxy != "" && f.Upstreams == "" {
+				// The pod's own proxy answered.
+				f.Attempts = sidecarCalls.near(f.ID, f.FailedMS)
+			} else if attempts := ingressCalls.near(f.ID, f.FailedMS); len(attempts) > 0 {
+				f.Attempts = attempts
+				f.Upstreams = cmp.Or(f.Upstreams, proxy.UpstreamAddrs(attempts))
 			}
 			failed = append(failed, f)
 		}
@@ -341,39 +368,74 @@ func logEvent(pod string, l cluster.LogLine, at func(time.Time) float64) (result
 	return results.Entry{AtMS: at(t), Source: results.SourcePod, Kind: name, Pod: pod, Detail: detail}, true
 }
 
-// ingressEvent reads one JSON log line of an ingress's pod, `closingtime
-// proxy --role edge` (docs/proxy.md § The edge's log): an "endpoints" event
-// is a timeline entry, at the time the line says, with the Ready
-// endpoints the ingress's balancer took; a "request" event's attempts go
-// to routed, by the request's id.
-func ingressEvent(pod string, l cluster.LogLine, at func(time.Time) float64, routed map[string][]proxy.Attempt) (results.Entry, bool) {
-	var ev struct {
-		Event    string
-		Time     time.Time
-		ID       string
-		Service  string
-		Ready    []proxy.Endpoint
-		Attempts []proxy.Attempt
-	}
-	if json.Unmarshal([]byte(l.Text), &ev) != nil {
-		return results.Entry{}, false
-	}
-	switch ev.Event {
-	case "request":
-		if ev.ID != "" && len(ev.Attempts) > 0 {
-			routed[ev.ID] = ev.Attempts
+// proxyLogs are the logs of the proxies in the requests' path: of the
+// pods of an ingress in front of the workload, and of the sidecars of the
+// workload's pods, by pod.
+type proxyLogs struct {
+	ingress, sidecars map[string][]cluster.LogLine
+}
+
+// proxyEvent is one JSON log line of `closingtime proxy` (docs/proxy.md §
+// Log events), the fields the figures read.
+type proxyEvent struct {
+	Event    string
+	Time     time.Time
+	ID       string
+	Service  string
+	Ready    []proxy.Endpoint
+	Attempts []proxy.Attempt
+}
+
+// parseProxyEvent reads l as a proxy's log event.
+func parseProxyEvent(l cluster.LogLine) (proxyEvent, bool) {
+	var ev proxyEvent
+	return ev, json.Unmarshal([]byte(l.Text), &ev) == nil && ev.Event != ""
+}
+
+// endpoints returns an "endpoints" event of the ingress's pod as a
+// timeline entry, at the time it says, with the Ready endpoints its
+// balancer took.
+func (ev proxyEvent) endpoints(pod string, at func(time.Time) float64) results.Entry {
+	e := results.Entry{AtMS: at(ev.Time), Source: results.SourceIngress, Kind: ev.Event, Pod: pod,
+		Detail: map[string]string{"service": ev.Service}, Endpoints: cluster.Endpoints{List: []cluster.Endpoint{}}}
+	for _, ep := range ev.Ready {
+		if a, err := netip.ParseAddrPort(ep.Addr); err == nil {
+			e.Endpoints.List = append(e.Endpoints.List, cluster.Endpoint{Address: a.Addr().String(), Ready: true, Serving: true})
 		}
-	case "endpoints":
-		e := results.Entry{AtMS: at(ev.Time), Source: results.SourceIngress, Kind: ev.Event, Pod: pod,
-			Detail: map[string]string{"service": ev.Service}, Endpoints: cluster.Endpoints{List: []cluster.Endpoint{}}}
-		for _, ep := range ev.Ready {
-			if a, err := netip.ParseAddrPort(ep.Addr); err == nil {
-				e.Endpoints.List = append(e.Endpoints.List, cluster.Endpoint{Address: a.Addr().String(), Ready: true, Serving: true})
-			}
-		}
-		return e, true
 	}
-	return results.Entry{}, false
+	return e
+}
+
+// proxyCalls are the requests a proxy logged, by their id: a client's
+// retries send one id more than once.
+type proxyCalls map[string][]proxyCall
+
+// proxyCall is one request event: when it was logged, and its attempts.
+type proxyCall struct {
+	atMS     float64
+	attempts []proxy.Attempt
+}
+
+// add takes a "request" event.
+func (pc proxyCalls) add(ev proxyEvent, at func(time.Time) float64) {
+	if ev.ID != "" && len(ev.Attempts) > 0 {
+		pc[ev.ID] = append(pc[ev.ID], proxyCall{at(ev.Time), ev.Attempts})
+	}
+}
+
+// near returns the attempts of the request id that a proxy logged nearest
+// failedMS, when the client saw its attempt fail; nil if none.
+func (pc proxyCalls) near(id string, failedMS float64) []proxy.Attempt {
+	var best *proxyCall
+	for i, c := range pc[id] {
+		if best == nil || math.Abs(c.atMS-failedMS) < math.Abs(best.atMS-failedMS) {
+			best = &pc[id][i]
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return best.attempts
 }
 
 // supervisordLine matches a line of supervisord's own log: its time, level

@@ -136,31 +136,47 @@ func TestRolloutAllowed(t *testing.T) {
 	}
 }
 
-// TestFiguresIngressLog: an ingress's log gives the timeline the
-// endpoints it routed to, and a request that got no answer the upstreams
-// the ingress tried, joined by its id; one the ingress answered keeps
-// those of its answer.
-func TestFiguresIngressLog(t *testing.T) {
+// TestFiguresProxyLogs: an ingress's log gives the timeline the endpoints
+// it routed to (the last before the timeline's minute too), and a request
+// that got no answer the attempts the ingress made, joined by its id, of
+// the event nearest its failure; one the ingress answered keeps the
+// upstreams of its answer; a sidecar's 503 gets the sidecar's attempts.
+func TestFiguresProxyLogs(t *testing.T) {
 	start := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
 	stamp := func(s float64) string { return at(s).Format(time.RFC3339Nano) }
 	ingress := map[string][]cluster.LogLine{"ingress-1": {
+		{Time: at(-120), Text: `{"event":"endpoints","time":"` + stamp(-120) + `","service":"default/app","ready":[]}`},
+		{Time: at(-90), Text: `{"event":"endpoints","time":"` + stamp(-90) + `","service":"default/app","ready":[{"addr":"10.244.1.3:8080","pod":"app-1"}]}`},
 		{Time: at(-1), Text: `{"event":"listening","time":"` + stamp(-1) + `","address":"10.244.2.4:8080"}`},
+		{Time: at(-50), Text: `{"event":"request","time":"` + stamp(-50) + `","id":"r1","attempts":[{"upstream":"10.244.1.7:8080","outcome":"upstream-refused"}]}`},
 		{Time: at(0.5), Text: `{"event":"endpoints","time":"` + stamp(0.5) + `","service":"default/app","ready":[{"addr":"10.244.1.3:8080","pod":"app-1"},{"addr":"10.244.1.5:8080"}]}`},
 		{Time: at(11), Text: `{"event":"request","time":"` + stamp(11) + `","id":"r1","attempts":[{"upstream":"10.244.1.4:8080","outcome":"upstream-connect-timeout","ms":5000},{"upstream":"10.244.1.3:8080","outcome":"canceled","ms":5000}]}`},
 		{Time: at(2), Text: `{"event":"request","time":"` + stamp(2) + `","id":"r2","attempts":[{"upstream":"10.244.1.9:8080","outcome":"upstream-refused"}]}`},
 	}}
+	sidecars := map[string][]cluster.LogLine{"app-1": {
+		{Time: at(3), Text: `{"event":"request","time":"` + stamp(3) + `","id":"r3","attempts":[{"upstream":"127.0.0.1:50051","outcome":"upstream-reset","cached":true,"sent":true}]}`},
+	}}
 	requests := []load.Result{
 		{ID: "r1", Time: at(1), Class: load.ResponseTimeout, Total: 10 * time.Second},
 		{ID: "r2", Time: at(1.5), Class: load.HTTP5xx, Status: 502, Proxy: proxy.UpstreamError, Upstreams: "10.244.1.4:8080"},
+		{ID: "r3", Time: at(2.9), Class: load.HTTP5xx, Status: 503, Proxy: proxy.UpstreamReset, Pod: "app-1"},
 	}
 	run := &results.Run{Start: start}
-	failed := figures(run, &load.Report{}, requests, nil, podAddresses{}, nil, ingress, time.Time{})
+	failed := figures(run, &load.Report{}, requests, nil, podAddresses{}, nil, proxyLogs{ingress: ingress, sidecars: sidecars}, time.Time{})
 	got := map[string]string{}
 	for _, f := range failed {
-		got[f.ID] = f.Upstreams
+		var outcomes []string
+		for _, a := range f.Attempts {
+			outcomes = append(outcomes, fmt.Sprintf("%s %s cached=%v", a.Upstream, a.Outcome, a.Cached))
+		}
+		got[f.ID] = f.Upstreams + " | " + strings.Join(outcomes, "; ")
 	}
-	want := map[string]string{"r1": "10.244.1.4:8080, 10.244.1.3:8080", "r2": "10.244.1.4:8080"}
+	want := map[string]string{
+		"r1": "10.244.1.4:8080, 10.244.1.3:8080 | 10.244.1.4:8080 upstream-connect-timeout cached=false; 10.244.1.3:8080 canceled cached=false",
+		"r2": "10.244.1.4:8080 | 10.244.1.9:8080 upstream-refused cached=false",
+		"r3": " | 127.0.0.1:50051 upstream-reset cached=true",
+	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("upstreams by request (-want +got):\n%s", diff)
 	}
@@ -170,9 +186,12 @@ func TestFiguresIngressLog(t *testing.T) {
 			views = append(views, e)
 		}
 	}
-	wantViews := []results.Entry{{AtMS: 500, Source: results.SourceIngress, Kind: "endpoints", Pod: "ingress-1",
+	wantViews := []results.Entry{{AtMS: -90000, Source: results.SourceIngress, Kind: "endpoints", Pod: "ingress-1",
 		Detail:    map[string]string{"service": "default/app"},
-		Endpoints: cluster.Endpoints{List: []cluster.Endpoint{{Address: "10.244.1.3", Ready: true, Serving: true}, {Address: "10.244.1.5", Ready: true, Serving: true}}}}}
+		Endpoints: cluster.Endpoints{List: []cluster.Endpoint{{Address: "10.244.1.3", Ready: true, Serving: true}}}},
+		{AtMS: 500, Source: results.SourceIngress, Kind: "endpoints", Pod: "ingress-1",
+			Detail:    map[string]string{"service": "default/app"},
+			Endpoints: cluster.Endpoints{List: []cluster.Endpoint{{Address: "10.244.1.3", Ready: true, Serving: true}, {Address: "10.244.1.5", Ready: true, Serving: true}}}}}
 	if diff := cmp.Diff(wantViews, views); diff != "" {
 		t.Errorf("the ingress's entries (-want +got):\n%s", diff)
 	}
@@ -199,7 +218,7 @@ func TestFiguresSigtermFromLog(t *testing.T) {
 		{Time: at(1.5), Pod: "app-1", Class: load.OK},
 	}
 	run := &results.Run{Start: start}
-	figures(run, &load.Report{}, requests, events, podAddressesOf(events), logs, nil, at(5))
+	figures(run, &load.Report{}, requests, events, podAddressesOf(events), logs, proxyLogs{}, at(5))
 	if len(run.OldPods) != 1 {
 		t.Fatalf("old pods %+v, want app-1", run.OldPods)
 	}
@@ -264,7 +283,7 @@ func TestFiguresByAddress(t *testing.T) {
 		req(4, load.OK, "", "127.77.0.2:8080"), // app-3's by then
 	}
 	run := &results.Run{Start: start}
-	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, nil, at(3))
+	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, proxyLogs{}, at(3))
 	f := func(v float64) *float64 { return &v }
 	n := func(v int) *int { return &v }
 	want := []results.OldPod{
@@ -292,7 +311,7 @@ func TestFiguresUnattributed(t *testing.T) {
 		{Time: at(1.6), Class: load.OK},
 	}
 	run := &results.Run{Start: start}
-	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, nil, at(3))
+	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, proxyLogs{}, at(3))
 	if len(run.OldPods) != 2 {
 		t.Fatalf("old pods %+v, want app-1 and app-2", run.OldPods)
 	}
@@ -312,7 +331,7 @@ func TestFiguresUnattributed(t *testing.T) {
 
 	requests = append(requests, load.Result{Time: at(0.7), Class: load.OK, Addr: addrPort("127.77.0.2:8080")})
 	run = &results.Run{Start: start}
-	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, nil, at(3))
+	figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, proxyLogs{}, at(3))
 	app2 := run.OldPods[1]
 	if app2.Name != "app-2" || app2.AfterSigterm == nil || *app2.AfterSigterm != 0 || app2.LastRequestMS != nil {
 		t.Errorf("old pod %s: after SIGTERM %v, last request %v: want a measured 0 and none", app2.Name, app2.AfterSigterm, app2.LastRequestMS)
@@ -334,7 +353,7 @@ func TestFiguresUnattributed(t *testing.T) {
 		},
 	} {
 		run = &results.Run{Start: start}
-		figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, nil, at(3))
+		figures(run, &load.Report{}, requests, events, podAddressesOf(slices.Concat(earlier, events)), nil, proxyLogs{}, at(3))
 		for _, p := range run.OldPods {
 			if p.AfterSigterm == nil || *p.AfterSigterm != 0 || p.LastRequestMS != nil {
 				t.Errorf("%d requests, none answered: old pod %s: after SIGTERM %v, last request %v: want a measured 0 and none",
@@ -416,7 +435,7 @@ func TestFiguresEndpoints(t *testing.T) {
 	eps := cluster.Endpoints{NodeLocal: true, List: []cluster.Endpoint{{Address: "127.77.0.2", Ready: true, Serving: true, Node: "node-1"}}}
 	events := []cluster.Event{{Time: start.Add(time.Second), Kind: cluster.EndpointsApplied, Node: "node-1", Object: "Service/default/app", Endpoints: eps}}
 	run := &results.Run{Start: start}
-	figures(run, &load.Report{}, nil, events, podAddressesOf(events), nil, nil, start.Add(2*time.Second))
+	figures(run, &load.Report{}, nil, events, podAddressesOf(events), nil, proxyLogs{}, start.Add(2*time.Second))
 	want := []results.Entry{{AtMS: 1000, Source: results.SourceCluster, Kind: string(cluster.EndpointsApplied), Node: "node-1",
 		Detail: map[string]string{"object": "Service/default/app"}, Endpoints: eps}}
 	if diff := cmp.Diff(want, run.Timeline); diff != "" {

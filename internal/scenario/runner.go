@@ -533,23 +533,44 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 	all := rec.Events()
 	events := all[firstEvent:]
 	logs := map[string][]cluster.LogLine{}
+	sidecars := map[string][]cluster.LogLine{}
+	spec := &d.Spec.Template.Spec
 	for _, pod := range podsOf(events) {
-		spec := &d.Spec.Template.Spec
-		l, err := c.Logs(ctx, d.Namespace, pod, spec.Containers[cluster.ServerIndex(spec)].Name)
-		if err != nil && !errors.Is(err, cluster.ErrNotFound) {
-			return nil, fmt.Errorf("logs of pod %s: %w", pod, err)
+		for _, name := range append([]string{spec.Containers[cluster.ServerIndex(spec)].Name}, proxyContainers(spec)...) {
+			l, err := c.Logs(ctx, d.Namespace, pod, name)
+			if err != nil && !errors.Is(err, cluster.ErrNotFound) {
+				return nil, fmt.Errorf("logs of pod %s: %w", pod, err)
+			}
+			if _, ok := logs[pod]; !ok {
+				logs[pod] = l
+				continue
+			}
+			sidecars[pod] = append(sidecars[pod], l...)
 		}
-		logs[pod] = l
 	}
 	ingress, err := ingressLogs(ctx, c, d.Namespace, a.others, all, unanswered(out.requests))
 	if err != nil {
 		return nil, err
 	}
-	failed := figures(run, out.report, out.requests, events, podAddressesOf(all), logs, ingress, goneAt)
+	failed := figures(run, out.report, out.requests, events, podAddressesOf(all), logs, proxyLogs{ingress: ingress, sidecars: sidecars}, goneAt)
 	run.Running = runningOf(all[:firstEvent], d.Name)
 	disruption(run, all, d.Name, replicas(d), rolloutAllowed(d, replicas(d), a.action.Kind))
 	run.Diagnosis = diagnosis.Diagnose(run, failed)
 	return run, nil
+}
+
+// proxyContainers returns the names of spec's containers, native sidecars
+// included, that run `closingtime proxy` beside the pod's server.
+func proxyContainers(spec *corev1.PodSpec) []string {
+	var names []string
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			if kind, _ := cluster.HelperKind(&cs[i]); kind == "proxy" {
+				names = append(names, cs[i].Name)
+			}
+		}
+	}
+	return names
 }
 
 // ingressLogs returns the logs of the pods of Deployments others, from
@@ -558,7 +579,7 @@ func (r *Runner) repeat(ctx context.Context, st settings, a *actor, traffic Traf
 // each request went. An ingress logs a request when it ends, which for
 // one whose client gave up is a moment after the client did: the logs
 // are read again, for up to ingressLogWait, until they name every
-// request of ids.
+// request of ids, or stop growing.
 func ingressLogs(ctx context.Context, c cluster.Backend, namespace string, others []*appsv1.Deployment, events []cluster.Event, ids []string) (map[string][]cluster.LogLine, error) {
 	pods := map[string]*appsv1.Deployment{}
 	for _, od := range others {
@@ -571,9 +592,11 @@ func ingressLogs(ctx context.Context, c cluster.Backend, namespace string, other
 		}
 	}
 	deadline := time.Now().Add(ingressLogWait)
+	lines := -1 // at the last reading
 	for {
 		logs := map[string][]cluster.LogLine{}
 		named := map[string]bool{}
+		n := 0
 		for pod, od := range pods {
 			spec := &od.Spec.Template.Spec
 			l, err := c.Logs(ctx, cmp.Or(od.Namespace, namespace), pod, spec.Containers[cluster.ServerIndex(spec)].Name)
@@ -581,6 +604,7 @@ func ingressLogs(ctx context.Context, c cluster.Backend, namespace string, other
 				return nil, fmt.Errorf("logs of pod %s: %w", pod, err)
 			}
 			logs[pod] = l
+			n += len(l)
 			for _, line := range l {
 				var ev struct{ Event, ID string }
 				if json.Unmarshal([]byte(line.Text), &ev) == nil && ev.Event == "request" {
@@ -589,9 +613,10 @@ func ingressLogs(ctx context.Context, c cluster.Backend, namespace string, other
 			}
 		}
 		missing := slices.ContainsFunc(ids, func(id string) bool { return !named[id] })
-		if len(pods) == 0 || !missing || time.Now().After(deadline) {
+		if len(pods) == 0 || !missing || n == lines || time.Now().After(deadline) {
 			return logs, nil
 		}
+		lines = n
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
 		}

@@ -49,7 +49,7 @@ func BenchmarkLocalTraffic(b *testing.B) {
 			b.Fatal(err)
 		}
 		run := &results.Run{Start: report.Start}
-		figures(run, report, requested, nil, podAddresses{}, nil, nil, time.Time{})
+		figures(run, report, requested, nil, podAddresses{}, nil, proxyLogs{}, time.Time{})
 		userAfter, systemAfter := cpuTime(b)
 		user += userAfter - userBefore
 		system += systemAfter - systemBefore
