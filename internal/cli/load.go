@@ -55,6 +55,13 @@ connection for each request; keep-alive sends over a pool of --connections
 persistent connections. Neither resends a failed request unless --retry is
 given, and then only what is safe to resend (see the retry package).
 
+A grpc://HOST:PORT URL calls closingtime.lab.v1.Lab/Work over gRPC instead
+(closingtime serve --grpc): new-conn on a channel of its own per call,
+keep-alive over --connections long-lived channels. A call is sorted as a
+request is, from its socket; http5xx is a call the server answered with an
+error status. grpc-go's transparent retries of a call that never reached
+the server are attempts of their own: a call one saved counts as absorbed.
+
 With --wait-serving, the run begins once URL answers: ` + strconv.Itoa(load.ServingInARow) + ` requests in a row,
 each on a new connection, with a status below 500 (failed tries 100 ms
 apart). If it does not within that time, the command fails (exit status 3)
@@ -82,7 +89,8 @@ kube-proxy routes a pod's connections (docs/load.md).`,
   closingtime load http://127.0.0.1:8080/work --client new-conn=50 --client keep-alive=200 -o json
   closingtime load http://app/work --duration 10m --stop-file /tmp/stop --events events.jsonl
   closingtime load http://web.shop:80/ --client keep-alive=500 --retry --retry-attempts 3 -o jsonl
-  closingtime load http://127.0.0.1:8080/work --wait-serving 30s --duration 10s`,
+  closingtime load http://127.0.0.1:8080/work --wait-serving 30s --duration 10s
+  closingtime load grpc://127.0.0.1:50051 --client keep-alive=200 --connections 1`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("load: want exactly one URL, got %d arguments (see closingtime load --help)", len(args))

@@ -336,6 +336,11 @@ type attempt struct {
 	// of the response arrived, and the response was complete or the
 	// attempt failed. Zero if not reached.
 	start, connect, firstByte, end time.Time
+
+	// A gRPC call's: answered, the server's status came, in its
+	// trailers; conn, the connection it went on, if known.
+	answered bool
+	conn     *grpcConn
 }
 
 func (a *attempt) fail(class Class, err error) error {

@@ -156,15 +156,44 @@ type Generator struct {
 // stream is a Client in a run, with what sends its requests.
 type stream struct {
 	Client
-	index  int
+	index    int
+	sender   sender
+	recorder *recorder
+}
+
+// A sender sends the requests of one stream, each attempt recorded in its
+// request's log: over the stream's connections, retried as the run's
+// policy says, or, fresh, once on a new connection of its own (a
+// re-probe).
+type sender interface {
+	send(id string, log *attemptLog, fresh bool) error
+	// close closes the idle connections, once no request is in flight.
+	close()
+}
+
+// httpSender sends GETs of the target over HTTP/1.1.
+type httpSender struct {
 	client *client
 	// fresh makes a connection of its own for each request: the retries
 	// go out on it, and the re-probes.
 	fresh    *client
 	rt       http.RoundTripper // client, or a retry.Transport around it
 	template *http.Request     // the request, without its id
-	recorder *recorder
 }
+
+func (h *httpSender) send(id string, log *attemptLog, fresh bool) error {
+	rt := h.rt
+	if fresh {
+		rt = h.fresh
+	}
+	resp, err := rt.RoundTrip(h.request(id, log))
+	if resp != nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+func (h *httpSender) close() { h.client.close() }
 
 // New checks cfg and returns a Generator for it. Every error it returns is
 // about cfg.
@@ -189,11 +218,16 @@ func New(cfg Config) (*Generator, error) {
 	rand.Read(id[:])
 	g := &Generator{cfg: cfg, target: target, runID: hex.EncodeToString(id[:])}
 	address := hostPort(target)
-	template, err := http.NewRequest(http.MethodGet, target.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("target URL: %w", err)
+	var template *http.Request
+	if target.Scheme == "http" {
+		template, err = http.NewRequest(http.MethodGet, target.String(), nil)
+		if err != nil {
+			return nil, fmt.Errorf("target URL: %w", err)
+		}
+		template.Header.Set("User-Agent", userAgent)
+	} else if cfg.Retry != nil {
+		return nil, errors.New("retries are the HTTP client's: gRPC's own transparent retries are counted as absorbed")
 	}
-	template.Header.Set("User-Agent", userAgent)
 	seen := make(map[Kind]bool)
 	for i, cl := range cfg.Clients {
 		if _, err := cl.Kind.MarshalText(); err != nil {
@@ -222,12 +256,18 @@ func New(cfg Config) (*Generator, error) {
 		} else {
 			cl.Connections, cl.Limits = 0, Limits{}
 		}
-		s := &stream{Client: cl, index: i, template: template, recorder: newRecorder(cl)}
-		s.client = newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits)
-		s.fresh = newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, 0, Limits{})
-		s.rt = s.client
-		if cfg.Retry != nil {
-			s.rt = &retry.Transport{Base: s.client, Fresh: s.fresh, Policy: *cfg.Retry}
+		s := &stream{Client: cl, index: i, recorder: newRecorder(cl)}
+		if template == nil {
+			s.sender = newGRPCSender(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits)
+		} else {
+			h := &httpSender{template: template,
+				client: newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits),
+				fresh:  newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, 0, Limits{})}
+			h.rt = h.client
+			if cfg.Retry != nil {
+				h.rt = &retry.Transport{Base: h.client, Fresh: h.fresh, Policy: *cfg.Retry}
+			}
+			s.sender = h
 		}
 		g.clients = append(g.clients, s)
 	}
@@ -244,7 +284,10 @@ func parseTarget(raw string) (*url.URL, error) {
 	if err == nil && u.Scheme == "http" && u.Host != "" {
 		return u, nil
 	}
-	msg := fmt.Sprintf("target URL %q: want http://HOST:PORT/PATH", raw)
+	if err == nil && u.Scheme == "grpc" && u.Port() != "" && strings.Trim(u.Path, "/") == "" {
+		return u, nil
+	}
+	msg := fmt.Sprintf("target URL %q: want http://HOST:PORT/PATH, or grpc://HOST:PORT", raw)
 	switch {
 	case !strings.Contains(raw, "://"):
 		if u, err := url.Parse("http://" + raw); err == nil && u.Host != "" {
@@ -252,8 +295,10 @@ func parseTarget(raw string) (*url.URL, error) {
 		}
 	case err != nil:
 		msg += ": " + strings.TrimPrefix(err.Error(), fmt.Sprintf("parse %q: ", raw))
+	case u.Scheme == "grpc":
+		msg += ": a gRPC target names its port, and has no path: its calls are closingtime.lab.v1.Lab/Work"
 	case u.Scheme != "http":
-		msg += ": the requests are plain HTTP/1.1, not " + u.Scheme
+		msg += ": the requests are plain HTTP/1.1 or gRPC, not " + u.Scheme
 	}
 	return nil, errors.New(msg)
 }
@@ -288,7 +333,7 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	inFlight.Wait()
 	report := &Report{URL: g.target.String(), Start: start.UTC(), End: stopped.UTC()}
 	for _, s := range g.clients {
-		s.client.close()
+		s.sender.close()
 		report.Clients = append(report.Clients, s.recorder.report())
 	}
 	return report, results.flush()
@@ -361,10 +406,7 @@ func waitUntil(ctx context.Context, timer *time.Timer, at time.Time) bool {
 func (s *stream) send(t task) {
 	began := time.Now()
 	var log attemptLog
-	resp, err := s.rt.RoundTrip(s.request(t.id, &log))
-	if resp != nil {
-		resp.Body.Close()
-	}
+	err := s.sender.send(t.id, &log, false)
 	r := newResult(s.Kind, t.id, t.at, began, log.attempts, err)
 	if a, ok := r.FailedAttempt(); ok && a.ConnRequests > 0 {
 		r.Reprobe = s.reprobe(t)
@@ -374,10 +416,10 @@ func (s *stream) send(t task) {
 
 // request returns the request of the run with id as its X-Request-Id,
 // whose attempts go to log.
-func (s *stream) request(id string, log *attemptLog) *http.Request {
-	req := s.template.WithContext(withAttemptLog(context.Background(), log))
+func (h *httpSender) request(id string, log *attemptLog) *http.Request {
+	req := h.template.WithContext(withAttemptLog(context.Background(), log))
 	req.Header = http.Header{
-		"User-Agent":    s.template.Header["User-Agent"],
+		"User-Agent":    h.template.Header["User-Agent"],
 		RequestIDHeader: {id},
 	}
 	return req

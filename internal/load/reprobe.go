@@ -37,10 +37,7 @@ const reprobeSuffix = "-reprobe"
 // client's timeouts bound it.
 func (s *stream) reprobe(t task) *Reprobe {
 	var log attemptLog
-	resp, _ := s.fresh.RoundTrip(s.request(t.id+reprobeSuffix, &log))
-	if resp != nil {
-		resp.Body.Close()
-	}
+	s.sender.send(t.id+reprobeSuffix, &log, true)
 	a := &log.attempts[0]
 	return &Reprobe{Class: a.class, Addr: a.addr, Pod: a.pod, Status: a.status, At: a.start.Sub(t.at), Total: a.end.Sub(a.start)}
 }

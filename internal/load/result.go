@@ -406,7 +406,10 @@ func (r *recorder) record(res *Result) {
 	counts[res.Class]++
 	if res.Class == OK || res.Class == HTTP5xx {
 		r.latency.record(res.Total)
-		r.statuses[res.Status]++
+		if res.Status != 0 {
+			// An HTTP response's; a gRPC call has none.
+			r.statuses[res.Status]++
+		}
 		if res.Proxy != "" {
 			r.proxied[res.Proxy]++
 		}

@@ -70,9 +70,24 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 		}}
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport}
+	ask := func() error {
+		return askServing(ctx, client, target.String(), connectTimeout, responseTimeout)
+	}
+	if target.Scheme == "grpc" {
+		// A Work call, on a channel of its own each.
+		calls := newGRPCSender(dial, target.Host, connectTimeout, responseTimeout, 0, Limits{})
+		ask = func() error {
+			var log attemptLog
+			err := calls.send("wait-serving", &log, true)
+			if err != nil {
+				return fmt.Errorf("%s: %w", log.attempts[len(log.attempts)-1].class, err)
+			}
+			return nil
+		}
+	}
 	var last error // the last failure before ctx ended
 	for good := 0; good < ServingInARow; {
-		err := askServing(ctx, client, target.String(), connectTimeout, responseTimeout)
+		err := ask()
 		if err == nil {
 			good++
 			continue

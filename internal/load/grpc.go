@@ -1,0 +1,255 @@
+package load
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+
+	"github.com/closingtime-dev/closingtime/internal/labpb"
+)
+
+// The metadata keys of a gRPC call: the request's id, which the lab
+// server echoes and logs, and the pod that answered, in the response's
+// header. They are the HTTP headers' names, as gRPC spells metadata keys.
+const (
+	grpcRequestIDKey = "x-request-id"
+	grpcPodKey       = "x-pod-name"
+)
+
+// grpcSender calls closingtime.lab.v1.Lab/Work: a NewConn client on a
+// channel of its own per call, closed after it; a KeepAlive client over a
+// pool of long-lived channels, one connection each, taken in turn, as a
+// service holds its channels to another. grpc-go's transparent retries
+// (a call that never reached the server, refused by a GOAWAY, say) are
+// attempts of their own, so that a call they saved counts as absorbed.
+type grpcSender struct {
+	dial                            Dialer
+	address                         string
+	connectTimeout, responseTimeout time.Duration
+	limits                          Limits
+	// channels are a KeepAlive client's, made on first use.
+	mu       sync.Mutex
+	channels []*grpcChannel
+	next     atomic.Uint64
+}
+
+func newGRPCSender(dial Dialer, address string, connectTimeout, responseTimeout time.Duration, connections int, limits Limits) *grpcSender {
+	return &grpcSender{dial: dial, address: address, connectTimeout: connectTimeout, responseTimeout: responseTimeout,
+		limits: limits, channels: make([]*grpcChannel, connections)}
+}
+
+// A grpcChannel is one client channel and what the call records need of
+// its connections.
+type grpcChannel struct {
+	cc   *grpc.ClientConn
+	made time.Time
+	// dialed is the outcome of the channel's last connect.
+	dialed atomic.Pointer[dialOutcome]
+	// conns are its connections, by local address.
+	conns sync.Map
+}
+
+// dialOutcome is a connect's: its error, or its connection.
+type dialOutcome struct {
+	err  error
+	conn *grpcConn
+}
+
+// newChannel makes a channel to s's address, connected through s's dialer.
+func (s *grpcSender) newChannel() (*grpcChannel, error) {
+	ch := &grpcChannel{made: time.Now()}
+	cc, err := grpc.NewClient("passthrough:///"+s.address,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(callStats{}),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			c, err := s.dial(ctx, "tcp", addr)
+			if err != nil {
+				ch.dialed.Store(&dialOutcome{err: err})
+				return nil, err
+			}
+			local := c.LocalAddr().String()
+			gc := &grpcConn{Conn: c, made: time.Now(), forget: func() { ch.conns.Delete(local) }}
+			ch.conns.Store(local, gc)
+			ch.dialed.Store(&dialOutcome{conn: gc})
+			return gc, nil
+		}))
+	if err != nil {
+		return nil, err
+	}
+	ch.cc = cc
+	return ch, nil
+}
+
+// channel returns the channel for a call: a new one for a NewConn client
+// or a re-probe (fresh), else the pool's next, made if it is not yet or
+// the client's limits retire it.
+func (s *grpcSender) channel(fresh bool) (ch *grpcChannel, own bool, err error) {
+	if fresh || len(s.channels) == 0 {
+		ch, err := s.newChannel()
+		return ch, true, err
+	}
+	i := int(s.next.Add(1) % uint64(len(s.channels)))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch := s.channels[i]; ch != nil && (s.limits.MaxLifetime <= 0 || time.Since(ch.made) < s.limits.MaxLifetime) {
+		return ch, false, nil
+	}
+	if old := s.channels[i]; old != nil {
+		// Retired: its calls in flight finish on it.
+		go func() {
+			time.Sleep(s.connectTimeout + s.responseTimeout)
+			old.cc.Close()
+		}()
+	}
+	ch, err = s.newChannel()
+	s.channels[i] = ch
+	return ch, false, err
+}
+
+func (s *grpcSender) send(id string, log *attemptLog, fresh bool) error {
+	ch, own, err := s.channel(fresh)
+	if err != nil {
+		return log.start().fail(Error, err)
+	}
+	if own {
+		defer ch.cc.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.connectTimeout+s.responseTimeout)
+	defer cancel()
+	ctx = context.WithValue(withAttemptLog(ctx, log), channelKey{}, ch)
+	ctx = metadata.AppendToOutgoingContext(ctx, grpcRequestIDKey, id)
+	_, err = labpb.NewLabClient(ch.cc).Work(ctx, &labpb.WorkRequest{})
+	if len(log.attempts) == 0 {
+		// The call ended before any attempt began.
+		return log.start().fail(Error, err)
+	}
+	return err
+}
+
+func (s *grpcSender) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range s.channels {
+		if ch != nil {
+			ch.cc.Close()
+		}
+	}
+}
+
+// grpcConn is a connection of a channel: when it was made, the calls it
+// has carried, and the first error of its reads, the socket's account of
+// a call that the connection's end broke.
+type grpcConn struct {
+	net.Conn
+	made    time.Time
+	calls   atomic.Int64
+	readErr atomic.Pointer[error]
+	// forget takes it out of its channel's connections.
+	forget func()
+}
+
+func (c *grpcConn) Close() error {
+	c.forget()
+	return c.Conn.Close()
+}
+
+func (c *grpcConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.readErr.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+// channelKey keys a call's channel in its context, for callStats.
+type channelKey struct{}
+
+// callStats is the channels' stats.Handler: it records each attempt of a
+// call, grpc-go's transparent retries included, in the call's attemptLog,
+// and sorts its outcome into a Class.
+type callStats struct{}
+
+func (callStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (callStats) HandleConn(context.Context, stats.ConnStats)                       {}
+func (callStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+
+func (callStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
+	log := attemptLogFrom(ctx)
+	ch, _ := ctx.Value(channelKey{}).(*grpcChannel)
+	if _, ok := st.(*stats.Begin); ok {
+		log.start()
+		return
+	}
+	n := len(log.attempts)
+	if n == 0 || ch == nil {
+		return
+	}
+	a := &log.attempts[n-1]
+	switch st := st.(type) {
+	case *stats.OutHeader:
+		a.connect, a.addr = time.Now(), addrPort(st.RemoteAddr)
+		if c, ok := ch.conns.Load(st.LocalAddr.String()); ok {
+			a.conn = c.(*grpcConn)
+			a.connRequests = int(a.conn.calls.Add(1) - 1)
+			if a.connRequests > 0 {
+				a.connAge = a.connect.Sub(a.conn.made)
+			}
+		}
+	case *stats.InHeader:
+		a.firstByte = time.Now()
+		if v := st.Header.Get(grpcPodKey); len(v) > 0 {
+			a.pod = v[0]
+		}
+	case *stats.InTrailer:
+		a.answered = true
+	case *stats.End:
+		classifyCall(a, st.Error, ch)
+	}
+}
+
+// classifyCall ends attempt a, on channel ch, which ended in err (nil for
+// OK), with its class: from the socket where the call met one, as HTTP's
+// are, and from the status only where the server answered.
+func classifyCall(a *attempt, err error, ch *grpcChannel) {
+	code := status.Code(err)
+	switch {
+	case err == nil:
+		a.class = OK
+	case a.answered && code != codes.DeadlineExceeded && code != codes.Canceled:
+		// The server's own status, in its trailers.
+		a.class = HTTP5xx
+	case code == codes.DeadlineExceeded && a.connect.IsZero():
+		a.class = ConnectTimeout
+	case code == codes.DeadlineExceeded:
+		a.class = ResponseTimeout
+	case a.connect.IsZero():
+		// Never on a connection: the channel's connect failed, or its
+		// connection ended before the call could go out on it.
+		a.class = Error
+		switch d := ch.dialed.Load(); {
+		case d == nil:
+		case d.err != nil:
+			a.class, a.addr = classifyConnect(d.err), dialedAddr(d.err)
+		case d.conn.readErr.Load() != nil:
+			a.class, a.addr = classifyExchange(*d.conn.readErr.Load(), false), addrPort(d.conn.RemoteAddr())
+		}
+	case a.conn != nil && a.conn.readErr.Load() != nil:
+		a.class = classifyExchange(*a.conn.readErr.Load(), !a.firstByte.IsZero())
+	case a.firstByte.IsZero():
+		// The connection ended under the call, its socket without an
+		// error: a GOAWAY's, or the client's own close.
+		a.class = Closed
+	default:
+		a.class = Reset
+	}
+	a.err, a.end = err, time.Now()
+}

@@ -1,0 +1,89 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestGRPCServeExit calls `closingtime serve --grpc --shutdown exit` from
+// both clients and stops it with SIGTERM with calls in flight: those
+// before are answered by the pod and logged under their ids; the calls
+// in flight are cut (closed or reset: the server had them, and its
+// connections closed under them), and those after are refused.
+func TestGRPCServeExit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds closingtime and runs it for seconds")
+	}
+	cmd, address, logs := startServe(t, "--grpc", "--work", "200ms", "--pod-name", "pod-grpc", "--shutdown", "exit", "--access-log")
+	report := callThroughSIGTERM(t, cmd, address, nil)
+	served := make(map[string]bool)
+	for _, e := range logs() {
+		if e["event"] == "request" && e["code"] == "OK" {
+			served[e["id"].(string)] = true
+		}
+	}
+	var ok int64
+	for _, c := range report.Clients {
+		if c.Totals[OK] == 0 || c.Totals[Closed]+c.Totals[Reset] == 0 || c.Totals[Refused] == 0 {
+			t.Errorf("%s: totals %s, want calls answered before SIGTERM, cut at it, and refused after", c.Kind, formatCounts(&c.Totals))
+		}
+		if c.Pods["pod-grpc"] != c.Totals[OK] {
+			t.Errorf("%s: pods %v, want every OK call answered by pod-grpc (%d)", c.Kind, c.Pods, c.Totals[OK])
+		}
+		if n := c.Totals[Error] + c.Totals[HTTP5xx]; n > 0 {
+			t.Errorf("%s: %d calls of no socket class: totals %s", c.Kind, n, formatCounts(&c.Totals))
+		}
+		ok += c.Totals[OK]
+	}
+	// A call whose answer the exit cut after the server had logged it
+	// is the pod's OK and the client's failure.
+	if int64(len(served)) < ok {
+		t.Errorf("the pod logged %d OK calls, fewer than the %d the clients saw", len(served), ok)
+	}
+}
+
+// TestGRPCServeGraceful: a graceful server's GracefulStop lets every call
+// it took finish: the clients see no call cut, only, once its listener
+// has closed, refused connects.
+func TestGRPCServeGraceful(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds closingtime and runs it for seconds")
+	}
+	cmd, address, _ := startServe(t, "--grpc", "--work", "300ms", "--shutdown", "graceful", "--drain-timeout", "10s")
+	var failures []string
+	report := callThroughSIGTERM(t, cmd, address, func(r Result) {
+		if r.Class.Failed() && r.Class != Refused {
+			failures = append(failures, fmt.Sprintf("%s: %v", r.Class, r.Err))
+		}
+	})
+	for _, c := range report.Clients {
+		if c.Totals[OK] == 0 || c.Totals.Failed() != c.Totals[Refused] {
+			t.Errorf("%s: totals %s, want calls answered, and no failure but refused connects after the drain; the others: %q", c.Kind, formatCounts(&c.Totals), failures)
+		}
+	}
+}
+
+// callThroughSIGTERM calls the gRPC server at address from both clients
+// for 2 s, 50 calls a second each, and sends cmd SIGTERM after 1 s.
+func callThroughSIGTERM(t *testing.T, cmd *exec.Cmd, address string, onResult func(Result)) *Report {
+	t.Helper()
+	g, err := New(Config{
+		URL:      "grpc://" + address,
+		Clients:  []Client{{Kind: NewConn, Rate: 50}, {Kind: KeepAlive, Rate: 50, Connections: 2}},
+		Duration: 2 * time.Second,
+		OnResult: onResult,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(time.Second, func() { cmd.Process.Signal(syscall.SIGTERM) })
+	report, err := g.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return report
+}
