@@ -18,7 +18,8 @@ const (
 	// OK is a complete response with a status below 500.
 	OK Class = iota
 	// Refused is a connect refused by the peer: nothing listened (or a
-	// Service had no endpoints and kube-proxy rejected the SYN).
+	// Service had no endpoints and kube-proxy rejected the SYN), or the
+	// listener closed with the connect in its queue, which resets it.
 	Refused
 	// Reset is a connection broken after it was made and before a full
 	// response arrived: reset by the peer (ECONNRESET, EPIPE,
@@ -87,7 +88,7 @@ func (c Class) Failed() bool { return c != OK }
 // classifyConnect sorts an error from making a connection.
 func classifyConnect(err error) Class {
 	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
 		return Refused
 	case timedOut(err):
 		return ConnectTimeout

@@ -146,13 +146,13 @@ func (s *grpcSender) close() {
 }
 
 // grpcConn is a connection of a channel: when it was made, the calls it
-// has carried, and the first error of its reads, the socket's account of
-// a call that the connection's end broke.
+// has carried, and the first error of its reads or writes, the socket's
+// account of a call that the connection's end broke.
 type grpcConn struct {
 	net.Conn
-	made    time.Time
-	calls   atomic.Int64
-	readErr atomic.Pointer[error]
+	made  time.Time
+	calls atomic.Int64
+	err   atomic.Pointer[error]
 	// forget takes it out of its channel's connections.
 	forget func()
 }
@@ -165,7 +165,15 @@ func (c *grpcConn) Close() error {
 func (c *grpcConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if err != nil {
-		c.readErr.CompareAndSwap(nil, &err)
+		c.err.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+func (c *grpcConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		c.err.CompareAndSwap(nil, &err)
 	}
 	return n, err
 }
@@ -239,11 +247,11 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 		case d == nil:
 		case d.err != nil:
 			a.class, a.addr = classifyConnect(d.err), dialedAddr(d.err)
-		case d.conn.readErr.Load() != nil:
-			a.class, a.addr = classifyExchange(*d.conn.readErr.Load(), false), addrPort(d.conn.RemoteAddr())
+		case d.conn.err.Load() != nil:
+			a.class, a.addr = classifyExchange(*d.conn.err.Load(), false), addrPort(d.conn.RemoteAddr())
 		}
-	case a.conn != nil && a.conn.readErr.Load() != nil:
-		a.class = classifyExchange(*a.conn.readErr.Load(), !a.firstByte.IsZero())
+	case a.conn != nil && a.conn.err.Load() != nil:
+		a.class = classifyExchange(*a.conn.err.Load(), !a.firstByte.IsZero())
 	case a.firstByte.IsZero():
 		// The connection ended under the call, its socket without an
 		// error: a GOAWAY's, or the client's own close.

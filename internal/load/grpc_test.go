@@ -19,7 +19,12 @@ func TestGRPCServeExit(t *testing.T) {
 		t.Skip("builds closingtime and runs it for seconds")
 	}
 	cmd, address, logs := startServe(t, "--grpc", "--work", "200ms", "--pod-name", "pod-grpc", "--shutdown", "exit", "--access-log")
-	report := callThroughSIGTERM(t, cmd, address, nil)
+	var errs []string
+	report := callThroughSIGTERM(t, cmd, address, func(r Result) {
+		if r.Class == Error || r.Class == HTTP5xx {
+			errs = append(errs, fmt.Sprintf("%s: %v", r.Class, r.Err))
+		}
+	})
 	served := make(map[string]bool)
 	for _, e := range logs() {
 		if e["event"] == "request" && e["code"] == "OK" {
@@ -35,7 +40,7 @@ func TestGRPCServeExit(t *testing.T) {
 			t.Errorf("%s: pods %v, want every OK call answered by pod-grpc (%d)", c.Kind, c.Pods, c.Totals[OK])
 		}
 		if n := c.Totals[Error] + c.Totals[HTTP5xx]; n > 0 {
-			t.Errorf("%s: %d calls of no socket class: totals %s", c.Kind, n, formatCounts(&c.Totals))
+			t.Errorf("%s: %d calls of no socket class: totals %s: %q", c.Kind, n, formatCounts(&c.Totals), errs)
 		}
 		ok += c.Totals[OK]
 	}
