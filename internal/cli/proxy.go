@@ -161,6 +161,9 @@ Log lines go to standard output, one JSON object per event
 		if f.readTimeout == 0 || f.keepaliveTimeout == 0 || f.keepaliveTime == 0 {
 			return usagef("proxy: --read-timeout, --keepalive-timeout and --keepalive-time must be more than 0 (--keepalive 0 keeps no connection)")
 		}
+		if f.connectTimeout == 0 || f.drainTime == 0 || f.terminationDrain == 0 {
+			return usagef("proxy: --connect-timeout, --drain-time and --termination-drain must be more than 0 (--on-sigterm exit exits at once)")
+		}
 		minDelay, maxDelay := f.updateDelay.min, f.updateDelay.max
 		if maxDelay == 0 {
 			minDelay, maxDelay = -1, -1 // none

@@ -29,6 +29,8 @@ func TestProxyUsageErrors(t *testing.T) {
 		{name: "next upstream", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--next-upstream", "error,off"}, wantErr: "or off"},
 		{name: "update delay", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--update-delay", "4s-1s"}, wantErr: "such as 500ms-4s"},
 		{name: "read timeout zero", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--read-timeout", "0"}, wantErr: "more than 0"},
+		{name: "termination drain zero", args: []string{"proxy", "--on-sigterm", "drain", "--termination-drain", "0"}, wantErr: "--on-sigterm exit exits at once"},
+		{name: "connect timeout zero", args: []string{"proxy", "--connect-timeout", "0"}, wantErr: "must be more than 0"},
 		{name: "keepalive", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--keepalive", "-1"}, wantErr: "--keepalive -1: want 0"},
 		{name: "tries", args: []string{"proxy", "--role", "edge", "--upstreams", "127.0.0.1:1", "--next-upstream-tries", "0"}, wantErr: "--next-upstream-tries 0"},
 		{name: "an upstream without a port", args: []string{"proxy", "--role", "edge", "--upstreams", "nohostport"}, wantErr: `--upstreams "nohostport"`},
