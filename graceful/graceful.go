@@ -120,6 +120,11 @@ type Server struct {
 	// It runs before the pre-stop delay and must not block.
 	OnTerminate func(os.Signal)
 
+	// OnDrain, if set, is called once when the drain begins, after the
+	// pre-stop delay, as the listener closes: from then on, new
+	// connections are refused. It must not block.
+	OnDrain func()
+
 	used    atomic.Bool
 	phase   atomic.Int32 // a phase value
 	changed chan struct{}
@@ -288,6 +293,9 @@ func (s *Server) terminate(sig os.Signal, signals <-chan os.Signal, tl *listener
 	// "Connection: close", so the client's next request on it is lost.
 	s.phase.Store(phaseDraining)
 	tl.Close()
+	if s.OnDrain != nil {
+		s.OnDrain()
+	}
 	// A connection that the kernel accepted just before the close may not
 	// be tracked yet: listener.Accept has it but has not returned it. Once
 	// the accept loop has returned, every accepted connection is tracked and

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/closingtime-dev/closingtime/graceful"
 )
 
@@ -999,7 +1001,8 @@ func TestConfigErrors(t *testing.T) {
 		s    *graceful.Server
 		want string
 	}{
-		{"no HTTP", &graceful.Server{}, "HTTP is nil"},
+		{"no server", &graceful.Server{}, "set one of Server.HTTP and Server.GRPC"},
+		{"both servers", &graceful.Server{HTTP: &http.Server{}, GRPC: grpc.NewServer()}, "set one of Server.HTTP and Server.GRPC"},
 		{"pre-stop eats the budget", &graceful.Server{HTTP: &http.Server{}, PreStopDelay: 29 * time.Second}, "no drain time"},
 		{"negative", &graceful.Server{HTTP: &http.Server{}, PreStopDelay: -time.Second}, "negative"},
 	}

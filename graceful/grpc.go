@@ -64,6 +64,10 @@ func (s *Server) terminateGRPC(sig os.Signal, signals <-chan os.Signal, drain ti
 		defer close(stopped)
 		s.GRPC.GracefulStop()
 	}()
+	if s.OnDrain != nil {
+		// GracefulStop closes the listener first of all.
+		s.OnDrain()
+	}
 	var err error
 	select {
 	case <-stopped:

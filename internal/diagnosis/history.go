@@ -436,6 +436,10 @@ func (h *history) add(e *results.Entry) {
 				s.signalled = true
 				ph.signalAt = e.AtMS
 			}
+		case "listener_closed":
+			// The graceful drain closed the port: new connections are
+			// refused from here on.
+			s.Listening = ptr.To(false)
 		case "drained":
 			if e.Detail["outcome"] == "deadline" {
 				ph.drainDeadline = e.AtMS

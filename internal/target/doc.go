@@ -27,7 +27,7 @@
 //
 // The log is one line per event, JSON by default, each with "time"
 // (milliseconds, UTC), "event" and "pod": started, listening, sigterm,
-// drained, exiting, crash, request, and the wrapper's wrapper_started,
+// listener_closed, drained, exiting, crash, request, and the wrapper's wrapper_started,
 // wrapper_signal and wrapper_exiting. docs/serve.md lists their fields,
 // whose names are stable.
 package target

@@ -100,6 +100,7 @@ func (s *server) serveGRPC(ctx context.Context, ln net.Listener, sigterm <-chan 
 			PreStopDelay: s.cfg.PreStopDelay,
 			DrainTimeout: s.cfg.DrainTimeout,
 			OnTerminate:  func(os.Signal) { s.onSigterm() },
+			OnDrain:      s.onListenerClosed,
 		}
 		served := make(chan error, 1)
 		go func() { served <- g.Serve(context.Background(), ln) }()

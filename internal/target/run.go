@@ -136,6 +136,7 @@ func (s *server) serveGraceful(ctx context.Context, ln net.Listener, crash <-cha
 		PreStopDelay: s.cfg.PreStopDelay,
 		DrainTimeout: s.cfg.DrainTimeout,
 		OnTerminate:  func(os.Signal) { s.onSigterm() },
+		OnDrain:      s.onListenerClosed,
 	}
 	gs.HTTP = s.newHTTPServer(gs.ReadyHandler())
 	served := make(chan error, 1)

@@ -140,7 +140,7 @@ func TestGracefulFinishesInFlight(t *testing.T) {
 	if drained["requests_after_sigterm"] != 0.0 || drained["outcome"] != "complete" {
 		t.Errorf("drained = %v, want no request after SIGTERM and outcome complete", drained)
 	}
-	checkNames(t, p, "started", "listening", "sigterm", "drained", "exiting")
+	checkNames(t, p, "started", "listening", "sigterm", "listener_closed", "drained", "exiting")
 }
 
 func TestGracefulPreStopDelay(t *testing.T) {

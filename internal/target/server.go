@@ -166,6 +166,10 @@ func (s *server) onSigterm() {
 	s.log.Info("sigterm", "work_per_second", perSecond, lastRequest(last))
 }
 
+// onListenerClosed logs the "listener_closed" event: the graceful drain
+// began, and new connections are refused from now on.
+func (s *server) onListenerClosed() { s.log.Info("listener_closed") }
+
 // onDrained logs the "drained" event; outcome says how the drain ended.
 func (s *server) onDrained(outcome string) {
 	after, last := s.work.drained()
