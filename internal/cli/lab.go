@@ -50,10 +50,9 @@ func newLabCommand(streams Streams) *cobra.Command {
 		Long: `Run the built-in scenarios (all of them, or those named, by name or by
 group: --list shows them), or the scenario files given with -f
 (docs/scenario.md), on the embedded local cluster. The built-in scenarios
-replay four published experiments that measured the requests Kubernetes
-rollouts, drains and outages drop (seeds 000, 001, 003 and 004 in the
-SEED column of --list; docs/lab.md), with variants that show each cause
-and its fix.
+replay five published experiments that measured the requests Kubernetes
+rollouts, drains and outages drop (seeds 000 to 004 in the SEED column of
+--list; docs/lab.md), with variants that show each cause and its fix.
 Each scenario deploys its workload as real closingtime serve processes,
 sends traffic through its Service, acts on it (a rollout, a pod deleted or
 evicted, a node drained, a dependency outage…) and counts every failed

@@ -590,6 +590,19 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 	failed := map[string]int{} // by pod, its failed and absorbed requests
 	for _, r := range requests {
 		failed[r.Pod]++
+		// The pods of a proxy's other failed attempts failed the request
+		// too, though the client's error names one pod.
+		also := map[string]bool{r.Pod: true}
+		for _, a := range r.Attempts {
+			addr, err := netip.ParseAddrPort(a.Upstream)
+			if a.Outcome == "ok" || err != nil {
+				continue
+			}
+			if pod := h.podAt(addr.Addr(), r.MadeMS()); pod != "" && !also[pod] {
+				also[pod] = true
+				failed[pod]++
+			}
+		}
 		switch r.Cause {
 		case ExitWithoutDrain:
 			cuts[r.Pod]++

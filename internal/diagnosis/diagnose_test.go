@@ -584,6 +584,28 @@ func TestIngressFinding(t *testing.T) {
 	}
 }
 
+// TestIngressFindingCountsAttempts: a pod that only an earlier attempt
+// of the ingress failed on, not the one the request's cause names, did
+// not serve all its requests: its finding gives the fix, not "none of its
+// requests failed".
+func TestIngressFindingCountsAttempts(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").
+		stopped("app-a", 0, 0, 5, 143, false).stopped("app-b", 0, 0, 5, 143, false)
+	tl.run.Timeline = append(tl.run.Timeline, results.Entry{AtMS: -4000, Source: results.SourceIngress, Kind: "endpoints", Pod: "ingress-1",
+		Endpoints: cluster.Endpoints{List: []cluster.Endpoint{ready("10.0.0.1"), ready("10.0.0.2")}}})
+	sortTimeline(tl.run.Timeline)
+	tl.run.OldPods = []results.OldPod{{Name: "app-a", AfterSigterm: new(int)}, {Name: "app-b", AfterSigterm: new(int)}}
+	r := viaIngress(request("r", load.ResponseTimeout, 300, 300, 10300, "10.96.0.20:80", 0, 0),
+		proxy.Attempt{Upstream: "10.0.0.1:8080", Outcome: string(proxy.UpstreamRefused)},
+		proxy.Attempt{Upstream: "10.0.0.2:8080", Outcome: "canceled"})
+	d, _ := tl.diagnosed(t, r)
+	for _, f := range d.Findings {
+		if f.Kind == "ingress-not-converged" && strings.HasSuffix(f.Text, "none of its requests failed") {
+			t.Errorf("%s: %q, want the fix: an attempt at it failed", f.Pod, f.Text)
+		}
+	}
+}
+
 // TestDiagnoseAgain checks that a diagnosis read back is diagnosed the
 // same: the join is replaced, not added to.
 func TestDiagnoseAgain(t *testing.T) {

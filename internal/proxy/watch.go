@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -115,7 +114,11 @@ func servicePort(svc *corev1.Service, port string) (string, error) {
 		if port == sp.Name || port == strconv.Itoa(int(sp.Port)) {
 			return sp.Name, nil
 		}
-		names = append(names, cmp.Or(sp.Name, strconv.Itoa(int(sp.Port))))
+		name := strconv.Itoa(int(sp.Port))
+		if sp.Name != "" {
+			name = sp.Name + " " + name
+		}
+		names = append(names, name)
 	}
 	if port == "" && len(svc.Spec.Ports) == 1 {
 		return svc.Spec.Ports[0].Name, nil

@@ -24,8 +24,8 @@ func TestServicePort(t *testing.T) {
 		{"by name", two, "admin", "admin", ""},
 		{"by number", two, "80", "http", ""},
 		{"the only one", one, "", "", ""},
-		{"a name it lacks", two, "nope", "", `has no port "nope" (it has http, admin)`},
-		{"one of several, unnamed", two, "", "", "has 2 ports (http, admin): give one with --port"},
+		{"a name it lacks", two, "nope", "", `has no port "nope" (it has http 80, admin 9901)`},
+		{"one of several, unnamed", two, "", "", "has 2 ports (http 80, admin 9901): give one with --port"},
 	} {
 		got, err := servicePort(tt.svc, tt.port)
 		if tt.wantErr != "" {
