@@ -381,9 +381,8 @@ func Parse(file string, data []byte, readFiles func([]string) ([]manifest.Object
 		return nil, &Error{File: file, Err: err}
 	}
 	p.check(s)
-	if len(p.errs) == 0 {
-		p.readWorkload(s, readFiles)
-	}
+	// The workload's problems too, with the rest's: every one at once.
+	p.readWorkload(s, readFiles)
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
@@ -405,8 +404,16 @@ func (p *parser) errorf(field, format string, args ...any) {
 }
 
 // knownFields reports every key of mapping n that the struct type t, read
-// through its yaml tags, does not have, recursing into the fields it has.
+// through its yaml tags, does not have, recursing into the fields it has,
+// and every duration that does not parse as one.
 func (p *parser) knownFields(n *yaml.Node, t reflect.Type, path string) {
+	if t == reflect.TypeFor[time.Duration]() {
+		if _, err := time.ParseDuration(n.Value); n.Kind == yaml.ScalarNode && err != nil {
+			p.errs = append(p.errs, &Error{File: p.file, Line: n.Line, Field: path,
+				Err: fmt.Errorf("%q is not a duration: give its unit, such as 5s or 500ms", n.Value)})
+		}
+		return
+	}
 	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
 		if t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode {
 			for i, el := range n.Content {
