@@ -416,6 +416,41 @@ func TestKubeletStartupProbe(t *testing.T) {
 	})
 }
 
+// TestKubeletGRPCProbe: a grpc readiness probe asks the pod's
+// grpc.health.v1 service (P2): it fails while the server has not opened its
+// port, makes the pod ready once the server says SERVING, and fails again
+// once a graceful server's health turns NOT_SERVING at SIGTERM, its port
+// still open through its pre-stop delay.
+func TestKubeletGRPCProbe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for probes")
+	}
+	t.Parallel()
+	k, log := newKubelet(t, KubeletConfig{})
+	pod := servePod("grpc", 10, "--grpc", "--startup-delay=2s", "--shutdown=graceful", "--pre-stop-delay=4s")
+	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+		ProbeHandler:     corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 8080}},
+		PeriodSeconds:    1,
+		FailureThreshold: 1,
+	}
+	if err := k.SyncPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	failed, i := waitFor(t, log, 0, cluster.ProbeFailed, "grpc")
+	if got := cluster.ProbeFailure(failed); got != "readiness probe gRPC :8080 failed" {
+		t.Errorf("probe failure %q, want the gRPC probe of port 8080", got)
+	}
+	_, i = waitFor(t, log, i, cluster.PodReady, "grpc")
+	if err := k.SyncPod(deleting(pod)); err != nil {
+		t.Fatal(err)
+	}
+	_, i = waitFor(t, log, i, cluster.SignalSent, "grpc")
+	unready, _ := waitFor(t, log, i, cluster.ProbeFailed, "grpc")
+	if !strings.Contains(unready.Fields["output"], "NOT_SERVING") {
+		t.Errorf("probe failure after SIGTERM %v, want the NOT_SERVING of the server's health", unready.Fields)
+	}
+}
+
 // TestKubeletProbeFailedEachRun: every failed run of a probe is recorded
 // (probe_failed), as the kubelet posts Unhealthy at each, while the stored
 // result changes only at the threshold (P5). A readiness probe of a

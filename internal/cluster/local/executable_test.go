@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -66,6 +67,8 @@ func TestProbeTarget(t *testing.T) {
 		{corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}, "readiness probe GET :8080/healthz failed"},
 		{corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Host: "127.0.0.1", Port: intstr.FromInt32(9090)}}, "readiness probe TCP 127.0.0.1:9090 failed"},
 		{corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/ready"}}}, "readiness probe exec cat /tmp/ready failed"},
+		{corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 50051}}, "readiness probe gRPC :50051 failed"},
+		{corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 50051, Service: ptr.To("shop.v1.Cart")}}, "readiness probe gRPC :50051 shop.v1.Cart failed"},
 	} {
 		e := cluster.Event{Kind: cluster.ProbeFailed, Fields: map[string]string{"probe": "readiness", "target": c.probeTarget(tt.h)}}
 		if got := cluster.ProbeFailure(e); got != tt.want {

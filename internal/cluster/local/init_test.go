@@ -169,7 +169,7 @@ func TestInitContainerTerminated(t *testing.T) {
 // TestKubeletRefusesWhatItDoesNotRun: a postStart hook, what the API
 // refuses in an init container, a shared PID namespace where the kubelet
 // has no pause process, the node's network, volumes, variables from
-// ConfigMaps and Secrets, gRPC probes and named ports a container lacks
+// ConfigMaps and Secrets, and named ports a container lacks
 // are refused at admission with the field named, not run as something
 // else.
 func TestKubeletRefusesWhatItDoesNotRun(t *testing.T) {
@@ -204,9 +204,6 @@ func TestKubeletRefusesWhatItDoesNotRun(t *testing.T) {
 		{func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}}
 		}, "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: container app: env IP: fieldRef status.hostIP is not filled"},
-		{func(p *corev1.Pod) {
-			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 8080}}}
-		}, "spec.containers[0].readinessProbe.grpc: "},
 		{func(p *corev1.Pod) {
 			p.Spec.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("admin")}}}
 		}, `spec.containers[0].livenessProbe.tcpSocket.port: container app has no port named "admin"`},

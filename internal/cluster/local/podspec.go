@@ -148,11 +148,8 @@ func checkContainer(c *corev1.Container, apiAccess map[string]bool) (string, err
 			continue
 		}
 		h := p.probe.ProbeHandler
-		if h.GRPC != nil {
-			return p.field + ".grpc", fmt.Errorf("container %s: gRPC probes are not run by the embedded kubelet: give an httpGet, tcpSocket or exec probe", c.Name)
-		}
-		if h.HTTPGet == nil && h.TCPSocket == nil && h.Exec == nil {
-			return p.field, fmt.Errorf("container %s: a probe needs an httpGet, tcpSocket or exec handler", c.Name)
+		if h.HTTPGet == nil && h.TCPSocket == nil && h.Exec == nil && h.GRPC == nil {
+			return p.field, fmt.Errorf("container %s: a probe needs an httpGet, tcpSocket, grpc or exec handler", c.Name)
 		}
 		if f, err := checkHandlerPort(c, h); err != nil {
 			return p.field + "." + f, err

@@ -17,8 +17,12 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 )
@@ -139,7 +143,8 @@ func valueOr(v, def int32) int32 {
 
 // probeTarget returns what handler h probes, as [cluster.ProbeFailure]
 // names it: "GET HOST:PORT/PATH" (HOST empty for the pod's address, a
-// named port resolved), "TCP HOST:PORT" or "exec CMD ARGS…".
+// named port resolved), "TCP HOST:PORT", "gRPC :PORT SERVICE" or "exec
+// CMD ARGS…".
 func (c *containerWorker) probeTarget(h corev1.ProbeHandler) string {
 	port := func(p intstr.IntOrString) string {
 		if n, err := c.port(p); err == nil {
@@ -152,6 +157,8 @@ func (c *containerWorker) probeTarget(h corev1.ProbeHandler) string {
 		return "GET " + h.HTTPGet.Host + ":" + port(h.HTTPGet.Port) + h.HTTPGet.Path
 	case h.TCPSocket != nil:
 		return "TCP " + h.TCPSocket.Host + ":" + port(h.TCPSocket.Port)
+	case h.GRPC != nil:
+		return strings.TrimSpace("gRPC :" + strconv.Itoa(int(h.GRPC.Port)) + " " + ptr.Deref(h.GRPC.Service, ""))
 	case h.Exec != nil:
 		return "exec " + strings.Join(h.Exec.Command, " ")
 	}
@@ -183,6 +190,8 @@ func (c *containerWorker) probe(ctx context.Context, h corev1.ProbeHandler) (boo
 		}
 		conn.Close()
 		return true, "connected"
+	case h.GRPC != nil:
+		return c.grpcHealth(ctx, h.GRPC)
 	case h.Exec != nil:
 		out, err := c.exec(ctx, h.Exec.Command)
 		if err != nil {
@@ -191,6 +200,29 @@ func (c *containerWorker) probe(ctx context.Context, h corev1.ProbeHandler) (boo
 		return true, string(out)
 	}
 	return false, "no handler"
+}
+
+// grpcHealth sends the grpc.health.v1 Check of g's service to g's port of
+// the pod, as the kubelet's gRPC prober does (k8s.io/kubernetes
+// pkg/probe/grpc): on a connection of its own, without TLS, as
+// kube-probe; SERVING succeeds, any other status or an error fails.
+func (c *containerWorker) grpcHealth(ctx context.Context, g *corev1.GRPCAction) (bool, string) {
+	addr := net.JoinHostPort(c.p.ip, strconv.Itoa(int(g.Port)))
+	cc, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUserAgent("kube-probe/closingtime"),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			return c.p.k.cfg.Network.DialContext(ctx, "tcp", a) // from the node
+		}))
+	if err != nil {
+		return false, err.Error()
+	}
+	defer cc.Close()
+	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: ptr.Deref(g.Service, "")})
+	if err != nil {
+		return false, err.Error()
+	}
+	return resp.Status == healthpb.HealthCheckResponse_SERVING, "service status " + resp.Status.String()
 }
 
 // httpGet sends the GET of a probe or hook to the pod and returns the
