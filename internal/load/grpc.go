@@ -58,10 +58,12 @@ type grpcChannel struct {
 	conns sync.Map
 }
 
-// dialOutcome is a connect's: its error, or its connection.
+// dialOutcome is a connect's: its error, or its connection, and when it
+// ended.
 type dialOutcome struct {
 	err  error
 	conn *grpcConn
+	at   time.Time
 }
 
 // newChannel makes a channel to s's address, connected through s's dialer.
@@ -71,15 +73,19 @@ func (s *grpcSender) newChannel() (*grpcChannel, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(callStats{}),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			// The client's connect timeout, as the HTTP client's, not
+			// grpc-go's 20 s.
+			ctx, cancel := context.WithTimeout(ctx, s.connectTimeout)
+			defer cancel()
 			c, err := s.dial(ctx, "tcp", addr)
 			if err != nil {
-				ch.dialed.Store(&dialOutcome{err: err})
+				ch.dialed.Store(&dialOutcome{err: err, at: time.Now()})
 				return nil, err
 			}
 			local := c.LocalAddr().String()
 			gc := &grpcConn{Conn: c, made: time.Now(), forget: func() { ch.conns.Delete(local) }}
 			ch.conns.Store(local, gc)
-			ch.dialed.Store(&dialOutcome{conn: gc})
+			ch.dialed.Store(&dialOutcome{conn: gc, at: time.Now()})
 			return gc, nil
 		}))
 	if err != nil {
@@ -246,7 +252,9 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 		switch d := ch.dialed.Load(); {
 		case d == nil:
 		case d.err != nil:
-			a.class, a.addr = classifyConnect(d.err), dialedAddr(d.err)
+			// The channel fails its calls with its last connect's error
+			// until it connects again: that connect is the call's.
+			a.class, a.addr, a.connect = classifyConnect(d.err), dialedAddr(d.err), d.at
 		case d.conn.err.Load() != nil:
 			a.class, a.addr = classifyExchange(*d.conn.err.Load(), false), addrPort(d.conn.RemoteAddr())
 		}

@@ -277,9 +277,11 @@ func failedRequest(r *load.Result, at func(time.Time) float64) (results.Request,
 		// The response that named the pod is the failed one's.
 		f.Pod = r.Pod
 	}
-	// A connect that failed failed when the attempt did.
+	// A connect that failed failed when the attempt did, unless the
+	// attempt says when: a gRPC channel fails its calls with its last
+	// connect's error, which may be older than the call.
 	f.ConnectMS = f.FailedMS
-	if a.Connect > 0 {
+	if a.Connect != 0 {
 		f.ConnectMS = offset(a.Connect)
 	}
 	if p := r.Reprobe; p != nil {

@@ -429,12 +429,11 @@ func (r *Runner) prepare(s *Scenario, env map[string]string, namespace string) (
 		}
 		port = service.Spec.Ports[0].Port
 	}
-	path := s.Traffic.Path
-	if path == "" {
-		path = DefaultPath
+	host := net.JoinHostPort(service.Name+"."+service.Namespace, strconv.Itoa(int(port)))
+	if s.Traffic.Protocol == ProtocolGRPC {
+		return objects, deployment, "grpc://" + host, nil
 	}
-	target := "http://" + net.JoinHostPort(service.Name+"."+service.Namespace, strconv.Itoa(int(port))) + path
-	return objects, deployment, target, nil
+	return objects, deployment, "http://" + host + cmp.Or(s.Traffic.Path, DefaultPath), nil
 }
 
 // quick applies q's pod settings to d.

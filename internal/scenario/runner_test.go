@@ -555,6 +555,24 @@ func TestRunnerSeed003Proxy(t *testing.T) {
 	})
 }
 
+// TestRunnerGRPC runs the grpc group quick: a gRPC server that stops at
+// once cuts the calls in flight on its connections, and its closed port
+// refuses the channels that the routing still sends there; the graceful
+// library's stop (health NOT_SERVING, a pre-stop delay, GracefulStop)
+// lets nothing fail; GracefulStop with a budget shorter than the calls
+// cuts them at its deadline.
+func TestRunnerGRPC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs rollouts under gRPC load")
+	}
+	t.Parallel()
+	checkCatalog(t, []catalogCheck{
+		{name: "grpc-stop", check: firstRun(causes(false, []results.Cause{diagnosis.ExitWithoutDrain, diagnosis.RoutingRace}))},
+		{name: "grpc-graceful", check: firstRun(noneFailed)},
+		{name: "grpc-drain-short", check: firstRun(cutInFlight(diagnosis.DrainDeadline, diagnosis.RoutingRace, diagnosis.ExitWithoutDrain))},
+	})
+}
+
 // proxied returns a check that requests of the run failed, most of them
 // 503s of the pods' proxy, each for cause (or one of also).
 func proxied(cause results.Cause, also ...results.Cause) func(*testing.T, results.Run) {

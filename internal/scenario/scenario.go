@@ -153,7 +153,11 @@ type Traffic struct {
 	Service string `yaml:"service"`
 	// Port is the Service port; zero means its first port.
 	Port int32 `yaml:"port"`
-	// Path is the request path; empty means DefaultPath.
+	// Protocol is what the traffic speaks: ProtocolHTTP (empty means it)
+	// or ProtocolGRPC, the lab's Work call.
+	Protocol Protocol `yaml:"protocol"`
+	// Path is the request path; empty means DefaultPath. A gRPC
+	// traffic's calls have none.
 	Path string `yaml:"path"`
 	// Clients are the streams of requests; none means one new-conn client
 	// at load.DefaultRate.
@@ -165,6 +169,18 @@ type Traffic struct {
 	// Retry, when set, resends what is safe to resend (package retry).
 	Retry *Retry `yaml:"retry"`
 }
+
+// A Protocol is what a scenario's traffic speaks.
+type Protocol string
+
+// The protocols.
+const (
+	// ProtocolHTTP GETs the traffic's path over HTTP/1.1.
+	ProtocolHTTP Protocol = "http"
+	// ProtocolGRPC calls closingtime.lab.v1.Lab/Work over gRPC
+	// (`closingtime serve --grpc`).
+	ProtocolGRPC Protocol = "grpc"
+)
 
 // Client is one stream of requests.
 type Client struct {
@@ -517,6 +533,18 @@ func (p *parser) check(s *Scenario) {
 	}
 	if s.Traffic.Path != "" && !strings.HasPrefix(s.Traffic.Path, "/") {
 		p.errorf("traffic.path", "want a path that starts with /, such as %q", "/"+s.Traffic.Path)
+	}
+	switch s.Traffic.Protocol {
+	case "", ProtocolHTTP:
+	case ProtocolGRPC:
+		if s.Traffic.Path != "" {
+			p.errorf("traffic.path", "a gRPC traffic's calls are closingtime.lab.v1.Lab/Work: they have no path")
+		}
+		if s.Traffic.Retry != nil {
+			p.errorf("traffic.retry", "retries are the HTTP client's: grpc-go's own transparent retries are counted as absorbed")
+		}
+	default:
+		p.errorf("traffic.protocol", "%q is not one of %s, %s", s.Traffic.Protocol, ProtocolHTTP, ProtocolGRPC)
 	}
 	if r := s.Traffic.Retry; r != nil && r.Attempts < 0 {
 		p.errorf("traffic.retry.attempts", "%d is negative", r.Attempts)
