@@ -200,6 +200,7 @@ var allRules = []*Rule{
 	&drainOverGrace,
 	&proxyNotSidecar,
 	&sidecarPreStopSleep,
+	&grpcHeadlessMaxAge,
 }
 
 // Linter checks manifests against a set of rules. It is safe for concurrent

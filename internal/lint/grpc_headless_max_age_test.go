@@ -1,0 +1,5 @@
+package lint
+
+import "testing"
+
+func TestGRPCHeadlessMaxAge(t *testing.T) { testRule(t, &grpcHeadlessMaxAge) }
