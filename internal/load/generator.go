@@ -226,7 +226,7 @@ func New(cfg Config) (*Generator, error) {
 		}
 		template.Header.Set("User-Agent", userAgent)
 	} else if cfg.Retry != nil {
-		return nil, errors.New("retries are the HTTP client's: gRPC's own transparent retries are counted as absorbed")
+		return nil, errors.New("retries (--retry) are the HTTP client's: grpc-go's own transparent retries are counted as absorbed")
 	}
 	seen := make(map[Kind]bool)
 	for i, cl := range cfg.Clients {

@@ -36,7 +36,7 @@ func TestNew(t *testing.T) {
 		{name: "host name without scheme", cfg: Config{URL: "localhost:8080"}, wantErr: "such as http://localhost:8080"},
 		{name: "grpc without a port", cfg: Config{URL: "grpc://127.0.0.1"}, wantErr: "a gRPC target names its port, and has no path"},
 		{name: "grpc with a path", cfg: Config{URL: "grpc://127.0.0.1:50051/work"}, wantErr: "a gRPC target names its port, and has no path"},
-		{name: "grpc with retries", cfg: Config{URL: "grpc://127.0.0.1:50051", Retry: &retry.Policy{}}, wantErr: "retries are the HTTP client's"},
+		{name: "grpc with retries", cfg: Config{URL: "grpc://127.0.0.1:50051", Retry: &retry.Policy{}}, wantErr: "retries (--retry) are the HTTP client's"},
 		{name: "https", cfg: Config{URL: "https://127.0.0.1/"}, wantErr: "want http://HOST:PORT/PATH, or grpc://HOST:PORT: the requests are plain HTTP/1.1 or gRPC, not https"},
 		{name: "negative rate", cfg: Config{URL: "http://127.0.0.1/", Clients: []Client{{Rate: -1}}}, wantErr: "rate -1"},
 		{name: "unknown kind", cfg: Config{URL: "http://127.0.0.1/", Clients: []Client{{Kind: 7}}}, wantErr: "unknown kind"},

@@ -138,6 +138,12 @@ func (s *grpcSender) send(id string, log *attemptLog, fresh bool) error {
 		// The call ended before any attempt began.
 		return log.start().fail(Error, err)
 	}
+	// grpc-go may end the last attempt's stats without the status that
+	// the call returns (seen with a trailers-only answer on a new
+	// channel): the call's own error decides.
+	if a := &log.attempts[len(log.attempts)-1]; a.end.IsZero() || (err != nil && a.class == OK) {
+		classifyCall(a, err, ch)
+	}
 	return err
 }
 

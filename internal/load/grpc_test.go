@@ -3,10 +3,13 @@ package load
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // TestGRPCServeExit calls `closingtime serve --grpc --shutdown exit` from
@@ -91,4 +94,34 @@ func callThroughSIGTERM(t *testing.T, cmd *exec.Cmd, address string, onResult fu
 		t.Fatal(err)
 	}
 	return report
+}
+
+// TestGRPCErrorStatus: a call that the server answers with an error
+// status (here, a server without the Lab service: Unimplemented) is
+// http5xx, every one, from either client.
+func TestGRPCErrorStatus(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	g, err := New(Config{
+		URL:      "grpc://" + ln.Addr().String(),
+		Clients:  []Client{{Kind: NewConn, Rate: 200}, {Kind: KeepAlive, Rate: 200, Connections: 2}},
+		Duration: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := g.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range report.Clients {
+		if c.Totals[HTTP5xx] != c.Totals.Total() || c.Totals.Total() == 0 {
+			t.Errorf("%s: totals %s, want every call http5xx", c.Kind, formatCounts(&c.Totals))
+		}
+	}
 }

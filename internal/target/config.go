@@ -273,7 +273,7 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("shutdown mode %s is HTTP/1's: not one of the gRPC server's", ModeHostage))
 	}
 	if c.MaxConnectionAge != 0 && !c.GRPC {
-		errs = append(errs, errors.New("a maximum connection age is the gRPC server's"))
+		errs = append(errs, errors.New("a maximum connection age (--max-connection-age) is the gRPC server's: give --grpc"))
 	}
 	if !slices.Contains(Wrappers(), c.Wrapper) {
 		errs = append(errs, fmt.Errorf("unknown wrapper %q", c.Wrapper))
