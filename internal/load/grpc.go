@@ -2,9 +2,11 @@ package load
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -262,7 +264,15 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 			// until it connects again: that connect is the call's.
 			a.class, a.addr, a.connect = classifyConnect(d.err), dialedAddr(d.err), d.at
 		case d.conn.err.Load() != nil:
-			a.class, a.addr = classifyExchange(*d.conn.err.Load(), false), addrPort(d.conn.RemoteAddr())
+			// A connection reset before the call could go out on it: the
+			// server never took it, as when its listener closes with the
+			// connection in its queue (the kernel had completed the
+			// connect): refused, as a connect reset is.
+			err := *d.conn.err.Load()
+			a.class, a.addr = classifyExchange(err, false), addrPort(d.conn.RemoteAddr())
+			if errors.Is(err, syscall.ECONNRESET) {
+				a.class = Refused
+			}
 		}
 	case a.conn != nil && a.conn.err.Load() != nil:
 		a.class = classifyExchange(*a.conn.err.Load(), !a.firstByte.IsZero())
