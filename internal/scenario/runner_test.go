@@ -631,7 +631,10 @@ func TestRunnerSeed003Pool(t *testing.T) {
 	}
 	t.Parallel()
 	checkCatalog(t, []catalogCheck{
-		{name: "seed003-pool-idle", check: firstRun(cutInFlight(diagnosis.KilledKeepAliveHostage))},
+		// A request that reaches a victim's idle connection as its
+		// server.close() closes the idle ones, at SIGTERM, is lost to
+		// that race (stale-connection): rare, and real.
+		{name: "seed003-pool-idle", check: firstRun(cutInFlight(diagnosis.KilledKeepAliveHostage, diagnosis.StaleConnection))},
 		{name: "seed003-pool-lifetime", check: firstRun(noneFailed)},
 	})
 }
