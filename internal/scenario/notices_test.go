@@ -3,10 +3,13 @@ package scenario
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -422,5 +425,18 @@ func TestWaitingNotice(t *testing.T) {
 		if got := waitingNotice(10*time.Second, tt.ready, 3, tt.running, tt.last, 5*time.Minute); got != tt.want {
 			t.Errorf("waitingNotice(%d ready, %d running, last %q) = %q, want %q", tt.ready, tt.running, tt.last, got, tt.want)
 		}
+	}
+}
+
+// TestLastAnswerAddr: a failure whose connect names its address gives it,
+// for the waiting notice to name the pod behind it.
+func TestLastAnswerAddr(t *testing.T) {
+	var l lastAnswer
+	if _, ok := l.addr(); ok {
+		t.Error("an address without a failure")
+	}
+	l.set(fmt.Errorf("wait: %w", &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 244, 1, 4), Port: 8080}, Err: syscall.ECONNREFUSED}))
+	if a, ok := l.addr(); !ok || a.String() != "10.244.1.4:8080" {
+		t.Errorf("addr = %v, %v; want 10.244.1.4:8080", a, ok)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -985,6 +986,19 @@ func (l *lastAnswer) String() string {
 	return l.err.Error()
 }
 
+// addr returns the address that the last failure's connection reached or
+// tried, if its error names one.
+func (l *lastAnswer) addr() (netip.AddrPort, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var oe *net.OpError
+	if !errors.As(l.err, &oe) || oe.Addr == nil {
+		return netip.AddrPort{}, false
+	}
+	a, err := netip.ParseAddrPort(oe.Addr.String())
+	return a, err == nil
+}
+
 // waiting sends notice a waitingNotice every noticeInterval, with the
 // pods of Deployment d ready in rec's events and the Service's last
 // failure in answer, until ctx ends.
@@ -999,7 +1013,16 @@ func waiting(ctx context.Context, rec *cluster.EventLog, d *appsv1.Deployment, l
 			return
 		case <-t.C:
 		}
-		ready, running := waitingPods(rec.Events(), d.Name)
-		notice(waitingNotice(time.Since(start), ready, replicas(d), running, answer.String(), limit))
+		events := rec.Events()
+		ready, running := waitingPods(events, d.Name)
+		last := answer.String()
+		if a, ok := answer.addr(); ok {
+			// The pod behind the address, which may be another
+			// Deployment's, such as an ingress in front.
+			if pod := podAddressesOf(events).pod(a, time.Now()); pod != "" {
+				last = "pod " + pod + ": " + last
+			}
+		}
+		notice(waitingNotice(time.Since(start), ready, replicas(d), running, last, limit))
 	}
 }
