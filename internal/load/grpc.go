@@ -54,18 +54,18 @@ func newGRPCSender(dial Dialer, address string, connectTimeout, responseTimeout 
 type grpcChannel struct {
 	cc   *grpc.ClientConn
 	made time.Time
-	// dialed is the outcome of the channel's last connect.
-	dialed atomic.Pointer[dialOutcome]
+	// failed is the channel's last failed connect; conn, its last
+	// connection.
+	failed atomic.Pointer[dialFailure]
+	conn   atomic.Pointer[grpcConn]
 	// conns are its connections, by local address.
 	conns sync.Map
 }
 
-// dialOutcome is a connect's: its error, or its connection, and when it
-// ended.
-type dialOutcome struct {
-	err  error
-	conn *grpcConn
-	at   time.Time
+// dialFailure is a failed connect: its error, and when it ended.
+type dialFailure struct {
+	err error
+	at  time.Time
 }
 
 // newChannel makes a channel to s's address, connected through s's dialer.
@@ -81,13 +81,13 @@ func (s *grpcSender) newChannel() (*grpcChannel, error) {
 			defer cancel()
 			c, err := s.dial(ctx, "tcp", addr)
 			if err != nil {
-				ch.dialed.Store(&dialOutcome{err: err, at: time.Now()})
+				ch.failed.Store(&dialFailure{err: err, at: time.Now()})
 				return nil, err
 			}
 			local := c.LocalAddr().String()
 			gc := &grpcConn{Conn: c, made: time.Now(), forget: func() { ch.conns.Delete(local) }}
 			ch.conns.Store(local, gc)
-			ch.dialed.Store(&dialOutcome{conn: gc, at: time.Now()})
+			ch.conn.Store(gc)
 			return gc, nil
 		}))
 	if err != nil {
@@ -257,22 +257,22 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 		// Never on a connection: the channel's connect failed, or its
 		// connection ended before the call could go out on it.
 		a.class = Error
-		switch d := ch.dialed.Load(); {
-		case d == nil:
-		case d.err != nil:
-			// The channel fails its calls with its last connect's error
-			// until it connects again: that connect is the call's.
-			a.class, a.addr, a.connect = classifyConnect(d.err), dialedAddr(d.err), d.at
-		case d.conn.err.Load() != nil:
+		f, c := ch.failed.Load(), ch.conn.Load()
+		switch {
+		case c != nil && c.err.Load() != nil && (f == nil || c.made.After(f.at)):
 			// A connection reset before the call could go out on it: the
 			// server never took it, as when its listener closes with the
 			// connection in its queue (the kernel had completed the
 			// connect): refused, as a connect reset is.
-			err := *d.conn.err.Load()
-			a.class, a.addr = classifyExchange(err, false), addrPort(d.conn.RemoteAddr())
+			err := *c.err.Load()
+			a.class, a.addr = classifyExchange(err, false), addrPort(c.RemoteAddr())
 			if errors.Is(err, syscall.ECONNRESET) {
 				a.class = Refused
 			}
+		case f != nil:
+			// The channel fails its calls with its last failed connect's
+			// error until it connects again: that connect is the call's.
+			a.class, a.addr, a.connect = classifyConnect(f.err), dialedAddr(f.err), f.at
 		}
 	case a.conn != nil && a.conn.err.Load() != nil:
 		a.class = classifyExchange(*a.conn.err.Load(), !a.firstByte.IsZero())
