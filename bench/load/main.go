@@ -18,6 +18,12 @@
 // where began is estimated as late as the results allow, which can only
 // flatter vegeta.
 //
+// With -ghz, it compares gRPC instead: `closingtime load grpc://…` against
+// ghz (github.com/bojand/ghz, its --rps mode), both calling Work of
+// `closingtime serve --grpc --work 0s` over -connections connections.
+// ghz tells no schedule lag, so a gRPC rate is sustained by the count and
+// the successes alone, for both tools; closingtime's lag is printed.
+//
 // Run it with bench/load.sh, or from this directory:
 //
 //	go run . -closingtime /path/to/closingtime
@@ -82,6 +88,9 @@ type config struct {
 	url         string
 	port        int
 	self        string
+	// ghz, if set, is the ghz binary, and the comparison is gRPC's;
+	// proto is the lab's service definition, for ghz.
+	ghz, proto string
 }
 
 func run() error {
@@ -91,7 +100,13 @@ func run() error {
 	flag.IntVar(&cfg.connections, "connections", 32, "keep-alive connections of closingtime load (vegeta keeps its default, up to 10000)")
 	flag.Float64Var(&cfg.maxRate, "max-rate", 64000, "highest rate tried")
 	lags := flag.String("lag", "1ms", "comma-separated bounds on the p99 schedule lag")
+	flag.StringVar(&cfg.ghz, "ghz", "", "compare gRPC calls against this ghz binary instead of HTTP against vegeta")
+	flag.StringVar(&cfg.proto, "proto", "../../internal/labpb/lab.proto", "with -ghz, the lab's service definition")
 	flag.Parse()
+	if cfg.ghz != "" {
+		// ghz tells no lag: a rate is judged by its count and successes.
+		*lags = "1h"
+	}
 	for _, v := range strings.Split(*lags, ",") {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -105,7 +120,7 @@ func run() error {
 	}
 	cfg.self = self
 
-	target, address, err := startTarget(cfg.closingtime)
+	target, address, err := startTarget(cfg.closingtime, cfg.ghz != "")
 	if err != nil {
 		return err
 	}
@@ -114,11 +129,15 @@ func run() error {
 		target.Wait()
 	}()
 	cfg.url = "http://" + address + "/work"
+	peer, modes := "vegeta", []string{"keep-alive", "new-conn"}
+	if cfg.ghz != "" {
+		cfg.url, peer, modes = "grpc://"+address, "ghz", []string{"keep-alive"}
+	}
 	_, port, _ := strings.Cut(address, ":")
 	if cfg.port, err = strconv.Atoi(port); err != nil {
 		return fmt.Errorf("target address %q: %w", address, err)
 	}
-	fmt.Printf("target: closingtime serve --work 0s at %s; trials of %v; sustained = p99 schedule lag under the bound, >= 99.9%% of the schedule sent and >= 99.9%% ok\n", address, cfg.duration)
+	fmt.Printf("target: closingtime serve --work 0s at %s (%s); trials of %v; sustained = p99 schedule lag under the bound, >= 99.9%% of the schedule sent and >= 99.9%% ok\n", address, cfg.url, cfg.duration)
 
 	type row struct {
 		mode        string
@@ -127,23 +146,26 @@ func run() error {
 	}
 	var rows []row
 	for _, lag := range cfg.lags {
-		for _, mode := range []string{"keep-alive", "new-conn"} {
+		for _, mode := range modes {
 			ours := search(fmt.Sprintf("closingtime %s", mode), lag, cfg.duration, cfg.maxRate, func(rate float64) (trial, error) {
 				settle(cfg.port)
 				quiet()
 				return trialClosingtime(cfg, mode, rate)
 			})
-			their := search(fmt.Sprintf("vegeta %s", mode), lag, cfg.duration, cfg.maxRate, func(rate float64) (trial, error) {
+			their := search(fmt.Sprintf("%s %s", peer, mode), lag, cfg.duration, cfg.maxRate, func(rate float64) (trial, error) {
 				settle(cfg.port)
 				quiet()
+				if cfg.ghz != "" {
+					return trialGHZ(cfg, rate)
+				}
 				return trialVegeta(cfg, mode == "keep-alive", rate)
 			})
 			rows = append(rows, row{mode, lag, ours, their})
 		}
 	}
-	fmt.Printf("\n%-11s %8s %14s %14s %8s\n", "mode", "p99 lag", "closingtime/s", "vegeta/s", "ratio")
+	fmt.Printf("\n%-11s %8s %14s %14s %8s\n", "mode", "p99 lag", "closingtime/s", peer+"/s", "ratio")
 	for _, r := range rows {
-		ratio := "n/a (vegeta: not even 250/s)"
+		ratio := "n/a (" + peer + ": not even 250/s)"
 		if r.their > 0 {
 			ratio = fmt.Sprintf("%.2fx", r.ours/r.their)
 		}
@@ -271,11 +293,17 @@ func search(name string, lag, duration time.Duration, maxRate float64, try func(
 	return lo
 }
 
-// startTarget starts `closingtime serve` on a free loopback port and
-// returns it with its address, read from its "listening" log event.
-func startTarget(closingtime string) (*exec.Cmd, string, error) {
-	cmd := exec.Command(closingtime, "serve", "--listen", "127.0.0.1:0", "--work", "0s",
-		"--pod-name", "bench", "--idle-timeout", "1m")
+// startTarget starts `closingtime serve`, with grpc its gRPC server, on a
+// free loopback port and returns it with its address, read from its
+// "listening" log event.
+func startTarget(closingtime string, grpc bool) (*exec.Cmd, string, error) {
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--work", "0s", "--pod-name", "bench"}
+	if grpc {
+		args = append(args, "--grpc")
+	} else {
+		args = append(args, "--idle-timeout", "1m")
+	}
+	cmd := exec.Command(closingtime, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, "", err
@@ -337,6 +365,30 @@ func trialVegeta(cfg config, keepAlive bool, rate float64) (trial, error) {
 		return trial{}, fmt.Errorf("vegeta trial output %q: %w", out, err)
 	}
 	return t, nil
+}
+
+// trialGHZ runs ghz at rate, its --rps, for a trial's length over the
+// trial's connections, with workers enough for any rate a loopback call
+// of no work allows, and reads its JSON report.
+func trialGHZ(cfg config, rate float64) (trial, error) {
+	address := strings.TrimPrefix(cfg.url, "grpc://")
+	cmd := exec.Command(cfg.ghz, "--insecure", "--proto", cfg.proto, "--call", "closingtime.lab.v1.Lab/Work", "-d", "{}",
+		"--rps", strconv.Itoa(int(math.Round(rate))), "-z", cfg.duration.String(),
+		"-c", strconv.Itoa(max(50, cfg.connections*8)), "--connections", strconv.Itoa(cfg.connections),
+		"--format", "json", address)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return trial{}, err
+	}
+	var report struct {
+		Count    int64
+		Statuses map[string]int64 `json:"statusCodeDistribution"`
+	}
+	if err := json.Unmarshal(out, &report); err != nil {
+		return trial{}, fmt.Errorf("ghz output: %w", err)
+	}
+	return trial{OK: report.Statuses["OK"], Total: report.Count}, nil
 }
 
 // runVegeta is a trial of vegeta, in a process of its own: it attacks and
