@@ -54,6 +54,8 @@ func newGRPCSender(dial Dialer, address string, connectTimeout, responseTimeout 
 type grpcChannel struct {
 	cc   *grpc.ClientConn
 	made time.Time
+	// used is when a call last took it, in Unix nanoseconds.
+	used atomic.Int64
 	// failed is the channel's last failed connect; conn, its last
 	// connection.
 	failed atomic.Pointer[dialFailure]
@@ -99,7 +101,8 @@ func (s *grpcSender) newChannel() (*grpcChannel, error) {
 
 // channel returns the channel for a call: a new one for a NewConn client
 // or a re-probe (fresh), else the pool's next, made if it is not yet or
-// the client's limits retire it.
+// the client's limits retire it: older than MaxLifetime, or idle longer
+// than MaxIdle.
 func (s *grpcSender) channel(fresh bool) (ch *grpcChannel, own bool, err error) {
 	if fresh || len(s.channels) == 0 {
 		ch, err := s.newChannel()
@@ -108,7 +111,10 @@ func (s *grpcSender) channel(fresh bool) (ch *grpcChannel, own bool, err error) 
 	i := int(s.next.Add(1) % uint64(len(s.channels)))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ch := s.channels[i]; ch != nil && (s.limits.MaxLifetime <= 0 || time.Since(ch.made) < s.limits.MaxLifetime) {
+	now := time.Now()
+	if ch := s.channels[i]; ch != nil && (s.limits.MaxLifetime <= 0 || now.Sub(ch.made) < s.limits.MaxLifetime) &&
+		(s.limits.MaxIdle <= 0 || now.Sub(time.Unix(0, ch.used.Load())) <= s.limits.MaxIdle) {
+		ch.used.Store(now.UnixNano())
 		return ch, false, nil
 	}
 	if old := s.channels[i]; old != nil {
@@ -119,6 +125,9 @@ func (s *grpcSender) channel(fresh bool) (ch *grpcChannel, own bool, err error) 
 		}()
 	}
 	ch, err = s.newChannel()
+	if err == nil {
+		ch.used.Store(now.UnixNano())
+	}
 	s.channels[i] = ch
 	return ch, false, err
 }
