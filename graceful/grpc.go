@@ -30,7 +30,7 @@ func (s *Server) serveGRPC(ctx context.Context, ln net.Listener, signals <-chan 
 	case sig = <-signals:
 	case <-ctx.Done():
 	}
-	err := s.terminateGRPC(sig, signals, drain)
+	err := s.terminateGRPC(sig, signals, ln, drain)
 	s.phase.Store(phaseStopped)
 	<-served
 	return err
@@ -38,7 +38,7 @@ func (s *Server) serveGRPC(ctx context.Context, ln net.Listener, signals <-chan 
 
 // terminateGRPC runs serveGRPC's termination sequence after its first
 // trigger, sig.
-func (s *Server) terminateGRPC(sig os.Signal, signals <-chan os.Signal, drain time.Duration) error {
+func (s *Server) terminateGRPC(sig os.Signal, signals <-chan os.Signal, ln net.Listener, drain time.Duration) error {
 	s.phase.Store(phaseStopping)
 	if s.OnTerminate != nil {
 		s.OnTerminate(sig)
@@ -57,6 +57,12 @@ func (s *Server) terminateGRPC(sig os.Signal, signals <-chan os.Signal, drain ti
 		}
 	}
 	s.phase.Store(phaseDraining)
+	// The listener closes here, so that OnDrain follows it; GracefulStop
+	// closes it again, harmlessly, and Serve's accept error is ignored.
+	ln.Close()
+	if s.OnDrain != nil {
+		s.OnDrain()
+	}
 	deadline := time.NewTimer(drain)
 	defer deadline.Stop()
 	stopped := make(chan struct{})
@@ -64,10 +70,6 @@ func (s *Server) terminateGRPC(sig os.Signal, signals <-chan os.Signal, drain ti
 		defer close(stopped)
 		s.GRPC.GracefulStop()
 	}()
-	if s.OnDrain != nil {
-		// GracefulStop closes the listener first of all.
-		s.OnDrain()
-	}
 	var err error
 	select {
 	case <-stopped:

@@ -12,9 +12,10 @@ var grpcHeadlessMaxAge = Rule{
 	ID:       "grpc-headless-max-age",
 	Severity: Info,
 	Title:    "A headless Service serves gRPC from pods whose server sets no maximum connection age",
-	Why: "A gRPC client of a headless Service resolves the pods' addresses itself and holds a connection to each for as long " +
-		"as it lives; grpc-go looks the names up again at most every 30 s, and mostly when a connection fails. Through a rollout " +
-		"it goes on dialling the old pods' addresses, and a new pod gets no call until something breaks. A server's maximum " +
+	Why: "A gRPC client of a headless Service resolves the pods' addresses itself and holds its connections (one, with " +
+		"grpc-go's default pick_first; one a pod, with round_robin) for as long as they live; grpc-go looks the names up again " +
+		"only when a connection fails or gets a GOAWAY, and at most every 30 s. Through a rollout it stays on the old pods and " +
+		"dials their addresses, and a new pod gets no call until something breaks. A server's maximum " +
 		"connection age ends each connection after a while with a GOAWAY, which makes the client resolve and spread again. " +
 		"The rule reads the age from the containers' flags and environment; a server that sets it in its code is not seen, hence info.",
 	Fix: "Give the gRPC server a maximum connection age (grpc-go's keepalive.ServerParameters.MaxConnectionAge, Java's " +
@@ -43,7 +44,8 @@ func checkGRPCHeadlessMaxAge(ix *index) []finding {
 	var out []finding
 	for _, w := range ix.workloads {
 		if slices.ContainsFunc(w.template.Spec.Containers, func(c corev1.Container) bool {
-			return len(durationSettings(c, maxAgeFlags, maxAgeEnv)) > 0
+			// A zero age is none.
+			return slices.ContainsFunc(durationSettings(c, maxAgeFlags, maxAgeEnv), func(d durationSetting) bool { return d.d > 0 })
 		}) {
 			continue
 		}

@@ -367,9 +367,12 @@ func (a *attempt) done(resp *http.Response, head []byte) {
 const proxyBodyHead = 512
 
 // An attemptLog collects the attempts made for one request, the retries
-// included, in order.
+// included, in order. A gRPC call's are written from two goroutines (the
+// caller's and its transport's reader), under mu, until done.
 type attemptLog struct {
 	attempts []attempt
+	mu       sync.Mutex
+	done     bool
 }
 
 type attemptLogKey struct{}

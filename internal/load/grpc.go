@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -76,9 +77,10 @@ func (s *grpcSender) newChannel() (*grpcChannel, error) {
 	cc, err := grpc.NewClient("passthrough:///"+s.address,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(callStats{}),
+		// The connect and the HTTP/2 handshake within the client's
+		// connect timeout, as the HTTP client's connect, not grpc-go's 20 s.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: s.connectTimeout}),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			// The client's connect timeout, as the HTTP client's, not
-			// grpc-go's 20 s.
 			ctx, cancel := context.WithTimeout(ctx, s.connectTimeout)
 			defer cancel()
 			c, err := s.dial(ctx, "tcp", addr)
@@ -145,18 +147,27 @@ func (s *grpcSender) send(id string, log *attemptLog, fresh bool) error {
 	ctx = context.WithValue(withAttemptLog(ctx, log), channelKey{}, ch)
 	ctx = metadata.AppendToOutgoingContext(ctx, grpcRequestIDKey, id)
 	_, err = labpb.NewLabClient(ch.cc).Work(ctx, &labpb.WorkRequest{})
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	// From here on, a header event that the transport's reader delivers
+	// late is dropped: the caller reads the attempts.
+	log.done = true
 	if len(log.attempts) == 0 {
 		// The call ended before any attempt began.
 		return log.start().fail(Error, err)
 	}
 	// grpc-go may end the last attempt's stats without the status that
-	// the call returns (seen with a trailers-only answer on a new
-	// channel): the call's own error decides.
+	// the call returns (an attempt whose stream was done as it sent): the
+	// call's own error decides.
 	if a := &log.attempts[len(log.attempts)-1]; a.end.IsZero() || (err != nil && a.class == OK) {
 		classifyCall(a, err, ch)
 	}
 	return err
 }
+
+// errTransparentRetry is the error of an attempt that grpc-go retried
+// transparently, whose own status it did not tell.
+var errTransparentRetry = errors.New("retried transparently by grpc-go: the attempt had not reached the server")
 
 func (s *grpcSender) close() {
 	s.mu.Lock()
@@ -216,12 +227,26 @@ func (callStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Contex
 func (callStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	log := attemptLogFrom(ctx)
 	ch, _ := ctx.Value(channelKey{}).(*grpcChannel)
+	// The transport's reader delivers the header and trailer events, the
+	// caller's goroutine the others.
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if log.done || ch == nil {
+		return
+	}
 	if _, ok := st.(*stats.Begin); ok {
+		if n := len(log.attempts); n > 0 && log.attempts[n-1].class == OK {
+			// An attempt that grpc-go ended without an error and then
+			// retried, transparently, had not reached the server: a
+			// stream refused or unsent as its connection drained.
+			prev := &log.attempts[n-1]
+			prev.class, prev.err = Closed, errTransparentRetry
+		}
 		log.start()
 		return
 	}
 	n := len(log.attempts)
-	if n == 0 || ch == nil {
+	if n == 0 {
 		return
 	}
 	a := &log.attempts[n-1]
@@ -268,7 +293,11 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 		a.class = Error
 		f, c := ch.failed.Load(), ch.conn.Load()
 		switch {
-		case c != nil && c.err.Load() != nil && (f == nil || c.made.After(f.at)):
+		case c != nil && (f == nil || c.made.After(f.at)) && c.err.Load() == nil:
+			// The channel's latest connection, whole: it refused the
+			// call for a GOAWAY it had got (draining).
+			a.class, a.addr = Closed, addrPort(c.RemoteAddr())
+		case c != nil && (f == nil || c.made.After(f.at)):
 			// A connection reset before the call could go out on it: the
 			// server never took it, as when its listener closes with the
 			// connection in its queue (the kernel had completed the
