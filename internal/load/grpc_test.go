@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestGRPCServeExit calls `closingtime serve --grpc --shutdown exit` from
@@ -123,5 +125,49 @@ func TestGRPCErrorStatus(t *testing.T) {
 		if c.Totals[HTTP5xx] != c.Totals.Total() || c.Totals.Total() == 0 {
 			t.Errorf("%s: totals %s, want every call http5xx", c.Kind, formatCounts(&c.Totals))
 		}
+	}
+}
+
+// TestClassifyCallChannelEvidence: a call that never got on a connection
+// takes its class from the channel's latest evidence: a failed connect
+// newer than its last connection; a connection reset before the call, as
+// refused; a whole connection (which refused the call as it drained), as
+// closed, however old an earlier failed connect.
+func TestClassifyCallChannelEvidence(t *testing.T) {
+	unavailable := status.Error(codes.Unavailable, "unavailable")
+	long := time.Now().Add(-5 * time.Minute)
+	refused := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 244, 1, 4), Port: 50051}, Err: syscall.ECONNREFUSED}
+	local, remote := net.Pipe()
+	defer local.Close()
+	defer remote.Close()
+	for _, tt := range []struct {
+		name    string
+		failed  *dialFailure
+		conn    *grpcConn
+		connErr error
+		want    Class
+	}{
+		{name: "a failed connect, no connection since", failed: &dialFailure{err: refused, at: time.Now()}, want: Refused},
+		{name: "an old failed connect, a whole connection since", failed: &dialFailure{err: refused, at: long}, conn: &grpcConn{Conn: local, made: time.Now()}, want: Closed},
+		{name: "a connection reset before the call", conn: &grpcConn{Conn: local, made: time.Now()}, connErr: syscall.ECONNRESET, want: Refused},
+		{name: "nothing known", want: Error},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ch := &grpcChannel{}
+			if tt.failed != nil {
+				ch.failed.Store(tt.failed)
+			}
+			if tt.conn != nil {
+				if tt.connErr != nil {
+					tt.conn.err.Store(&tt.connErr)
+				}
+				ch.conn.Store(tt.conn)
+			}
+			var a attempt
+			classifyCall(&a, unavailable, ch)
+			if a.class != tt.want {
+				t.Errorf("class %s, want %s", a.class, tt.want)
+			}
+		})
 	}
 }
