@@ -39,12 +39,14 @@ func (s *Server) serveGRPC(ctx context.Context, ln net.Listener, signals <-chan 
 // terminateGRPC runs serveGRPC's termination sequence after its first
 // trigger, sig.
 func (s *Server) terminateGRPC(sig os.Signal, signals <-chan os.Signal, ln net.Listener, drain time.Duration) error {
+	// Readiness fails first, as the HTTP path's phase does: whoever
+	// OnTerminate tells finds it failing.
 	s.phase.Store(phaseStopping)
-	if s.OnTerminate != nil {
-		s.OnTerminate(sig)
-	}
 	if s.Health != nil {
 		s.Health.Shutdown()
+	}
+	if s.OnTerminate != nil {
+		s.OnTerminate(sig)
 	}
 	if s.PreStopDelay > 0 {
 		t := time.NewTimer(s.PreStopDelay)
