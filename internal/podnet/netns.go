@@ -117,6 +117,9 @@ func (n *Netns) run(enter func() error, ready chan<- error) {
 		ready <- err
 		return
 	}
+	// Done only once the thread is home (the deferred calls run last
+	// first): Close returns with no thread left in the namespace.
+	defer close(n.done)
 	defer func() {
 		// A thread that can't go home stays locked, and the runtime
 		// ends it with the goroutine.
@@ -134,7 +137,6 @@ func (n *Netns) run(enter func() error, ready chan<- error) {
 	for fn := range n.work {
 		fn()
 	}
-	close(n.done)
 }
 
 // FD returns a file descriptor of the namespace, for netlink and nftables
