@@ -9,10 +9,10 @@ import (
 
 // serveGRPC serves GRPC on ln until a signal on signals or the end of ctx,
 // then runs its termination sequence: readiness fails (Health's services
-// NOT_SERVING, ReadyHandler 503), the pre-stop delay serves on, and
-// GracefulStop closes the listener, sends every connection GOAWAY and
-// waits for the calls in flight, for at most drain; past it, or at a
-// second signal, Stop closes everything.
+// NOT_SERVING, ReadyHandler 503), the pre-stop delay serves on, the
+// listener closes (OnDrain), and GracefulStop sends every connection
+// GOAWAY and waits for the calls in flight, for at most drain; past it,
+// or at a second signal, Stop closes everything.
 func (s *Server) serveGRPC(ctx context.Context, ln net.Listener, signals <-chan os.Signal, drain time.Duration) error {
 	served := make(chan struct{})
 	var serveErr error
