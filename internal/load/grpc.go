@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,19 @@ type grpcChannel struct {
 	conns sync.Map
 }
 
+// connAt returns the channel's connection from local address local, or
+// nil. The latest connection is nearly always the one: a channel has
+// one, but while it reconnects, calls may still end on the one before.
+func (ch *grpcChannel) connAt(local net.Addr) *grpcConn {
+	if c := ch.conn.Load(); c != nil && c.local == local {
+		return c
+	}
+	if c, ok := ch.conns.Load(local.String()); ok {
+		return c.(*grpcConn)
+	}
+	return nil
+}
+
 // dialFailure is a failed connect: its error, and when it ended.
 type dialFailure struct {
 	err error
@@ -88,9 +102,10 @@ func (s *grpcSender) newChannel() (*grpcChannel, error) {
 				ch.failed.Store(&dialFailure{err: err, at: time.Now()})
 				return nil, err
 			}
-			local := c.LocalAddr().String()
-			gc := &grpcConn{Conn: c, made: time.Now(), forget: func() { ch.conns.Delete(local) }}
-			ch.conns.Store(local, gc)
+			local := c.LocalAddr()
+			key := local.String()
+			gc := &grpcConn{Conn: c, local: local, made: time.Now(), forget: func() { ch.conns.Delete(key) }}
+			ch.conns.Store(key, gc)
 			ch.conn.Store(gc)
 			return gc, nil
 		}))
@@ -166,7 +181,7 @@ func (s *grpcSender) send(id string, log *attemptLog, fresh bool) error {
 }
 
 // errTransparentRetry is the error of an attempt that grpc-go retried
-// transparently, whose own status it did not tell.
+// transparently, wrapping the status it ended with, if it told one.
 var errTransparentRetry = errors.New("retried transparently by grpc-go: the attempt had not reached the server")
 
 func (s *grpcSender) close() {
@@ -184,6 +199,8 @@ func (s *grpcSender) close() {
 // account of a call that the connection's end broke.
 type grpcConn struct {
 	net.Conn
+	// local is its LocalAddr, the value that grpc-go's stats carry.
+	local net.Addr
 	made  time.Time
 	calls atomic.Int64
 	err   atomic.Pointer[error]
@@ -225,6 +242,13 @@ func (callStats) HandleConn(context.Context, stats.ConnStats)                   
 func (callStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
 
 func (callStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
+	switch st.(type) {
+	case *stats.Begin, *stats.OutHeader, *stats.InHeader, *stats.InTrailer, *stats.End:
+	default:
+		// Payloads and picks: a call has several, and they tell nothing
+		// of its outcome.
+		return
+	}
 	log := attemptLogFrom(ctx)
 	ch, _ := ctx.Value(channelKey{}).(*grpcChannel)
 	// The transport's reader delivers the header and trailer events, the
@@ -235,12 +259,19 @@ func (callStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
 		return
 	}
 	if _, ok := st.(*stats.Begin); ok {
-		if n := len(log.attempts); n > 0 && log.attempts[n-1].class == OK {
-			// An attempt that grpc-go ended without an error and then
-			// retried, transparently, had not reached the server: a
-			// stream refused or unsent as its connection drained.
+		if n := len(log.attempts); n > 0 {
+			// An attempt that grpc-go followed with another was retried
+			// transparently (the channels have no retry policy): it never
+			// reached the server, a stream refused or unsent as its
+			// connection drained. Whatever its socket saw as the
+			// connection closed after, or grpc-go's End did not come.
 			prev := &log.attempts[n-1]
-			prev.class, prev.err = Closed, errTransparentRetry
+			prev.class = Closed
+			if prev.err == nil {
+				prev.err = errTransparentRetry
+			} else {
+				prev.err = fmt.Errorf("%w: %w", errTransparentRetry, prev.err)
+			}
 		}
 		log.start()
 		return
@@ -253,8 +284,8 @@ func (callStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	switch st := st.(type) {
 	case *stats.OutHeader:
 		a.connect, a.addr = time.Now(), addrPort(st.RemoteAddr)
-		if c, ok := ch.conns.Load(st.LocalAddr.String()); ok {
-			a.conn = c.(*grpcConn)
+		if c := ch.connAt(st.LocalAddr); c != nil {
+			a.conn = c
 			a.connRequests = int(a.conn.calls.Add(1) - 1)
 			if a.connRequests > 0 {
 				a.connAge = a.connect.Sub(a.conn.made)

@@ -2,9 +2,12 @@ package load
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os/exec"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +15,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"golang.org/x/net/http2"
+
+	"github.com/closingtime-dev/closingtime/internal/labpb"
 )
 
 // TestGRPCServeExit calls `closingtime serve --grpc --shutdown exit` from
@@ -169,5 +176,105 @@ func TestClassifyCallChannelEvidence(t *testing.T) {
 				t.Errorf("class %s, want %s", a.class, tt.want)
 			}
 		})
+	}
+}
+
+// TestGRPCTransparentRetryAbsorbed: the first connection of a keep-alive
+// channel says GOAWAY, last stream 0, to the call's stream, which it never
+// processed; grpc-go retries the call transparently on a new connection,
+// to the real server, which answers. The call is OK, its first attempt
+// closed: absorbed, counted, not hidden.
+func TestGRPCTransparentRetryAbsorbed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuser := &refuseFirst{Listener: ln, refused: make(chan uint32, 1)}
+	gs := grpc.NewServer()
+	labpb.RegisterLabServer(gs, benchLab{})
+	go gs.Serve(refuser)
+	t.Cleanup(gs.Stop)
+
+	s := newGRPCSender((&net.Dialer{}).DialContext, ln.Addr().String(), 5*time.Second, 5*time.Second, 1, Limits{})
+	defer s.close()
+	var log attemptLog
+	start := time.Now()
+	err = s.send("retried-id", &log, false)
+	if err != nil {
+		t.Fatalf("call: %v, want OK after a transparent retry", err)
+	}
+	select {
+	case id := <-refuser.refused:
+		if id == 0 {
+			t.Fatal("the first connection saw no stream")
+		}
+	default:
+		t.Fatal("the first connection refused nothing")
+	}
+	r := newResult(KeepAlive, "retried-id", start, start, log.attempts, err)
+	if r.Attempts != 2 || !r.Absorbed() || r.FirstClass != Closed || r.Pod != "bench" {
+		t.Errorf("result: %d attempts, class %s, first %s, pod %q; want 2 attempts, the first closed, the last OK from bench",
+			r.Attempts, r.Class, r.FirstClass, r.Pod)
+	}
+	if r.FirstFailure == nil || !errors.Is(r.FirstFailure.Err, errTransparentRetry) {
+		t.Errorf("first failure %+v, want the transparent retry's", r.FirstFailure)
+	}
+}
+
+// refuseFirst is a listener whose first connection never reaches the gRPC
+// server: it speaks HTTP/2 through x/net's framer, answers the first
+// stream's headers with GOAWAY, last stream 0 (the stream was not
+// processed), and closes. The stream's id goes to refused. Later
+// connections are the server's.
+type refuseFirst struct {
+	net.Listener
+	once    sync.Once
+	refused chan uint32
+}
+
+func (l *refuseFirst) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		first := false
+		l.once.Do(func() { first = true })
+		if !first {
+			return c, nil
+		}
+		go l.refuse(c)
+	}
+}
+
+func (l *refuseFirst) refuse(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(c, preface); err != nil {
+		l.refused <- 0
+		return
+	}
+	fr := http2.NewFramer(c, c)
+	fr.WriteSettings()
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			l.refused <- 0
+			return
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				fr.WriteSettingsAck()
+			}
+		case *http2.HeadersFrame:
+			fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+			l.refused <- f.StreamID
+			// The client closes the connection once its streams are
+			// gone; reading on lets it.
+			io.Copy(io.Discard, c)
+			return
+		}
 	}
 }
