@@ -63,7 +63,7 @@ func Diagnose(run *results.Run, requests []results.Request) *results.Diagnosis {
 		d.Requests[i].Cause = cause(h, &d.Requests[i])
 	}
 	d.Causes = count(d.Requests)
-	d.Findings = findings(h, run.OldPods, d.Requests)
+	d.Findings = append(findings(h, run.OldPods, d.Requests), pinned(h, run)...)
 	if !h.signals && h.terminated() && len(requests) > 0 {
 		d.Limits = append(d.Limits, "the cluster does not report the stop signal: a pod's own log tells when it got SIGTERM, if it logs it, its termination's start if not, and a terminating pod that refused a connection is taken to have had it")
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/utils/ptr"
 
@@ -824,5 +825,35 @@ func TestDiagnoseSigtermJustBeforeTheKill(t *testing.T) {
 	_, got := tl.diagnosed(t, request("r", load.Refused, 1800, 1800, 1800, "10.0.0.1:8080", 0, 0))
 	if got[0] != LivenessRestart {
 		t.Errorf("cause %s, want liveness-restart", got[0])
+	}
+}
+
+// TestPinnedFinding: after a scale-out, a keep-alive client whose calls
+// all went to the pod that was there before is pinned, and each pod that
+// joined for long enough gets a finding; a client that reached a pod that
+// joined is not, nor a pod that joined just before the traffic ended.
+func TestPinnedFinding(t *testing.T) {
+	scaled := func(pods map[string]int64) *timeline {
+		tl := new(timeline).running("app-a", "10.0.0.1").
+			endpoints(-5000, 0, ready("10.0.0.1")).
+			started("app-b", "10.0.0.2", 100, -1, 900, false).
+			endpoints(1000, 0, ready("10.0.0.1"), ready("10.0.0.2")).
+			started("app-c", "10.0.0.3", 100, -1, 8500, false).
+			endpoints(8600, 0, ready("10.0.0.1"), ready("10.0.0.2"), ready("10.0.0.3"))
+		tl.run.Start = time.Unix(100, 0)
+		tl.run.Clients = []load.ClientReport{{Kind: load.KeepAlive, Connections: 4, Pods: pods,
+			Seconds: []load.Second{{Time: tl.run.Start.Add(-5 * time.Second)}, {Time: tl.run.Start.Add(9 * time.Second)}}}}
+		return tl
+	}
+	d := Diagnose(&scaled(map[string]int64{"app-a": 500}).run, nil)
+	if d == nil || len(d.Findings) != 1 {
+		t.Fatalf("diagnosis %+v, want one finding, app-b's (app-c joined 1.4 s before the end)", d)
+	}
+	want := "a ready endpoint for the last 9 s of the traffic, it got none of the keep-alive client's requests: its 4 connections stayed on app-a, where they were made"
+	if f := d.Findings[0]; f.Pod != "app-b" || f.Kind != "connections-pinned" || f.Text != want {
+		t.Errorf("finding %+v, want app-b's connections-pinned: %q", f, want)
+	}
+	if d := Diagnose(&scaled(map[string]int64{"app-a": 400, "app-b": 100}).run, nil); d != nil {
+		t.Errorf("a client that reached a pod that joined: %+v, want no diagnosis", d.Findings)
 	}
 }

@@ -162,7 +162,9 @@ type CauseCount struct {
 }
 
 // Finding is what the diagnosis tells of one pod the action ended, failed
-// requests or not: how it stopped and what that cost or risked.
+// requests or not: how it stopped and what that cost or risked; or of a
+// pod that joined during the run and that a client's connections never
+// reached.
 type Finding struct {
 	// Pod is the pod it tells of.
 	Pod string `json:"pod"`
@@ -182,7 +184,8 @@ type Diagnosis struct {
 	// Causes count the requests by cause, the most requests first.
 	Causes []CauseCount `json:"causes"`
 	// Findings tell how each pod the action ended stopped, in the order
-	// of the run's old pods.
+	// of the run's old pods, then which pods that joined a keep-alive
+	// client never reached.
 	Findings []Finding `json:"findings,omitempty"`
 	// Limits say what the cluster could not show, and which causes could
 	// not be told apart for that.

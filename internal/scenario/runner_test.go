@@ -560,7 +560,9 @@ func TestRunnerSeed003Proxy(t *testing.T) {
 // refuses the channels that the routing still sends there; the graceful
 // library's stop (health NOT_SERVING, a pre-stop delay, GracefulStop)
 // lets nothing fail; GracefulStop with a budget shorter than the calls
-// cuts them at its deadline.
+// cuts them at its deadline. At a scale-out, long-lived channels through
+// the ClusterIP stay on the pod they were made to, and the new pods get
+// none of their calls; a maximum connection age on the server moves them.
 func TestRunnerGRPC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs rollouts under gRPC load")
@@ -573,7 +575,30 @@ func TestRunnerGRPC(t *testing.T) {
 		{name: "grpc-stop", check: firstRun(causes(false, []results.Cause{diagnosis.ExitWithoutDrain, diagnosis.RoutingRace}, diagnosis.StaleConnection))},
 		{name: "grpc-graceful", check: firstRun(noneFailed)},
 		{name: "grpc-drain-short", check: firstRun(cutInFlight(diagnosis.DrainDeadline, diagnosis.RoutingRace, diagnosis.ExitWithoutDrain))},
+		{name: "grpc-pinned", check: firstRun(pinnedPods(2))},
+		{name: "grpc-max-age", check: firstRun(pinnedPods(0))},
 	})
+}
+
+// pinnedPods returns a check that nothing failed, and that n pods got a
+// connections-pinned finding: pods that joined and that the keep-alive
+// client's connections never reached.
+func pinnedPods(n int) func(*testing.T, results.Run) {
+	return func(t *testing.T, run results.Run) {
+		noneFailed(t, run)
+		var pinned []string
+		if run.Diagnosis != nil {
+			for _, f := range run.Diagnosis.Findings {
+				if f.Kind == "connections-pinned" {
+					pinned = append(pinned, f.Pod)
+				}
+			}
+		}
+		if len(pinned) != n {
+			t.Errorf("pods pinned out %v, want %d of them", pinned, n)
+			logOutcome(t, run)
+		}
+	}
 }
 
 // proxied returns a check that requests of the run failed, most of them
