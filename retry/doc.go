@@ -58,4 +58,11 @@
 // net/http's Transport has no such limit (golang/go#23427). A connection past
 // its lifetime is closed once its request in flight is done, never in the
 // middle of it.
+//
+// # gRPC
+//
+// The package grpcretry under this one applies the same rules, and the
+// same [Policy], to gRPC calls, as a grpc-go unary client interceptor. It
+// is a package of its own so that this one needs nothing but the standard
+// library.
 package retry

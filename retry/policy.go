@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"net"
@@ -22,13 +23,14 @@ const (
 )
 
 // A Policy says how many times and how soon a [Transport] may send a request
-// again, and which responses prove that a request was not processed. The
-// zero Policy makes [DefaultAttempts] attempts, waits between
-// [DefaultBaseDelay] and [DefaultMaxDelay], and retries no response.
+// again (or package grpcretry's interceptor a gRPC call), and which HTTP
+// responses prove that a request was not processed. The zero Policy makes [DefaultAttempts]
+// attempts, waits between [DefaultBaseDelay] and [DefaultMaxDelay], and
+// retries no HTTP response.
 //
 // A Policy only widens or narrows the safe set described in the package
-// documentation; no setting makes a Transport resend a request that may have
-// been processed and is not idempotent.
+// documentation; no setting makes a Transport or grpcretry's interceptor
+// resend a request that may have been processed and is not idempotent.
 type Policy struct {
 	// Attempts is the most attempts per request, the first one included.
 	// Zero means DefaultAttempts; 1 disables retries.
@@ -41,8 +43,11 @@ type Policy struct {
 	BaseDelay time.Duration
 
 	// MaxDelay caps the wait between two attempts. A response whose
-	// Retry-After asks for a longer wait is returned rather than retried.
-	// Zero means DefaultMaxDelay.
+	// Retry-After, or a gRPC status whose grpc-retry-pushback-ms, asks for
+	// a longer wait is returned rather than retried. grpcretry's
+	// interceptor also waits up to MaxDelay for a channel in
+	// TRANSIENT_FAILURE to connect again before it retries a call that
+	// never reached a server. Zero means DefaultMaxDelay.
 	MaxDelay time.Duration
 
 	// Unprocessed reports whether a response proves that the request was
@@ -52,7 +57,8 @@ type Policy struct {
 	// that a draining server marks with a header. Such a response is
 	// retried whatever the method. Nil means that no response is retried.
 	//
-	// Unprocessed must not read or close the response body.
+	// Unprocessed must not read or close the response body. It applies to
+	// HTTP only: grpcretry's interceptor ignores it.
 	Unprocessed func(*http.Response) bool
 }
 
@@ -86,6 +92,36 @@ func (p Policy) backoff(n int) time.Duration {
 	ceiling = min(ceiling, limit)
 	half := ceiling / 2
 	return half + rand.N(ceiling-half+1)
+}
+
+// Next returns the wait before the attempt that follows attempt n (1 for
+// the first) of a request whose context is ctx, when the server asked for
+// a wait of asked (zero if it did not): the backoff, or asked if it is
+// longer. It reports false when no attempt may follow: n attempts are the
+// most, asked is longer than MaxDelay, or the attempt would start after
+// ctx's deadline. [Transport] and the gRPC interceptor of package
+// grpcretry space their attempts with it.
+func (p Policy) Next(ctx context.Context, n int, asked time.Duration) (time.Duration, bool) {
+	if n >= p.attempts() || asked > p.maxDelay() {
+		return 0, false
+	}
+	wait := max(asked, p.backoff(n))
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+		return 0, false
+	}
+	return wait, true
+}
+
+// sleep waits for d, and reports false if ctx is done first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
 }
 
 // idempotent reports whether processing req twice has the effect of

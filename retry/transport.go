@@ -129,32 +129,25 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if n >= t.Policy.attempts() || !canReplay || ctx.Err() != nil {
 			return resp, err
 		}
-		var wait time.Duration
+		var asked time.Duration
 		switch {
 		case err != nil && (notSent(err) || isIdempotent):
 		case err == nil && t.Policy.Unprocessed != nil && t.Policy.Unprocessed(resp):
-			wait = retryAfter(resp, time.Now())
-			if wait > t.Policy.maxDelay() {
-				return resp, err
-			}
+			asked = retryAfter(resp, time.Now())
 		default:
 			return resp, err
 		}
-		wait = max(wait, t.Policy.backoff(n))
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+		wait, ok := t.Policy.Next(ctx, n, asked)
+		if !ok {
 			return resp, err
 		}
 		next, rerr := rewind(req)
 		if rerr != nil {
 			return resp, err
 		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !sleep(ctx, wait) {
 			closeBody(next.Body)
 			return resp, err
-		case <-timer.C:
 		}
 		if resp != nil {
 			discard(resp.Body)
