@@ -31,6 +31,7 @@ type loadFlags struct {
 	duration       time.Duration
 	retryAttempts  int
 	retryBaseDelay time.Duration
+	resolve        time.Duration
 	waitServing    time.Duration
 	stopFile       string
 	events         string
@@ -61,6 +62,11 @@ keep-alive over --connections long-lived channels. A call is sorted as a
 request is, from its socket; http5xx is a call the server answered with an
 error status. grpc-go's transparent retries of a call that never reached
 the server are attempts of their own: a call one saved counts as absorbed.
+A channel dials HOST as it is (a ClusterIP: one connection, to the pod
+kube-proxy picks); with --resolve-interval, it looks HOST up in DNS
+itself, as a client of a headless Service does, connects to every
+address, round robin, and looks again only when a connection is lost,
+at most once an interval, as grpc-go's DNS resolver does every 30 s.
 
 With --wait-serving, the run begins once URL answers: ` + strconv.Itoa(load.ServingInARow) + ` requests in a row,
 each on a new connection, with a status below 500 (failed tries 100 ms
@@ -90,7 +96,8 @@ kube-proxy routes a pod's connections (docs/load.md).`,
   closingtime load http://app/work --duration 10m --stop-file /tmp/stop --events events.jsonl
   closingtime load http://web.shop:80/ --client keep-alive=500 --retry --retry-attempts 3 -o jsonl
   closingtime load http://127.0.0.1:8080/work --wait-serving 30s --duration 10s
-  closingtime load grpc://127.0.0.1:50051 --client keep-alive=200 --connections 1`,
+  closingtime load grpc://127.0.0.1:50051 --client keep-alive=200 --connections 1
+  closingtime load grpc://app-headless.shop:50051 --client keep-alive=200 --resolve-interval 30s`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("load: want exactly one URL, got %d arguments (see closingtime load --help)", len(args))
@@ -111,6 +118,7 @@ kube-proxy routes a pod's connections (docs/load.md).`,
 	f.DurationVar(&flags.duration, "duration", load.DefaultDuration, "how long to send requests")
 	f.IntVar(&flags.retryAttempts, "retry-attempts", retry.DefaultAttempts, "with --retry, the most attempts per request, the first included")
 	f.DurationVar(&flags.retryBaseDelay, "retry-base-delay", retry.DefaultBaseDelay, "with --retry, the backoff ceiling before the first retry")
+	f.DurationVar(&flags.resolve, "resolve-interval", 0, "gRPC: each channel looks HOST up itself (DNS: a headless Service's pods), balances round robin over the addresses, and looks again when a connection is lost, at most once this long (grpc-go's DNS resolver: 30s); 0: dial HOST as it is")
 	f.DurationVar(&flags.waitServing, "wait-serving", 0, "before the run, wait up to this long for URL to answer "+strconv.Itoa(load.ServingInARow)+" requests in a row, and fail if it does not (0: start at once)")
 	f.StringVar(&flags.stopFile, "stop-file", "", "stop sending when this file exists")
 	f.StringVar(&flags.events, "events", "", "write one JSON line per request to this file")
@@ -144,6 +152,12 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	}
 	if flags.retry {
 		cfg.Retry = &retry.Policy{Attempts: flags.retryAttempts, BaseDelay: flags.retryBaseDelay}
+	}
+	if flags.resolve != 0 {
+		if err := positive("load", "--resolve-interval", flags.resolve); err != nil {
+			return err
+		}
+		cfg.Resolve = &load.Resolve{Interval: flags.resolve}
 	}
 	switch {
 	case flags.output == "jsonl" && flags.events != "":

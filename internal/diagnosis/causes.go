@@ -65,6 +65,10 @@ const (
 	// StaleConnection: the request went out on a reused keep-alive
 	// connection that its server had closed or was closing.
 	StaleConnection results.Cause = "stale-connection"
+	// StaleResolution: a client that resolves the Service's name itself
+	// (a headless Service's DNS) connected to an address its last lookup
+	// gave, of a pod that had left the Service's endpoints.
+	StaleResolution results.Cause = "stale-resolution"
 	// LivenessRestart: the kubelet restarted the pods on failed liveness
 	// probes (during a dependency outage), and the requests found them
 	// down.
@@ -146,6 +150,9 @@ var causes = []Info{
 	{StaleConnection, "stale connection: the request went out on a kept-alive connection that its server had closed or was closing",
 		"retry idempotent requests once on a new connection (package retry), give client connections a lifetime, and have a draining server answer with Connection: close before it closes kept-alive connections (package graceful; net/http's Server.Shutdown closes idle ones under requests already on their way)",
 		"", ""},
+	{StaleResolution, "stale resolution: the client connected to an address of its own last lookup (a headless Service's DNS answer), of a pod that had left the Service's endpoints: its resolver had not looked again",
+		"give gRPC clients a ClusterIP Service, whose routing follows the endpoints, and the server a maximum connection age for balance; or a resolver that follows the EndpointSlices (kuberesolver, xDS); with grpc-go's DNS resolver, which looks again at most every 30 s, keep old pods serving longer than that (a preStop delay past 30 s)",
+		"grpc-headless-max-age", "grpc-headless"},
 	{LivenessRestart, "restarts: failed liveness probes restarted the pods, and back-off kept them down",
 		"make the liveness probe check the process only, never a dependency; readiness may take a pod out of the Service instead",
 		"liveness-checks-dependency", "probe-liveness-deep"},

@@ -256,6 +256,12 @@ func cause(h *history, r *results.Request) results.Cause {
 			return DependencyDown
 		}
 	}
+	if h.resolves[r.Client] && r.ConnRequests == 0 && r.Published != nil && !*r.Published &&
+		(r.Class == load.Refused || r.Class == load.ConnectTimeout || r.Class == load.Error) {
+		// The client chose the address itself, from its own lookup,
+		// not the routing: a connect to a pod no longer listed.
+		return StaleResolution
+	}
 	ph := h.pods[r.Pod]
 	switch {
 	case r.Class == load.Refused && ph == nil:

@@ -857,3 +857,24 @@ func TestPinnedFinding(t *testing.T) {
 		t.Errorf("a client that reached a pod that joined: %+v, want no diagnosis", d.Findings)
 	}
 }
+
+// TestStaleResolution: a failed connect of a client that resolves the
+// name itself, to a pod no longer listed as a ready endpoint, is its
+// resolver's stale answer; the same connect through the routing is not.
+func TestStaleResolution(t *testing.T) {
+	tl := new(timeline).running("app-a", "10.0.0.1").running("app-b", "10.0.0.2").
+		endpoints(-5000, 0, ready("10.0.0.1"), ready("10.0.0.2")).
+		stopped("app-a", 0, 0, 5, 143, false).
+		endpoints(100, 800, ready("10.0.0.2"))
+	r := request("r", load.Refused, 3000, 3000, 3000, "10.0.0.1:50051", 0, 0)
+	r.Client = load.KeepAlive
+	for _, tt := range []struct {
+		resolves float64
+		stale    bool
+	}{{30000, true}, {0, false}} {
+		tl.run.Clients = []load.ClientReport{{Kind: load.KeepAlive, ResolveIntervalMS: tt.resolves}}
+		if _, got := tl.diagnosed(t, r); len(got) != 1 || (got[0] == StaleResolution) != tt.stale {
+			t.Errorf("resolve interval %v ms: causes %v, want stale-resolution: %t", tt.resolves, got, tt.stale)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
+	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
@@ -201,6 +202,10 @@ type history struct {
 	ips   map[string]string
 	// ports are the ports the pods' servers said they listened on.
 	ports map[uint16]bool
+	// resolves tells, by client, the clients that resolved the Service's
+	// name themselves (load.Resolve) rather than dial it through the
+	// routing.
+	resolves map[load.Kind]bool
 	// published are the EndpointSlices' endpoints; applied, by node, the
 	// nodes' routing views.
 	published []endpointsAt
@@ -247,6 +252,10 @@ type addrOwner struct {
 // newHistory indexes run's timeline.
 func newHistory(run *results.Run) *history {
 	h := &history{pods: map[string]*podHistory{}, addrs: map[netip.Addr][]addrOwner{}, ips: map[string]string{}, ports: map[uint16]bool{}, refusers: map[int]string{}, applied: map[string][]endpointsAt{}, outage: run.Outage}
+	h.resolves = map[load.Kind]bool{}
+	for _, c := range run.Clients {
+		h.resolves[c.Kind] = c.ResolveIntervalMS > 0
+	}
 	for _, p := range run.Running {
 		ph := h.pod(p.Name)
 		state := "running"

@@ -130,6 +130,10 @@ type Config struct {
 	// Dial makes connections. Nil means a net.Dialer. The local cluster
 	// sets it to route a Service's address through its routing view.
 	Dial Dialer
+	// Resolve, if not nil, makes a gRPC target's channels resolve its host
+	// themselves (a headless Service's clients); nil dials the host as it
+	// is. It is the gRPC target's alone.
+	Resolve *Resolve
 	// Retry, if not nil, makes each client resend what is safe to resend
 	// (see package retry), on a new connection. Nil means no retries:
 	// every failure is counted.
@@ -225,6 +229,9 @@ func New(cfg Config) (*Generator, error) {
 			return nil, fmt.Errorf("target URL: %w", err)
 		}
 		template.Header.Set("User-Agent", userAgent)
+		if cfg.Resolve != nil {
+			return nil, errors.New("resolving the host (--resolve-interval) is the gRPC client's: an HTTP target is dialed as it is")
+		}
 	} else if cfg.Retry != nil {
 		return nil, errors.New("retries (--retry) are the HTTP client's: grpc-go's own transparent retries are counted as absorbed")
 	}
@@ -258,7 +265,7 @@ func New(cfg Config) (*Generator, error) {
 		}
 		s := &stream{Client: cl, index: i, recorder: newRecorder(cl)}
 		if template == nil {
-			s.sender = newGRPCSender(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits)
+			s.sender = newGRPCSender(cfg.Dial, address, cfg.Resolve, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits)
 		} else {
 			h := &httpSender{template: template,
 				client: newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits),
@@ -334,7 +341,11 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	report := &Report{URL: g.target.String(), Start: start.UTC(), End: stopped.UTC()}
 	for _, s := range g.clients {
 		s.sender.close()
-		report.Clients = append(report.Clients, s.recorder.report())
+		cr := s.recorder.report()
+		if r := g.cfg.Resolve; r != nil {
+			cr.ResolveIntervalMS = ms(cmp.Or(r.Interval, DefaultResolveInterval))
+		}
+		report.Clients = append(report.Clients, cr)
 	}
 	return report, results.flush()
 }

@@ -36,8 +36,11 @@ const (
 // (a call that never reached the server, refused by a GOAWAY, say) are
 // attempts of their own, so that a call they saved counts as absorbed.
 type grpcSender struct {
-	dial                            Dialer
-	address                         string
+	dial    Dialer
+	address string
+	// resolve, if not nil, makes each channel look address's host up
+	// itself and balance over the addresses; nil dials address as it is.
+	resolve                         *Resolve
 	connectTimeout, responseTimeout time.Duration
 	limits                          Limits
 	// channels are a KeepAlive client's, made on first use.
@@ -46,10 +49,15 @@ type grpcSender struct {
 	next     atomic.Uint64
 }
 
-func newGRPCSender(dial Dialer, address string, connectTimeout, responseTimeout time.Duration, connections int, limits Limits) *grpcSender {
-	return &grpcSender{dial: dial, address: address, connectTimeout: connectTimeout, responseTimeout: responseTimeout,
+func newGRPCSender(dial Dialer, address string, resolve *Resolve, connectTimeout, responseTimeout time.Duration, connections int, limits Limits) *grpcSender {
+	return &grpcSender{dial: dial, address: address, resolve: resolve, connectTimeout: connectTimeout, responseTimeout: responseTimeout,
 		limits: limits, channels: make([]*grpcChannel, connections)}
 }
+
+// roundRobin is the service config of a channel that resolves its host
+// itself: grpc-go's round_robin, a connection to every address, as a
+// client of a headless Service is set up to balance.
+const roundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
 
 // A grpcChannel is one client channel and what the call records need of
 // its connections.
@@ -88,7 +96,12 @@ type dialFailure struct {
 // newChannel makes a channel to s's address, connected through s's dialer.
 func (s *grpcSender) newChannel() (*grpcChannel, error) {
 	ch := &grpcChannel{made: time.Now()}
-	cc, err := grpc.NewClient("passthrough:///"+s.address,
+	target, opts := "passthrough:///"+s.address, []grpc.DialOption(nil)
+	if s.resolve != nil {
+		target = lookupScheme + ":///" + s.address
+		opts = []grpc.DialOption{grpc.WithResolvers(lookupBuilder{*s.resolve}), grpc.WithDefaultServiceConfig(roundRobin)}
+	}
+	cc, err := grpc.NewClient(target, append(opts,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(callStats{}),
 		// The connect and the HTTP/2 handshake within the client's
@@ -108,7 +121,7 @@ func (s *grpcSender) newChannel() (*grpcChannel, error) {
 			ch.conns.Store(key, gc)
 			ch.conn.Store(gc)
 			return gc, nil
-		}))
+		}))...)
 	if err != nil {
 		return nil, err
 	}

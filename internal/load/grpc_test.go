@@ -195,7 +195,7 @@ func TestGRPCTransparentRetryAbsorbed(t *testing.T) {
 	go gs.Serve(refuser)
 	t.Cleanup(gs.Stop)
 
-	s := newGRPCSender((&net.Dialer{}).DialContext, ln.Addr().String(), 5*time.Second, 5*time.Second, 1, Limits{})
+	s := newGRPCSender((&net.Dialer{}).DialContext, ln.Addr().String(), nil, 5*time.Second, 5*time.Second, 1, Limits{})
 	defer s.close()
 	var log attemptLog
 	start := time.Now()

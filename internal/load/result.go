@@ -235,6 +235,10 @@ type ClientReport struct {
 	// zero for none.
 	MaxIdleMS     float64 `json:"maxIdleMs,omitempty"`
 	MaxLifetimeMS float64 `json:"maxLifetimeMs,omitempty"`
+	// ResolveIntervalMS is, for a gRPC client whose channels resolved the
+	// host themselves ([Resolve]), the shortest time between two of
+	// their lookups; zero for a client that dialed the host as it is.
+	ResolveIntervalMS float64 `json:"resolveIntervalMs,omitempty"`
 	// Totals counts every request by class.
 	Totals Counts `json:"totals"`
 	// Absorbed counts the requests that failed and then succeeded on a

@@ -75,7 +75,7 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 	}
 	if target.Scheme == "grpc" {
 		// A Work call, on a channel of its own each.
-		calls := newGRPCSender(dial, target.Host, connectTimeout, responseTimeout, 0, Limits{})
+		calls := newGRPCSender(dial, target.Host, cfg.Resolve, connectTimeout, responseTimeout, 0, Limits{})
 		ask = func() error {
 			var log attemptLog
 			err := calls.send("wait-serving", &log, true)

@@ -373,11 +373,11 @@ type headerless struct {
 }
 
 func (h headerless) WaitServing(ctx context.Context, cfg load.Config, failed func(error)) error {
-	return LocalTraffic(h.dial).WaitServing(ctx, cfg, failed)
+	return LocalTraffic(h.dial, nil).WaitServing(ctx, cfg, failed)
 }
 
 func (h headerless) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Result, error) {
-	report, requests, err := LocalTraffic(h.dial).Run(ctx, cfg, started)
+	report, requests, err := LocalTraffic(h.dial, nil).Run(ctx, cfg, started)
 	byAddr := map[netip.AddrPort]string{}
 	for i, r := range requests {
 		if r.Pod == "" {

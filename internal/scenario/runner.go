@@ -257,7 +257,13 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 	res.Deployment = deployment.Namespace + "/" + deployment.Name
 	traffic := cl.Traffic
 	if traffic == nil {
-		traffic = LocalTraffic(c.DialContext)
+		var lookup func(context.Context, string) ([]netip.Addr, error)
+		if l, ok := c.(interface {
+			LookupHost(context.Context, string) ([]netip.Addr, error)
+		}); ok {
+			lookup = l.LookupHost
+		}
+		traffic = LocalTraffic(c.DialContext, lookup)
 	}
 	// rec is the runner's recording of the cluster's events, which follows
 	// them a little behind.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster/local"
 	"github.com/closingtime-dev/closingtime/internal/diagnosis"
+	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/podnet"
 	"github.com/closingtime-dev/closingtime/internal/results"
 	"github.com/closingtime-dev/closingtime/internal/testbinary"
@@ -560,7 +561,10 @@ func TestRunnerSeed003Proxy(t *testing.T) {
 // refuses the channels that the routing still sends there; the graceful
 // library's stop (health NOT_SERVING, a pre-stop delay, GracefulStop)
 // lets nothing fail; GracefulStop with a budget shorter than the calls
-// cuts them at its deadline. At a scale-out, long-lived channels through
+// cuts them at its deadline. Behind a headless Service, a long-lived
+// channel whose old pods all stop before its resolver may look again
+// fails its calls until it does; one that follows the endpoints loses
+// none. At a scale-out, long-lived channels through
 // the ClusterIP stay on the pod they were made to, and the new pods get
 // none of their calls; a maximum connection age on the server moves them.
 func TestRunnerGRPC(t *testing.T) {
@@ -577,7 +581,20 @@ func TestRunnerGRPC(t *testing.T) {
 		{name: "grpc-drain-short", check: firstRun(cutInFlight(diagnosis.DrainDeadline, diagnosis.RoutingRace, diagnosis.ExitWithoutDrain))},
 		{name: "grpc-pinned", check: firstRun(pinnedPods(2))},
 		{name: "grpc-max-age", check: firstRun(pinnedPods(0))},
+		{name: "grpc-headless", check: firstRun(staleResolution)},
+		{name: "grpc-headless-watch", check: firstRun(noneFailed)},
 	})
+}
+
+// staleResolution checks that the long-lived channel's calls failed, each
+// for its resolver's stale addresses, and the channel per call's none.
+func staleResolution(t *testing.T, run results.Run) {
+	for _, c := range run.Clients {
+		if failed := c.Totals.Failed(); (c.Kind == load.KeepAlive) != (failed > 0) {
+			t.Errorf("%s client: %d failed, want failures only of the long-lived channel", c.Kind, failed)
+		}
+	}
+	causes(false, []results.Cause{diagnosis.StaleResolution})(t, run)
 }
 
 // pinnedPods returns a check that nothing failed, and that n pods got a

@@ -168,6 +168,13 @@ type Traffic struct {
 	ResponseTimeout time.Duration `yaml:"responseTimeout"`
 	// Retry, when set, resends what is safe to resend (package retry).
 	Retry *Retry `yaml:"retry"`
+	// ResolveInterval, for a gRPC traffic, makes each channel look the
+	// Service's name up itself, as a client of a headless Service does
+	// through DNS, balance round robin over the addresses, and look again
+	// when a connection is lost, at most once this long (grpc-go's DNS
+	// resolver: load.DefaultResolveInterval); zero dials the name as it
+	// is (a ClusterIP).
+	ResolveInterval time.Duration `yaml:"resolveInterval"`
 }
 
 // A Protocol is what a scenario's traffic speaks.
@@ -545,6 +552,12 @@ func (p *parser) check(s *Scenario) {
 		}
 	default:
 		p.errorf("traffic.protocol", "%q is not one of %s, %s", s.Traffic.Protocol, ProtocolHTTP, ProtocolGRPC)
+	}
+	switch {
+	case s.Traffic.ResolveInterval < 0:
+		p.errorf("traffic.resolveInterval", "%v is negative", s.Traffic.ResolveInterval)
+	case s.Traffic.ResolveInterval > 0 && s.Traffic.Protocol != ProtocolGRPC:
+		p.errorf("traffic.resolveInterval", "a gRPC traffic's channels resolve the Service's name themselves; give traffic.protocol: grpc")
 	}
 	if r := s.Traffic.Retry; r != nil && r.Attempts < 0 {
 		p.errorf("traffic.retry.attempts", "%d is negative", r.Attempts)

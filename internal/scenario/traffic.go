@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -36,15 +37,32 @@ type TrafficSource interface {
 
 // LocalTraffic returns the TrafficSource that generates the traffic in
 // this process, connecting through dial: the local cluster's DialContext,
-// which routes a Service's address as a node's kube-proxy would.
-func LocalTraffic(dial load.Dialer) TrafficSource { return localTraffic{dial} }
+// which routes a Service's address as a node's kube-proxy would. lookup,
+// if not nil, is the cluster's DNS for a traffic whose channels resolve
+// the Service's name themselves (Traffic.ResolveInterval); nil leaves
+// them the system's resolver.
+func LocalTraffic(dial load.Dialer, lookup func(ctx context.Context, host string) ([]netip.Addr, error)) TrafficSource {
+	return localTraffic{dial, lookup}
+}
 
-type localTraffic struct{ dial load.Dialer }
+type localTraffic struct {
+	dial   load.Dialer
+	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// configure gives cfg the source's dialer, and its lookup to a traffic
+// that resolves names itself.
+func (l localTraffic) configure(cfg *load.Config) {
+	cfg.Dial = l.dial
+	if r := cfg.Resolve; r != nil && r.Lookup == nil {
+		cfg.Resolve = &load.Resolve{Lookup: l.lookup, Interval: r.Interval}
+	}
+}
 
 // WaitServing waits until cfg.URL answers through the local cluster's
 // routing, by load.WaitServing's rule.
 func (l localTraffic) WaitServing(ctx context.Context, cfg load.Config, failed func(error)) error {
-	cfg.Dial = l.dial
+	l.configure(&cfg)
 	return load.WaitServing(ctx, cfg, failed)
 }
 
@@ -52,7 +70,8 @@ func (l localTraffic) WaitServing(ctx context.Context, cfg load.Config, failed f
 // request's result as it completes.
 func (l localTraffic) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Result, error) {
 	var requests []load.Result
-	cfg.Dial, cfg.Events = l.dial, nil
+	l.configure(&cfg)
+	cfg.Events = nil
 	cfg.OnResult = func(r load.Result) { requests = append(requests, r) }
 	gen, err := load.New(cfg)
 	if err != nil {
@@ -78,6 +97,10 @@ func loadConfig(t Traffic, target string, limit time.Duration) load.Config {
 	if t.Retry != nil {
 		policy = &retry.Policy{Attempts: t.Retry.Attempts, BaseDelay: t.Retry.BaseDelay}
 	}
+	var resolve *load.Resolve
+	if t.ResolveInterval > 0 {
+		resolve = &load.Resolve{Interval: t.ResolveInterval}
+	}
 	return load.Config{
 		URL:             target,
 		Clients:         clients,
@@ -85,5 +108,6 @@ func loadConfig(t Traffic, target string, limit time.Duration) load.Config {
 		ConnectTimeout:  t.ConnectTimeout,
 		ResponseTimeout: t.ResponseTimeout,
 		Retry:           policy,
+		Resolve:         resolve,
 	}
 }

@@ -37,7 +37,7 @@ func BenchmarkLocalTraffic(b *testing.B) {
 		Clients:  []load.Client{{Kind: load.NewConn, Rate: 200}, {Kind: load.KeepAlive, Rate: 200}},
 		Duration: 2 * time.Second,
 	}
-	source := LocalTraffic((&net.Dialer{}).DialContext)
+	source := LocalTraffic((&net.Dialer{}).DialContext, nil)
 	var user, system time.Duration
 	var requests int64
 	var allocs uint64

@@ -25,7 +25,7 @@ type splitTraffic struct {
 
 func (s *splitTraffic) WaitServing(ctx context.Context, cfg load.Config, failed func(error)) error {
 	s.waits.Add(1)
-	return LocalTraffic(s.dial).WaitServing(ctx, cfg, failed)
+	return LocalTraffic(s.dial, nil).WaitServing(ctx, cfg, failed)
 }
 
 func (s *splitTraffic) Run(ctx context.Context, cfg load.Config, started func()) (*load.Report, []load.Result, error) {
@@ -38,7 +38,7 @@ func (s *splitTraffic) Run(ctx context.Context, cfg load.Config, started func())
 	for i := range s.generators {
 		ready.Add(1)
 		done.Go(func() {
-			reports[i], requests[i], errs[i] = LocalTraffic(s.dial).Run(ctx, part, ready.Done)
+			reports[i], requests[i], errs[i] = LocalTraffic(s.dial, nil).Run(ctx, part, ready.Done)
 		})
 	}
 	ready.Wait()

@@ -395,6 +395,12 @@ func loadArgs(cfg load.Config, waitServing time.Duration) ([]string, error) {
 			dur("--max-lifetime", c.MaxLifetime)
 		}
 	}
+	if r := cfg.Resolve; r != nil {
+		if r.Lookup != nil {
+			return nil, errors.New("load pods: their lookups are the pods' DNS's, not a lookup of this process")
+		}
+		args = append(args, "--resolve-interval", cmp.Or(r.Interval, load.DefaultResolveInterval).String())
+	}
 	if r := cfg.Retry; r != nil {
 		args = append(args, "--retry")
 		if r.Attempts > 0 {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
@@ -540,6 +541,7 @@ func TestLoadArgs(t *testing.T) {
 		{"every flag", load.Config{URL: "http://web.shop/", Duration: 10 * time.Minute, ConnectTimeout: time.Second, ResponseTimeout: 3 * time.Second,
 			Clients: []load.Client{{Kind: load.KeepAlive, Rate: 12.5, Connections: 3}}, Retry: &retryPolicy}, 90 * time.Second,
 			"load http://web.shop/ -o jsonl --wait-serving 1m30s --duration 10m0s --connect-timeout 1s --response-timeout 3s --client keep-alive=12.5 --connections 3 --retry --retry-attempts 4 --retry-base-delay 50ms"},
+		{"resolving gRPC", load.Config{URL: "grpc://app.shop:50051", Resolve: &load.Resolve{}}, 0, "load grpc://app.shop:50051 -o jsonl --resolve-interval 30s"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			args, err := loadArgs(tt.cfg, tt.wait)
@@ -552,6 +554,10 @@ func TestLoadArgs(t *testing.T) {
 	policy.MaxDelay = time.Second
 	if _, err := loadArgs(load.Config{URL: "http://web.shop/", Retry: &policy}, 0); err == nil {
 		t.Error("loadArgs with a MaxDelay: no error, want one")
+	}
+	lookup := func(context.Context, string) ([]netip.Addr, error) { return nil, nil }
+	if _, err := loadArgs(load.Config{URL: "grpc://app.shop:50051", Resolve: &load.Resolve{Lookup: lookup}}, 0); err == nil {
+		t.Error("loadArgs with a Lookup: no error, want one")
 	}
 }
 

@@ -734,6 +734,13 @@ func (c *Cluster) DialContext(ctx context.Context, network, address string) (net
 	return c.nodes[0].proxy.DialContext(ctx, network, address)
 }
 
+// LookupHost returns the addresses of host, a headless Service's name, as
+// the cluster's DNS gives them to a client pod on node-1: its ready
+// endpoints in the first node's routing view; see [Proxy.LookupHost].
+func (c *Cluster) LookupHost(_ context.Context, host string) ([]netip.Addr, error) {
+	return c.nodes[0].proxy.LookupHost(host)
+}
+
 // Nodes returns the names of the cluster's nodes, in order: node-1,
 // node-2…
 func (c *Cluster) Nodes() []string {

@@ -265,6 +265,11 @@ func (p *Proxy) dial(ctx context.Context, network, address, client string, nodeP
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
+	if _, err := netip.ParseAddr(host); err == nil && !nodePort {
+		// A pod's address, as a headless Service's lookup gives: routed
+		// to the pod itself.
+		return p.cfg.Dial(ctx, network, address)
+	}
 	port, err := strconv.Atoi(portText)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("port %q: %w", portText, err)}
@@ -403,6 +408,35 @@ func serviceHost(host string) (name, namespace string, err error) {
 		return "", "", &net.DNSError{Err: "not a Service name (name.namespace)", Name: host, IsNotFound: true}
 	}
 	return name, namespace, nil
+}
+
+// LookupHost returns the addresses that the cluster's DNS gives a client
+// on the node for host, a headless Service's name (name.namespace[.svc…]):
+// the addresses of its ready endpoints, as the view has them, as CoreDNS
+// answers from the same EndpointSlices. The error of a host that is not
+// a headless Service in the view is a *net.DNSError; for a Service with a
+// cluster IP, the routing view dials its name (DialContext).
+func (p *Proxy) LookupHost(host string) ([]netip.Addr, error) {
+	name, namespace, err := serviceHost(host)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.view[namespace+"/"+name]
+	switch {
+	case r == nil:
+		return nil, errNoSuchService(name, namespace)
+	case r.svc.Spec.ClusterIP != corev1.ClusterIPNone:
+		return nil, &net.DNSError{Err: "not a headless Service: dial its name", Name: host, IsNotFound: true}
+	}
+	var out []netip.Addr
+	for _, ep := range cluster.EndpointsOf(r.slices...) {
+		if addr, err := netip.ParseAddr(ep.Address); err == nil && ep.Ready && !slices.Contains(out, addr) {
+			out = append(out, addr)
+		}
+	}
+	return out, nil
 }
 
 // errNoSuchService is the lookup error of a Service the view does not
