@@ -357,6 +357,11 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 // that is due without waiting. Workers outlive pace; inFlight counts them.
 func (g *Generator) pace(ctx context.Context, s *stream, start, end time.Time, inFlight *sync.WaitGroup) {
 	interval := float64(time.Second) / s.Rate
+	// Requests closer together than busyInterval keep the process busy
+	// enough that the runtime's timers fire on time; a nanosleep per
+	// request would then cost the pacer its P at each wake, and a wait
+	// for a P that the senders hold.
+	precise := time.Duration(interval) >= busyInterval
 	idPrefix := g.runID + "-" + strconv.Itoa(s.index) + "-"
 	// Workers are reused rather than a goroutine started per request: a
 	// new goroutine grows its stack again for every request.
@@ -366,7 +371,7 @@ func (g *Generator) pace(ctx context.Context, s *stream, start, end time.Time, i
 	<-timer.C
 	for seq := 0; ; seq++ {
 		at := start.Add(time.Duration(float64(seq) * interval))
-		if !at.Before(end) || !waitUntil(ctx, timer, at) {
+		if !at.Before(end) || !waitUntil(ctx, timer, at, precise) {
 			return
 		}
 		t := task{id: idPrefix + strconv.Itoa(seq), at: at}
@@ -389,14 +394,24 @@ type task struct {
 	at time.Time
 }
 
-// coarseSlack is how late a Go timer may fire; waitUntil sleeps the last
-// stretch before a request's time with sleepPrecise instead.
-const coarseSlack = 2 * time.Millisecond
+// coarseSlack is how late a Go timer may fire in an idle process;
+// waitUntil sleeps the last stretch before a request's time with
+// sleepPrecise instead, unless the requests come closer together than
+// busyInterval.
+const (
+	coarseSlack  = 2 * time.Millisecond
+	busyInterval = 100 * time.Microsecond
+)
 
 // waitUntil waits until at, and reports false if ctx is done first. ctx
-// is checked at least every coarseSlack.
-func waitUntil(ctx context.Context, timer *time.Timer, at time.Time) bool {
-	if wait := time.Until(at) - coarseSlack; wait > 0 {
+// is checked at least every coarseSlack. With precise, the last stretch
+// is slept with sleepPrecise; without, the runtime's timer waits it all.
+func waitUntil(ctx context.Context, timer *time.Timer, at time.Time, precise bool) bool {
+	slack := time.Duration(0)
+	if precise {
+		slack = coarseSlack
+	}
+	if wait := time.Until(at) - slack; wait > 0 {
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
@@ -408,7 +423,9 @@ func waitUntil(ctx context.Context, timer *time.Timer, at time.Time) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	sleepPrecise(time.Until(at))
+	if precise {
+		sleepPrecise(time.Until(at))
+	}
 	return true
 }
 
