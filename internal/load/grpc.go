@@ -78,8 +78,13 @@ type grpcChannel struct {
 // nil. The latest connection is nearly always the one: a channel has
 // one, but while it reconnects, calls may still end on the one before.
 func (ch *grpcChannel) connAt(local net.Addr) *grpcConn {
-	if c := ch.conn.Load(); c != nil && c.local == local {
-		return c
+	// The same *net.TCPAddr that the connection gave grpc-go: compared
+	// as pointers, never as interfaces, whose dynamic type may not be
+	// comparable.
+	if c := ch.conn.Load(); c != nil {
+		if a, ok := local.(*net.TCPAddr); ok && c.local == net.Addr(a) {
+			return c
+		}
 	}
 	if c, ok := ch.conns.Load(local.String()); ok {
 		return c.(*grpcConn)
