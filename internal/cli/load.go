@@ -153,10 +153,10 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	if flags.retry {
 		cfg.Retry = &retry.Policy{Attempts: flags.retryAttempts, BaseDelay: flags.retryBaseDelay}
 	}
-	if flags.resolve != 0 {
-		if err := positive("load", "--resolve-interval", flags.resolve); err != nil {
-			return err
-		}
+	if err := nonNegative("load", "--resolve-interval", flags.resolve); err != nil {
+		return err
+	}
+	if flags.resolve > 0 {
 		cfg.Resolve = &load.Resolve{Interval: flags.resolve}
 	}
 	switch {

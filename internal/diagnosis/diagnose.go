@@ -675,7 +675,9 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			}
 			return fix
 		}
-		if left, ok := h.ingressLeft(h.ipOf(o.Name), ph.signalAt); ok {
+		left, viaIngress := h.ingressLeft(h.ipOf(o.Name), ph.signalAt)
+		switch nodes := h.routedBy(h.ipOf(o.Name), ph.signalAt); {
+		case viaIngress:
 			// The client's requests came through the ingress, whose own
 			// routing decided where they went.
 			after := "until the end of the run"
@@ -684,14 +686,17 @@ func findings(h *history, old []results.OldPod, requests []results.Request) []re
 			}
 			add("ingress-not-converged", fmt.Sprintf("at %s, the ingress still sent requests to it, %s: %s", sig, after,
 				advice("a preStop delay longer than the ingress's update delay would have covered it")))
-		} else if nodes := h.routedBy(h.ipOf(o.Name), ph.signalAt); len(nodes) > 0 {
+		case h.allResolve():
+			// The clients chose the pods' addresses themselves: the
+			// nodes' routing was not theirs.
+		case len(nodes) > 0:
 			views := "the routing view of " + nodes[0]
 			if len(nodes) > 1 {
 				views = "the routing views of " + strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
 			}
 			add("routing-not-converged", fmt.Sprintf("at %s, %s still sent new connections to it: %s", sig, views,
 				advice("a preStop delay would have covered the propagation")))
-		} else if len(h.nodes) == 0 && !ph.signalInferred && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin {
+		case len(h.nodes) == 0 && !ph.signalInferred && o.LastNewConnectionMS != nil && *o.LastNewConnectionMS > ph.signalAt-convergedWithin:
 			gap := ph.signalAt - *o.LastNewConnectionMS
 			when := sec(gap) + " before " + sig
 			if gap < 0 {

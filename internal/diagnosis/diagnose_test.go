@@ -873,8 +873,15 @@ func TestStaleResolution(t *testing.T) {
 		stale    bool
 	}{{30000, true}, {0, false}} {
 		tl.run.Clients = []load.ClientReport{{Kind: load.KeepAlive, ResolveIntervalMS: tt.resolves}}
-		if _, got := tl.diagnosed(t, r); len(got) != 1 || (got[0] == StaleResolution) != tt.stale {
+		tl.run.OldPods = []results.OldPod{{Name: "app-a"}}
+		d, got := tl.diagnosed(t, r)
+		if len(got) != 1 || (got[0] == StaleResolution) != tt.stale {
 			t.Errorf("resolve interval %v ms: causes %v, want stale-resolution: %t", tt.resolves, got, tt.stale)
+		}
+		// The nodes' routing views were not the resolving client's.
+		routed := slices.ContainsFunc(d.Findings, func(f results.Finding) bool { return f.Kind == "routing-not-converged" })
+		if routed == tt.stale {
+			t.Errorf("resolve interval %v ms: findings %v, want a routing-not-converged one: %t", tt.resolves, d.Findings, !tt.stale)
 		}
 	}
 }

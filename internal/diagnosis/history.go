@@ -326,6 +326,17 @@ func (h *history) addAddr(ip string, at float64, pod string) {
 	}
 }
 
+// allResolve reports whether the run had clients and each resolved the
+// Service's name itself, so that no request went through the routing.
+func (h *history) allResolve() bool {
+	for _, r := range h.resolves {
+		if !r {
+			return false
+		}
+	}
+	return len(h.resolves) > 0
+}
+
 // podAt returns the pod that had addr's IP address at t, "" if none did.
 // An address taken by a new pod at most recordSlack after t, from one
 // whose container had exited in its termination, is the new pod's: the

@@ -288,14 +288,27 @@ func New(cfg Config) (*Generator, error) {
 // colon"), the URL it likely stands for.
 func parseTarget(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
-	if err == nil && u.Scheme == "http" && u.Host != "" {
-		return u, nil
+	validPort := false
+	if err == nil {
+		port, perr := strconv.Atoi(u.Port())
+		validPort = u.Port() == "" || (perr == nil && port > 0 && port <= 65535)
 	}
-	if err == nil && u.Scheme == "grpc" && u.Port() != "" && strings.Trim(u.Path, "/") == "" {
-		return u, nil
+	if err == nil && validPort && u.User == nil && u.Hostname() != "" {
+		if u.Scheme == "http" {
+			return u, nil
+		}
+		if u.Scheme == "grpc" && u.Port() != "" && strings.Trim(u.Path, "/") == "" && u.RawQuery == "" && u.Fragment == "" {
+			return u, nil
+		}
 	}
 	msg := fmt.Sprintf("target URL %q: want http://HOST:PORT/PATH, or grpc://HOST:PORT", raw)
 	switch {
+	case err == nil && !validPort:
+		msg += fmt.Sprintf(": port %q is not a port from 1 to 65535", u.Port())
+	case err == nil && u.User != nil:
+		msg += ": no user information"
+	case err == nil && u.Hostname() == "" && strings.Contains(raw, "://"):
+		msg += ": no host"
 	case !strings.Contains(raw, "://"):
 		if u, err := url.Parse("http://" + raw); err == nil && u.Host != "" {
 			msg += ", such as " + u.String()
@@ -303,7 +316,7 @@ func parseTarget(raw string) (*url.URL, error) {
 	case err != nil:
 		msg += ": " + strings.TrimPrefix(err.Error(), fmt.Sprintf("parse %q: ", raw))
 	case u.Scheme == "grpc":
-		msg += ": a gRPC target names its port, and has no path: its calls are closingtime.lab.v1.Lab/Work"
+		msg += ": a gRPC target names its port, and has no path, query or fragment: its calls are closingtime.lab.v1.Lab/Work"
 	case u.Scheme != "http":
 		msg += ": the requests are plain HTTP/1.1 or gRPC, not " + u.Scheme
 	}

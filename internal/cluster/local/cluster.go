@@ -728,10 +728,20 @@ func (c *Cluster) Logs(ctx context.Context, namespace, pod, container string) ([
 // DialContext connects to a Service through the first node's routing
 // view, as a client pod on node-1 would; see [Proxy.DialContext]. Every
 // connection it makes has one source address, its node's client's, so that
-// with sessionAffinity ClientIP they all stick to one endpoint. Dialer gives
-// the view of another node.
+// with sessionAffinity ClientIP they all stick to one endpoint. A pod's
+// address (what LookupHost gives) is dialed as such a pod would: directly.
+// Dialer gives the view of another node.
 func (c *Cluster) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	return c.nodes[0].proxy.DialContext(ctx, network, address)
+	p := c.nodes[0].proxy
+	if host, _, err := net.SplitHostPort(address); err == nil && p.cfg.Rules == nil {
+		if _, err := netip.ParseAddr(host); err == nil {
+			// A pod's address, as a headless Service's lookup gives
+			// them: a pod's connection goes to it directly. (With rules,
+			// the view dials addresses through the node's kernel.)
+			return p.cfg.Dial(ctx, network, address)
+		}
+	}
+	return p.DialContext(ctx, network, address)
 }
 
 // LookupHost returns the addresses of host, a headless Service's name, as

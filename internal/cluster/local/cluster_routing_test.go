@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -183,5 +184,62 @@ func TestClusterDialerLocal(t *testing.T) {
 				t.Fatalf("a request from %s went to %q (%v), want %s, the pod on the node", node, got, err, want)
 			}
 		}
+	}
+}
+
+// TestClusterHeadlessLookup: a headless Service's name looks up to its
+// ready pods' addresses, and a connection to each address reaches that
+// pod, on either network, as a client pod's lookup and connect do; a
+// Service with a cluster IP, or none, does not look up.
+func TestClusterHeadlessLookup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs pods")
+	}
+	t.Parallel()
+	for _, mode := range []NetworkMode{NetworkLoopback, NetworkNamespaces} {
+		t.Run(string(mode), func(t *testing.T) {
+			network := mode
+			if mode == NetworkNamespaces {
+				network = NetworkAuto // namespaces where they can be made
+			}
+			c := startCluster(t, Config{Network: network, MinPropagationDelay: 100 * time.Millisecond, MaxPropagationDelay: 500 * time.Millisecond})
+			if mode == NetworkNamespaces {
+				skipUnlessNamespaced(t, c)
+			}
+			d, svc := webDeployment(2, 2, "--shutdown=exit")
+			withIP := svc.DeepCopy()
+			withIP.Name = "web-ip"
+			svc.Spec.ClusterIP = corev1.ClusterIPNone
+			rollout(t, c, []runtime.Object{d, svc, withIP}, 0)
+			ctx := context.Background()
+			// The node's view takes the Service and its endpoints in
+			// after the propagation delay.
+			var addrs []netip.Addr
+			for deadline := time.Now().Add(waitLimit); len(addrs) < 2; time.Sleep(50 * time.Millisecond) {
+				var err error
+				addrs, err = c.LookupHost(ctx, "web.default.svc.cluster.local")
+				if time.Now().After(deadline) {
+					t.Fatalf("lookup: %v, %v; want the 2 pods' addresses", addrs, err)
+				}
+			}
+			reached := map[string]bool{}
+			for _, a := range addrs {
+				pod, err := podVia(func(ctx context.Context, network, _ string) (net.Conn, error) {
+					return c.DialContext(ctx, network, net.JoinHostPort(a.String(), "8080"))
+				})
+				if err != nil {
+					t.Fatalf("%s: %v", a, err)
+				}
+				reached[pod] = true
+			}
+			if len(reached) != 2 {
+				t.Errorf("the addresses reached %v, want the 2 pods", reached)
+			}
+			for _, host := range []string{"nothere.default", "web-ip.default"} {
+				if got, err := c.LookupHost(ctx, host); err == nil {
+					t.Errorf("lookup of %s: %v, want an error", host, got)
+				}
+			}
+		})
 	}
 }

@@ -265,11 +265,6 @@ func (p *Proxy) dial(ctx context.Context, network, address, client string, nodeP
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	if _, err := netip.ParseAddr(host); err == nil && !nodePort {
-		// A pod's address, as a headless Service's lookup gives: routed
-		// to the pod itself.
-		return p.cfg.Dial(ctx, network, address)
-	}
 	port, err := strconv.Atoi(portText)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("port %q: %w", portText, err)}
