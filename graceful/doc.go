@@ -71,6 +71,11 @@
 //	…
 //	err = srv.Serve(context.Background(), ln)
 //
+// The package itself needs nothing but the standard library: its fields
+// take grpc-go's servers through the small interfaces [GRPCServer] and
+// [HealthServer], so that a program that serves HTTP alone does not link
+// grpc-go.
+//
 // A minimal use, in main. ListenAndServe blocks until the termination
 // sequence is over, which SIGTERM or SIGINT starts, or the end of the
 // context it is given; it returns nil after a complete drain.

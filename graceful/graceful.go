@@ -15,9 +15,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 )
 
 // Defaults used when the corresponding [Server] field is zero.
@@ -61,7 +58,23 @@ var (
 	ErrServerUsed = errors.New("graceful: Server already used")
 )
 
-// Server runs an [http.Server] or a [grpc.Server] until a termination
+// GRPCServer is what a [Server] needs of a gRPC server, as grpc-go's
+// *grpc.Server has it. It is an interface so that a program that serves
+// HTTP alone does not link grpc-go.
+type GRPCServer interface {
+	Serve(net.Listener) error
+	GracefulStop()
+	Stop()
+}
+
+// HealthServer is what a [Server] needs of a gRPC health service, as
+// grpc-go's *health.Server has it: Shutdown sets every service it knows
+// NOT_SERVING, and keeps them so.
+type HealthServer interface {
+	Shutdown()
+}
+
+// Server runs an [http.Server] or a gRPC server until a termination
 // signal, then drains it as the package documentation describes. The zero
 // value is not usable: one of HTTP and GRPC must be set. All other fields
 // are optional.
@@ -74,15 +87,16 @@ type Server struct {
 	// Certificates or GetCertificate serve TLS.
 	HTTP *http.Server
 
-	// GRPC is the gRPC server to run, instead of HTTP. Its drain is
-	// GracefulStop, bounded by the drain deadline, then Stop.
-	GRPC *grpc.Server
+	// GRPC is the gRPC server to run, instead of HTTP: a *grpc.Server.
+	// Its drain is GracefulStop, bounded by the drain deadline, then Stop.
+	GRPC GRPCServer
 
-	// Health, with GRPC, is the server's grpc.health.v1 service: every
-	// service it knows turns NOT_SERVING when termination begins, which
-	// fails a kubelet's grpc readiness probe as ReadyHandler fails an HTTP
-	// one. Nil means GRPC serves no health service of graceful's knowing.
-	Health *health.Server
+	// Health, with GRPC, is the server's grpc.health.v1 service, a
+	// *health.Server: every service it knows turns NOT_SERVING when
+	// termination begins, which fails a kubelet's grpc readiness probe as
+	// ReadyHandler fails an HTTP one. Nil means GRPC serves no health
+	// service of graceful's knowing.
+	Health HealthServer
 
 	// Signals start the termination sequence; a second one ends it at once.
 	// Nil means SIGTERM and SIGINT.

@@ -20,6 +20,12 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/labpb"
 )
 
+// grpc-go's servers are what a Server takes.
+var (
+	_ graceful.GRPCServer   = (*grpc.Server)(nil)
+	_ graceful.HealthServer = (*health.Server)(nil)
+)
+
 // lab is a Lab service whose Work takes work, and counts the calls that
 // entered it and those it answered.
 type lab struct {
