@@ -203,6 +203,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return errors.New("graceful: set one of Server.HTTP and Server.GRPC")
 	}
+	if s.Health != nil && s.GRPC == nil {
+		ln.Close()
+		return errors.New("graceful: Server.Health is a gRPC server's health service: an HTTP server's readiness is ReadyHandler")
+	}
 	drain, err := s.drainTimeout()
 	if err != nil {
 		ln.Close()

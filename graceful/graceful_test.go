@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/closingtime-dev/closingtime/graceful"
 )
@@ -1003,6 +1004,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"no server", &graceful.Server{}, "set one of Server.HTTP and Server.GRPC"},
 		{"both servers", &graceful.Server{HTTP: &http.Server{}, GRPC: grpc.NewServer()}, "set one of Server.HTTP and Server.GRPC"},
+		{"health without gRPC", &graceful.Server{HTTP: &http.Server{}, Health: health.NewServer()}, "Server.Health is a gRPC server's"},
 		{"pre-stop eats the budget", &graceful.Server{HTTP: &http.Server{}, PreStopDelay: 29 * time.Second}, "no drain time"},
 		{"negative", &graceful.Server{HTTP: &http.Server{}, PreStopDelay: -time.Second}, "negative"},
 	}

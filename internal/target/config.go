@@ -272,6 +272,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.GRPC && c.Shutdown == ModeHostage {
 		errs = append(errs, fmt.Errorf("shutdown mode %s is HTTP/1's: not one of the gRPC server's", ModeHostage))
 	}
+	if c.GRPC && c.Dependency != "" {
+		errs = append(errs, errors.New("a dependency (--dependency) is what the HTTP server's /health-deep checks: the gRPC server has none"))
+	}
 	if c.MaxConnectionAge != 0 && !c.GRPC {
 		errs = append(errs, errors.New("a maximum connection age (--max-connection-age) is the gRPC server's: give --grpc"))
 	}

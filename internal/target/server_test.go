@@ -148,6 +148,7 @@ func TestRunInvalidConfig(t *testing.T) {
 		{"negative delay", target.Config{StartupDelay: -time.Second}, "negative startup delay"},
 		{"crash code too large", target.Config{CrashCode: 256}, "crash code 256"},
 		{"dependency not http", target.Config{Dependency: "ftp://db"}, "not an http or https URL"},
+		{"dependency of a gRPC server", target.Config{GRPC: true, Dependency: "http://db/"}, "the gRPC server has none"},
 		{"port in use", target.Config{Listen: "127.0.0.1:-1"}, "listen tcp"},
 	}
 	for _, tt := range tests {
