@@ -15,6 +15,9 @@ import (
 // resolver's minimum resolution interval, 30 s.
 const DefaultResolveInterval = 30 * time.Second
 
+// A Lookup returns the addresses of a host name, as DNS does.
+type Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+
 // Resolve makes each gRPC channel resolve its target's host itself, as a
 // client of a headless Service does through DNS, and balance its calls
 // round robin over every address the lookup gives (grpc-go's round_robin),
@@ -24,7 +27,7 @@ type Resolve struct {
 	// Lookup returns the addresses of host. Nil means the system's
 	// resolver (net.DefaultResolver), which a pod's DNS points at the
 	// cluster's.
-	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	Lookup Lookup
 	// Interval is the shortest time between two lookups. A channel looks
 	// its host up again only when it asks to (grpc-go's ResolveNow: a
 	// connection lost, a connect failed), and not before Interval has

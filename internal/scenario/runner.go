@@ -257,7 +257,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 	res.Deployment = deployment.Namespace + "/" + deployment.Name
 	traffic := cl.Traffic
 	if traffic == nil {
-		var lookup func(context.Context, string) ([]netip.Addr, error)
+		var lookup load.Lookup
 		if l, ok := c.(interface {
 			LookupHost(context.Context, string) ([]netip.Addr, error)
 		}); ok {

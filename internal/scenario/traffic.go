@@ -2,7 +2,6 @@ package scenario
 
 import (
 	"context"
-	"net/netip"
 	"time"
 
 	"github.com/closingtime-dev/closingtime/internal/load"
@@ -41,13 +40,13 @@ type TrafficSource interface {
 // if not nil, is the cluster's DNS for a traffic whose channels resolve
 // the Service's name themselves (Traffic.ResolveInterval); nil leaves
 // them the system's resolver.
-func LocalTraffic(dial load.Dialer, lookup func(ctx context.Context, host string) ([]netip.Addr, error)) TrafficSource {
+func LocalTraffic(dial load.Dialer, lookup load.Lookup) TrafficSource {
 	return localTraffic{dial, lookup}
 }
 
 type localTraffic struct {
 	dial   load.Dialer
-	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	lookup load.Lookup
 }
 
 // configure gives cfg the source's dialer, and its lookup to a traffic
