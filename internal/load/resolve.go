@@ -90,27 +90,38 @@ func (r *lookupResolver) run(ctx context.Context) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}
 	}
+	// retry is the wait after a failed lookup, or an answer the channel
+	// refused (no address): grpc-go's DNS resolver polls then, with a
+	// backoff of its own, rather than wait for the channel to ask.
+	retry := retryFirst
 	for {
 		looked := time.Now()
 		addrs, err := lookup(ctx, r.host)
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return
-		case err != nil:
+		}
+		if err != nil {
 			r.cc.ReportError(err)
-		default:
+		} else {
 			state := resolver.State{Addresses: make([]resolver.Address, len(addrs))}
 			for i, a := range addrs {
 				state.Addresses[i] = resolver.Address{Addr: net.JoinHostPort(a.Unmap().String(), r.port)}
 			}
-			r.cc.UpdateState(state)
+			err = r.cc.UpdateState(state)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.now:
+		next := looked.Add(interval)
+		if err != nil {
+			next = time.Now().Add(min(retry, interval))
+			retry = time.Duration(float64(retry) * retryGrowth)
+		} else {
+			retry = retryFirst
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.now:
+			}
 		}
-		t := time.NewTimer(time.Until(looked.Add(interval)))
+		t := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -119,3 +130,11 @@ func (r *lookupResolver) run(ctx context.Context) {
 		}
 	}
 }
+
+// retryFirst and retryGrowth space a resolver's lookups after a failure,
+// as grpc-go's default exponential backoff does (1 s, 1.6 times longer
+// each time), never longer apart than the Resolve's Interval.
+const (
+	retryFirst  = time.Second
+	retryGrowth = 1.6
+)

@@ -140,3 +140,45 @@ func TestResolveInterval(t *testing.T) {
 		t.Errorf("%d calls failed, the last %v after the new address answered: want failures until it did", failed, lastFailed.Sub(firstC))
 	}
 }
+
+// TestResolveRetriesEmptyAnswer: a lookup that finds no address (every pod
+// unready, say) is tried again by itself, as grpc-go's DNS resolver polls
+// after an answer its channel refused, not left until the channel asks,
+// which, without a connection, it never does.
+func TestResolveRetriesEmptyAnswer(t *testing.T) {
+	first, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := first.Addr().(*net.TCPAddr).Port
+	first.Close()
+	serveNamed(t, "127.0.0.2", port, "pod-a")
+	var mu sync.Mutex
+	lookups := 0
+	lookup := func(context.Context, string) ([]netip.Addr, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lookups++
+		if lookups == 1 {
+			return nil, nil
+		}
+		return []netip.Addr{netip.MustParseAddr("127.0.0.2")}, nil
+	}
+	s := newGRPCSender((&net.Dialer{}).DialContext, "app.shop:"+strconv.Itoa(port), &Resolve{Lookup: lookup, Interval: time.Minute},
+		5*time.Second, 5*time.Second, 1, Limits{})
+	defer s.close()
+	ch, _, err := s.channel(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := labpb.NewLabClient(ch.cc).Work(ctx, &labpb.WorkRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("call: %v, want it answered once the lookup found the address", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if lookups < 2 {
+		t.Errorf("%d lookups, want a second after the empty answer", lookups)
+	}
+}
