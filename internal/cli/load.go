@@ -56,6 +56,14 @@ connection for each request; keep-alive sends over a pool of --connections
 persistent connections. Neither resends a failed request unless --retry is
 given, and then only what is safe to resend (see the retry package).
 
+An h2c://HOST:PORT/PATH URL sends the GETs over HTTP/2 without TLS, with
+prior knowledge, through Go's net/http Transport, as a Go service calls
+another: new-conn on a connection of its own per request, keep-alive over
+--connections connections that each carry many requests at once. The
+Transport's own resends of a request the server never processed (a stream
+refused by a GOAWAY) are attempts of their own: a request one saved
+counts as absorbed.
+
 A grpc://HOST:PORT URL calls closingtime.lab.v1.Lab/Work over gRPC instead
 (closingtime serve --grpc): new-conn on a channel of its own per call,
 keep-alive over --connections long-lived channels. A call is sorted as a
@@ -96,6 +104,7 @@ kube-proxy routes a pod's connections (docs/load.md).`,
   closingtime load http://app/work --duration 10m --stop-file /tmp/stop --events events.jsonl
   closingtime load http://web.shop:80/ --client keep-alive=500 --retry --retry-attempts 3 -o jsonl
   closingtime load http://127.0.0.1:8080/work --wait-serving 30s --duration 10s
+  closingtime load h2c://127.0.0.1:8080/work --client keep-alive=200 --connections 1
   closingtime load grpc://127.0.0.1:50051 --client keep-alive=200 --connections 1
   closingtime load grpc://app-headless.shop:50051 --client keep-alive=200 --resolve-interval 30s`,
 		Args: func(cmd *cobra.Command, args []string) error {

@@ -70,7 +70,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		{name: "client rate zero", args: []string{"load", "http://127.0.0.1:1/", "--client", "keep-alive=0"}, wantErr: "invalid rate"},
 		{name: "unparsable URL", args: []string{"load", "http://[::1"}, wantErr: "target URL"},
 		{name: "URL without scheme", args: []string{"load", "127.0.0.1:18080/work"},
-			wantErr: `closingtime: load: target URL "127.0.0.1:18080/work": want http://HOST:PORT/PATH, or grpc://HOST:PORT, such as http://127.0.0.1:18080/work` + "\n"},
+			wantErr: `closingtime: load: target URL "127.0.0.1:18080/work": want http://HOST:PORT/PATH, h2c://HOST:PORT/PATH or grpc://HOST:PORT, such as http://127.0.0.1:18080/work` + "\n"},
 		{name: "unknown client kind", args: []string{"load", "http://127.0.0.1:1/", "--client", "http2"}, wantErr: `unknown client kind "http2"`},
 		{name: "client twice", args: []string{"load", "http://127.0.0.1:1/", "--client", "new-conn", "--client", "new-conn=5"}, wantErr: "given twice"},
 		{name: "bad output", args: []string{"load", "http://127.0.0.1:1/", "-o", "yaml"}, wantErr: "invalid --output"},
@@ -208,10 +208,13 @@ func TestLoadText(t *testing.T) {
 		t.Fatalf("exit status %d: %s", status, stderr)
 	}
 	// The four requests may straddle a second boundary: the lines of the
-	// seconds with failures, between the header and the totals, add up to 4.
+	// seconds with failures, between the headers and the totals, add up to 4.
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("summary:\n%s\nwant the target, the client and its totals", stdout)
+	}
 	perSecond := 0
-	for _, line := range lines[1:] {
+	for _, line := range lines[3:] {
 		if strings.HasPrefix(line, "total ") {
 			break
 		}
@@ -221,8 +224,8 @@ func TestLoadText(t *testing.T) {
 		}
 		perSecond += n
 	}
-	if lines[0] != "new-conn 20/s" || perSecond != 4 || !strings.Contains(stdout, "\ntotal refused=4\n") {
-		t.Errorf("summary:\n%s\nwant a header, the seconds with refused connects (4 in all), and total refused=4", stdout)
+	if lines[0] != "http://"+addr+"/work, GETs over HTTP/1.1" || lines[2] != "new-conn 20/s" || perSecond != 4 || !strings.Contains(stdout, "\ntotal refused=4\n") {
+		t.Errorf("summary:\n%s\nwant headers, the seconds with refused connects (4 in all), and total refused=4", stdout)
 	}
 }
 

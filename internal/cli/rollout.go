@@ -28,6 +28,8 @@ type rolloutFlags struct {
 	trafficFlags
 	service       string
 	path          string
+	pathGiven     bool
+	protocol      string
 	warmUp, after time.Duration
 	out           resultsOutput
 	images        []string
@@ -50,6 +52,10 @@ on standard output, --results FILE as JSON and --report FILE as an HTML
 page (neither by default); standard error says at the end which files
 were written and where, and last how many requests failed and a line
 for each of their causes, the most first, with its count and its fix.
+
+--protocol http2 sends the GETs over HTTP/2 without TLS (h2c), as a Go
+client of an HTTP/2 service does; --protocol grpc calls
+closingtime.lab.v1.Lab/Work, for a workload of closingtime serve --grpc.
 
 --junit FILE, or -o junit, writes the results as JUnit XML for CI: a test
 case per rollout, failed when more of its requests failed than
@@ -81,6 +87,7 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
   closingtime rollout -f k8s/ --local --repeat 3 --client new-conn=50 --client keep-alive=20 --path /work
   closingtime rollout -f deploy.yaml --local --image-command 'registry.example/shop:1.4=./bin/shop --port $(PORT)'
   closingtime rollout -f deploy.yaml --local --repeat 3 --max-failures 0 --junit rollout.xml
+  closingtime rollout -f deploy.yaml --local --protocol http2 --client keep-alive=100 --connections 1
   closingtime rollout --kube deploy/web -n shop --rate 200 --load-pods 2
   closingtime rollout --kube -f deploy.yaml --image closingtime:dev`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -97,6 +104,7 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
 			if len(args) == 1 {
 				ref = args[0]
 			}
+			flags.pathGiven = cmd.Flags().Changed("path")
 			return runRollout(cmd.Context(), streams, ref, flags)
 		},
 	}
@@ -107,6 +115,7 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
 	flags.trafficFlags.bind(f)
 	f.StringVar(&flags.service, "service", "", "the Service to send traffic to (default: the only one in the files)")
 	f.StringVar(&flags.path, "path", scenario.DefaultPath, "the HTTP path to request")
+	f.StringVar(&flags.protocol, "protocol", string(scenario.ProtocolHTTP), "what the traffic speaks: http (GETs of --path over HTTP/1.1), http2 (the same over HTTP/2 without TLS, h2c) or grpc (Work calls of closingtime serve --grpc)")
 	f.DurationVar(&flags.warmUp, "warm-up", scenario.DefaultWarmUp, "traffic before each rollout")
 	f.DurationVar(&flags.after, "after", scenario.DefaultAfter, "traffic after each rollout is complete and its old pods are gone")
 	flags.out.bind(f, "", "", 0)
@@ -144,12 +153,25 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	if err != nil {
 		return err
 	}
+	traffic := scenario.Traffic{Service: flags.service, Path: flags.path, Protocol: scenario.Protocol(flags.protocol),
+		ConnectTimeout: flags.connectTimeout, ResponseTimeout: flags.responseTimeout}
+	switch traffic.Protocol {
+	case scenario.ProtocolHTTP, scenario.ProtocolHTTP2:
+	case scenario.ProtocolGRPC:
+		if flags.pathGiven {
+			return usagef("rollout: --path is HTTP's: gRPC traffic calls closingtime.lab.v1.Lab/Work")
+		}
+		if flags.retry {
+			return usagef("rollout: --retry is HTTP's: grpc-go's own transparent retries are counted as absorbed")
+		}
+		traffic.Path = ""
+	default:
+		return usagef("rollout: --protocol %q: want http, http2 or grpc", flags.protocol)
+	}
 	// Last of the flags' checks: it writes (and removes) a file.
 	if err := flags.out.checkWritable("rollout"); err != nil {
 		return err
 	}
-	traffic := scenario.Traffic{Service: flags.service, Path: flags.path,
-		ConnectTimeout: flags.connectTimeout, ResponseTimeout: flags.responseTimeout}
 	for _, c := range clients {
 		traffic.Clients = append(traffic.Clients, scenario.Client{Kind: c.Kind, Rate: c.Rate, Connections: c.Connections,
 			MaxIdle: c.MaxIdle, MaxLifetime: c.MaxLifetime})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/diagnosis"
+	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
@@ -71,6 +72,9 @@ func TestRolloutUsage(t *testing.T) {
 		{name: "negative warm-up", args: []string{"rollout", "-f", plain, "--local", "--warm-up", "-1s"}, wantErr: "rollout: invalid --warm-up -1s: must not be negative"},
 		{name: "bad client", args: []string{"rollout", "-f", plain, "--local", "--client", "udp"}, wantErr: `--client "udp"`},
 		{name: "bad image command", args: []string{"rollout", "-f", plain, "--local", "--image-command", "shop:1"}, wantErr: `--image-command "shop:1"`},
+		{name: "bad protocol", args: []string{"rollout", "-f", plain, "--local", "--protocol", "h3"}, wantErr: "closingtime: rollout: --protocol \"h3\": want http, http2 or grpc\n"},
+		{name: "grpc with a path", args: []string{"rollout", "-f", plain, "--local", "--protocol", "grpc", "--path", "/work"}, wantErr: "rollout: --path is HTTP's"},
+		{name: "grpc with retries", args: []string{"rollout", "-f", plain, "--local", "--protocol", "grpc", "--retry"}, wantErr: "rollout: --retry is HTTP's"},
 	})
 }
 
@@ -365,5 +369,31 @@ func TestRolloutInitContainer(t *testing.T) {
 	}
 	if _, err := os.Stat(once); err != nil {
 		t.Errorf("no init container failed: %v", err)
+	}
+}
+
+// TestRolloutHTTP2: --protocol http2 sends the traffic over HTTP/2 without
+// TLS, through the Service, and the results say so; the lab server
+// answers it.
+func TestRolloutHTTP2(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"rollout", "-f", "testdata/rollout-plain.yaml", "--local", "--path", "/work",
+		"--protocol", "http2", "--client", "keep-alive=20", "--connections", "2",
+		"--warm-up", "1s", "--after", "1s", "--max-failures", "-1", "-o", "json"},
+		Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	if code != ExitOK {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitOK, out.String(), errOut.String())
+	}
+	r, err := results.Read(&out)
+	if err != nil || len(r.Scenarios) != 1 || len(r.Scenarios[0].Runs) != 1 {
+		t.Fatalf("results: %v, %+v", err, r)
+	}
+	s := r.Scenarios[0]
+	if !strings.HasPrefix(s.Target, "h2c://app.") || !strings.HasSuffix(s.Target, ":80/work") {
+		t.Errorf("target %q, want the Service's h2c URL", s.Target)
+	}
+	if c := s.Runs[0].Clients[0]; c.Totals[load.OK] == 0 || c.Statuses[200] != c.Totals[load.OK] {
+		t.Errorf("keep-alive totals %v, statuses %v: want OK requests, each a 200", c.Totals, c.Statuses)
 	}
 }

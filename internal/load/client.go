@@ -199,15 +199,7 @@ func (c *client) exchange(cn *conn, req *http.Request, a *attempt) (*http.Respon
 	if err != nil {
 		return nil, a.fail(classifyExchange(err, true), fmt.Errorf("read response: %w", err))
 	}
-	// A 5xx's body may be a proxy's answer, which says why.
-	var head []byte
-	if resp.StatusCode >= 500 {
-		head, err = io.ReadAll(io.LimitReader(resp.Body, proxyBodyHead))
-	}
-	if err == nil {
-		_, err = io.Copy(io.Discard, resp.Body)
-	}
-	resp.Body.Close()
+	head, err := readBody(resp)
 	if err != nil {
 		return nil, a.fail(classifyExchange(err, true), fmt.Errorf("read response body: %w", err))
 	}
@@ -239,7 +231,7 @@ func (c *client) acquire(deadline time.Time) (*conn, error) {
 		// A connection the server closed while it was idle is dropped
 		// without a request sent on it, as net/http and Node do; one the
 		// client's limits retire, too.
-		if c.limits.reusable(cn, time.Now()) && idleAlive(cn) {
+		if c.limits.reusable(cn.made, cn.idle, time.Now()) && idleAlive(cn) {
 			return cn, nil
 		}
 		cn.close()
@@ -265,7 +257,7 @@ func (c *client) connect(deadline time.Time) (*conn, error) {
 // closes it otherwise.
 func (c *client) release(cn *conn, reusable bool) {
 	cn.idle = time.Now()
-	if c.pool == nil || !reusable || !c.limits.reusable(cn, cn.idle) {
+	if c.pool == nil || !reusable || !c.limits.reusable(cn.made, cn.idle, cn.idle) {
 		cn.close()
 		if c.pool != nil {
 			c.pool <- nil
@@ -291,13 +283,13 @@ type Limits struct {
 	MaxLifetime time.Duration
 }
 
-// reusable reports whether the limits let cn, idle since cn.idle, carry
-// another request at now.
-func (l Limits) reusable(cn *conn, now time.Time) bool {
-	if l.MaxLifetime > 0 && now.Sub(cn.made) >= l.MaxLifetime {
+// reusable reports whether the limits let a connection or channel made at
+// made, idle since idle, carry another request at now.
+func (l Limits) reusable(made, idle, now time.Time) bool {
+	if l.MaxLifetime > 0 && now.Sub(made) >= l.MaxLifetime {
 		return false
 	}
-	return l.MaxIdle <= 0 || now.Sub(cn.idle) <= l.MaxIdle
+	return l.MaxIdle <= 0 || now.Sub(idle) <= l.MaxIdle
 }
 
 // close closes the idle connections of the pool. It must be called only
@@ -338,9 +330,10 @@ type attempt struct {
 	start, connect, firstByte, end time.Time
 
 	// A gRPC call's: answered, the server's status came, in its
-	// trailers; conn, the connection it went on, if known.
+	// trailers. A gRPC call's or an HTTP/2 request's: conn, the shared
+	// connection it went on, if known.
 	answered bool
-	conn     *grpcConn
+	conn     *sharedConn
 }
 
 func (a *attempt) fail(class Class, err error) error {
@@ -360,6 +353,19 @@ func (a *attempt) done(resp *http.Response, head []byte) {
 		a.class = HTTP5xx
 		a.proxy = proxy.Recognize(resp.StatusCode, resp.Header, head)
 	}
+}
+
+// readBody reads resp's whole body and closes it. It returns the body's
+// beginning if resp is a 5xx: a proxy's answer, which says why.
+func readBody(resp *http.Response) (head []byte, err error) {
+	if resp.StatusCode >= 500 {
+		head, err = io.ReadAll(io.LimitReader(resp.Body, proxyBodyHead))
+	}
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+	}
+	resp.Body.Close()
+	return head, err
 }
 
 // proxyBodyHead is how much of a 5xx's body is read for a proxy's reason:

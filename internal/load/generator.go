@@ -175,14 +175,15 @@ type sender interface {
 	close()
 }
 
-// httpSender sends GETs of the target over HTTP/1.1.
+// httpSender sends GETs of the target over HTTP/1.1 (a [client]) or
+// HTTP/2 (an [h2Client]).
 type httpSender struct {
-	client *client
+	rt http.RoundTripper // the stream's client, or a retry.Transport around it
 	// fresh makes a connection of its own for each request: the retries
 	// go out on it, and the re-probes.
-	fresh    *client
-	rt       http.RoundTripper // client, or a retry.Transport around it
-	template *http.Request     // the request, without its id
+	fresh     http.RoundTripper
+	closeIdle func()
+	template  *http.Request // the request, without its id
 }
 
 func (h *httpSender) send(id string, log *attemptLog, fresh bool) error {
@@ -197,7 +198,7 @@ func (h *httpSender) send(id string, log *attemptLog, fresh bool) error {
 	return err
 }
 
-func (h *httpSender) close() { h.client.close() }
+func (h *httpSender) close() { h.closeIdle() }
 
 // New checks cfg and returns a Generator for it. Every error it returns is
 // about cfg.
@@ -223,12 +224,11 @@ func New(cfg Config) (*Generator, error) {
 	g := &Generator{cfg: cfg, target: target, runID: hex.EncodeToString(id[:])}
 	address := hostPort(target)
 	var template *http.Request
-	if target.Scheme == "http" {
-		template, err = http.NewRequest(http.MethodGet, target.String(), nil)
+	if target.Scheme != "grpc" {
+		template, err = newTemplate(target)
 		if err != nil {
-			return nil, fmt.Errorf("target URL: %w", err)
+			return nil, err
 		}
-		template.Header.Set("User-Agent", userAgent)
 		if cfg.Resolve != nil {
 			return nil, errors.New("resolving the host (--resolve-interval) is the gRPC client's: an HTTP target is dialed as it is")
 		}
@@ -267,12 +267,18 @@ func New(cfg Config) (*Generator, error) {
 		if template == nil {
 			s.sender = newGRPCSender(cfg.Dial, address, cfg.Resolve, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits)
 		} else {
-			h := &httpSender{template: template,
-				client: newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits),
-				fresh:  newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, 0, Limits{})}
-			h.rt = h.client
+			h := &httpSender{template: template}
+			if target.Scheme == "h2c" {
+				c := newH2Client(cfg.Dial, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits)
+				h.rt, h.closeIdle = c, c.close
+				h.fresh = newH2Client(cfg.Dial, cfg.ConnectTimeout, cfg.ResponseTimeout, 0, Limits{})
+			} else {
+				c := newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits)
+				h.rt, h.closeIdle = c, c.close
+				h.fresh = newClient(cfg.Dial, address, cfg.ConnectTimeout, cfg.ResponseTimeout, 0, Limits{})
+			}
 			if cfg.Retry != nil {
-				h.rt = &retry.Transport{Base: h.client, Fresh: h.fresh, Policy: *cfg.Retry}
+				h.rt = &retry.Transport{Base: h.rt, Fresh: h.fresh, Policy: *cfg.Retry}
 			}
 			s.sender = h
 		}
@@ -281,7 +287,8 @@ func New(cfg Config) (*Generator, error) {
 	return g, nil
 }
 
-// parseTarget parses raw, the target of a run: an http URL with a host.
+// parseTarget parses raw, the target of a run: an http, h2c or grpc URL
+// with a host.
 // The error for anything else says which form is wanted, and, for an
 // address without its scheme ("127.0.0.1:8080/work", which net/url takes
 // for a scheme or rejects with "first path segment in URL cannot contain
@@ -294,14 +301,14 @@ func parseTarget(raw string) (*url.URL, error) {
 		validPort = u.Port() == "" || (perr == nil && port > 0 && port <= 65535)
 	}
 	if err == nil && validPort && u.User == nil && u.Hostname() != "" {
-		if u.Scheme == "http" {
+		if u.Scheme == "http" || u.Scheme == "h2c" {
 			return u, nil
 		}
 		if u.Scheme == "grpc" && u.Port() != "" && strings.Trim(u.Path, "/") == "" && u.RawQuery == "" && u.Fragment == "" {
 			return u, nil
 		}
 	}
-	msg := fmt.Sprintf("target URL %q: want http://HOST:PORT/PATH, or grpc://HOST:PORT", raw)
+	msg := fmt.Sprintf("target URL %q: want http://HOST:PORT/PATH, h2c://HOST:PORT/PATH or grpc://HOST:PORT", raw)
 	switch {
 	case err == nil && !validPort:
 		msg += fmt.Sprintf(": port %q is not a port from 1 to 65535", u.Port())
@@ -317,10 +324,23 @@ func parseTarget(raw string) (*url.URL, error) {
 		msg += ": " + strings.TrimPrefix(err.Error(), fmt.Sprintf("parse %q: ", raw))
 	case u.Scheme == "grpc":
 		msg += ": a gRPC target names its port, and has no path, query or fragment: its calls are closingtime.lab.v1.Lab/Work"
-	case u.Scheme != "http":
-		msg += ": the requests are plain HTTP/1.1 or gRPC, not " + u.Scheme
+	default:
+		msg += ": the requests are plain HTTP/1.1, HTTP/2 without TLS (h2c) or gRPC, not " + u.Scheme
 	}
 	return nil, errors.New(msg)
+}
+
+// newTemplate returns the GET of target, an http or h2c URL, without its
+// id: an h2c URL's request is an http one, sent over HTTP/2.
+func newTemplate(target *url.URL) (*http.Request, error) {
+	u := *target
+	u.Scheme = "http"
+	req, err := http.NewRequest(http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("target URL: %w", err)
+	}
+	req.Header.Set("User-Agent", userAgent)
+	return req, nil
 }
 
 // userAgent is the User-Agent of the generator's requests.

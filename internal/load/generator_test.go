@@ -28,11 +28,11 @@ func TestNew(t *testing.T) {
 	}{
 		{name: "zero clients", cfg: Config{URL: "http://127.0.0.1:8080/work"}},
 		{name: "both kinds", cfg: Config{URL: "http://127.0.0.1/", Clients: []Client{{Kind: NewConn, Rate: 5}, {Kind: KeepAlive}}}},
-		{name: "unparsable URL", cfg: Config{URL: "http://[::1"}, wantErr: `target URL "http://[::1": want http://HOST:PORT/PATH, or grpc://HOST:PORT: missing ']' in host`},
+		{name: "unparsable URL", cfg: Config{URL: "http://[::1"}, wantErr: `target URL "http://[::1": want http://HOST:PORT/PATH, h2c://HOST:PORT/PATH or grpc://HOST:PORT: missing ']' in host`},
 		// net/url takes "127.0.0.1" for a scheme, and rejects a path
 		// after the port.
-		{name: "no scheme", cfg: Config{URL: "127.0.0.1:8080"}, wantErr: `target URL "127.0.0.1:8080": want http://HOST:PORT/PATH, or grpc://HOST:PORT, such as http://127.0.0.1:8080`},
-		{name: "no scheme with a path", cfg: Config{URL: "127.0.0.1:18080/work"}, wantErr: `target URL "127.0.0.1:18080/work": want http://HOST:PORT/PATH, or grpc://HOST:PORT, such as http://127.0.0.1:18080/work`},
+		{name: "no scheme", cfg: Config{URL: "127.0.0.1:8080"}, wantErr: `target URL "127.0.0.1:8080": want http://HOST:PORT/PATH, h2c://HOST:PORT/PATH or grpc://HOST:PORT, such as http://127.0.0.1:8080`},
+		{name: "no scheme with a path", cfg: Config{URL: "127.0.0.1:18080/work"}, wantErr: `target URL "127.0.0.1:18080/work": want http://HOST:PORT/PATH, h2c://HOST:PORT/PATH or grpc://HOST:PORT, such as http://127.0.0.1:18080/work`},
 		{name: "host name without scheme", cfg: Config{URL: "localhost:8080"}, wantErr: "such as http://localhost:8080"},
 		{name: "grpc without a port", cfg: Config{URL: "grpc://127.0.0.1"}, wantErr: "a gRPC target names its port, and has no path"},
 		{name: "grpc with a path", cfg: Config{URL: "grpc://127.0.0.1:50051/work"}, wantErr: "a gRPC target names its port, and has no path"},
@@ -42,7 +42,7 @@ func TestNew(t *testing.T) {
 		{name: "user information", cfg: Config{URL: "http://me@127.0.0.1/"}, wantErr: "no user information"},
 		{name: "grpc with a query", cfg: Config{URL: "grpc://127.0.0.1:50051?x=1"}, wantErr: "has no path, query or fragment"},
 		{name: "grpc with retries", cfg: Config{URL: "grpc://127.0.0.1:50051", Retry: &retry.Policy{}}, wantErr: "retries (--retry) are the HTTP client's"},
-		{name: "https", cfg: Config{URL: "https://127.0.0.1/"}, wantErr: "want http://HOST:PORT/PATH, or grpc://HOST:PORT: the requests are plain HTTP/1.1 or gRPC, not https"},
+		{name: "https", cfg: Config{URL: "https://127.0.0.1/"}, wantErr: "want http://HOST:PORT/PATH, h2c://HOST:PORT/PATH or grpc://HOST:PORT: the requests are plain HTTP/1.1, HTTP/2 without TLS (h2c) or gRPC, not https"},
 		{name: "negative rate", cfg: Config{URL: "http://127.0.0.1/", Clients: []Client{{Rate: -1}}}, wantErr: "rate -1"},
 		{name: "unknown kind", cfg: Config{URL: "http://127.0.0.1/", Clients: []Client{{Kind: 7}}}, wantErr: "unknown kind"},
 		{name: "kind twice", cfg: Config{URL: "http://127.0.0.1/", Clients: []Client{{}, {}}}, wantErr: "given twice"},

@@ -3,7 +3,6 @@ package load
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -31,10 +30,10 @@ const (
 
 // grpcSender calls closingtime.lab.v1.Lab/Work: a NewConn client on a
 // channel of its own per call, closed after it; a KeepAlive client over a
-// pool of long-lived channels, one connection each, taken in turn, as a
-// service holds its channels to another. grpc-go's transparent retries
-// (a call that never reached the server, refused by a GOAWAY, say) are
-// attempts of their own, so that a call they saved counts as absorbed.
+// pool of long-lived channels, one connection each, taken in turn.
+// grpc-go's transparent retries (a call that never reached the server,
+// refused by a GOAWAY, say) are attempts of their own, so that a call they
+// saved counts as absorbed.
 type grpcSender struct {
 	dial    Dialer
 	address string
@@ -42,16 +41,14 @@ type grpcSender struct {
 	// itself and balance over the addresses; nil dials address as it is.
 	resolve                         *Resolve
 	connectTimeout, responseTimeout time.Duration
-	limits                          Limits
-	// channels are a KeepAlive client's, made on first use.
-	mu       sync.Mutex
-	channels []*grpcChannel
-	next     atomic.Uint64
+	channels                        *channelPool[*grpcChannel]
 }
 
 func newGRPCSender(dial Dialer, address string, resolve *Resolve, connectTimeout, responseTimeout time.Duration, connections int, limits Limits) *grpcSender {
-	return &grpcSender{dial: dial, address: address, resolve: resolve, connectTimeout: connectTimeout, responseTimeout: responseTimeout,
-		limits: limits, channels: make([]*grpcChannel, connections)}
+	s := &grpcSender{dial: dial, address: address, resolve: resolve, connectTimeout: connectTimeout, responseTimeout: responseTimeout}
+	s.channels = newChannelPool(connections, limits, connectTimeout+responseTimeout, s.newChannel,
+		func(ch *grpcChannel) { ch.cc.Close() })
+	return s
 }
 
 // roundRobin is the service config of a channel that resolves its host
@@ -62,14 +59,11 @@ const roundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
 // A grpcChannel is one client channel and what the call records need of
 // its connections.
 type grpcChannel struct {
-	cc   *grpc.ClientConn
-	made time.Time
-	// used is when a call last took it, in Unix nanoseconds.
-	used atomic.Int64
+	cc *grpc.ClientConn
 	// failed is the channel's last failed connect; conn, its last
 	// connection.
 	failed atomic.Pointer[dialFailure]
-	conn   atomic.Pointer[grpcConn]
+	conn   atomic.Pointer[sharedConn]
 	// conns are its connections, by local address.
 	conns sync.Map
 }
@@ -77,7 +71,7 @@ type grpcChannel struct {
 // connAt returns the channel's connection from local address local, or
 // nil. The latest connection is nearly always the one: a channel has
 // one, but while it reconnects, calls may still end on the one before.
-func (ch *grpcChannel) connAt(local net.Addr) *grpcConn {
+func (ch *grpcChannel) connAt(local net.Addr) *sharedConn {
 	// The same *net.TCPAddr that the connection gave grpc-go: compared
 	// as pointers, never as interfaces, whose dynamic type may not be
 	// comparable.
@@ -87,7 +81,7 @@ func (ch *grpcChannel) connAt(local net.Addr) *grpcConn {
 		}
 	}
 	if c, ok := ch.conns.Load(local.String()); ok {
-		return c.(*grpcConn)
+		return c.(*sharedConn)
 	}
 	return nil
 }
@@ -100,7 +94,7 @@ type dialFailure struct {
 
 // newChannel makes a channel to s's address, connected through s's dialer.
 func (s *grpcSender) newChannel() (*grpcChannel, error) {
-	ch := &grpcChannel{made: time.Now()}
+	ch := new(grpcChannel)
 	target, opts := "passthrough:///"+s.address, []grpc.DialOption(nil)
 	if s.resolve != nil {
 		target = lookupScheme + ":///" + s.address
@@ -120,9 +114,8 @@ func (s *grpcSender) newChannel() (*grpcChannel, error) {
 				ch.failed.Store(&dialFailure{err: err, at: time.Now()})
 				return nil, err
 			}
-			local := c.LocalAddr()
-			key := local.String()
-			gc := &grpcConn{Conn: c, local: local, made: time.Now(), forget: func() { ch.conns.Delete(key) }}
+			key := c.LocalAddr().String()
+			gc := newSharedConn(c, func() { ch.conns.Delete(key) })
 			ch.conns.Store(key, gc)
 			ch.conn.Store(gc)
 			return gc, nil
@@ -134,41 +127,8 @@ func (s *grpcSender) newChannel() (*grpcChannel, error) {
 	return ch, nil
 }
 
-// channel returns the channel for a call: a new one for a NewConn client
-// or a re-probe (fresh), else the pool's next, made if it is not yet or
-// the client's limits retire it: older than MaxLifetime, or idle longer
-// than MaxIdle.
-func (s *grpcSender) channel(fresh bool) (ch *grpcChannel, own bool, err error) {
-	if fresh || len(s.channels) == 0 {
-		ch, err := s.newChannel()
-		return ch, true, err
-	}
-	i := int(s.next.Add(1) % uint64(len(s.channels)))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	if ch := s.channels[i]; ch != nil && (s.limits.MaxLifetime <= 0 || now.Sub(ch.made) < s.limits.MaxLifetime) &&
-		(s.limits.MaxIdle <= 0 || now.Sub(time.Unix(0, ch.used.Load())) <= s.limits.MaxIdle) {
-		ch.used.Store(now.UnixNano())
-		return ch, false, nil
-	}
-	if old := s.channels[i]; old != nil {
-		// Retired: its calls in flight finish on it.
-		go func() {
-			time.Sleep(s.connectTimeout + s.responseTimeout)
-			old.cc.Close()
-		}()
-	}
-	ch, err = s.newChannel()
-	if err == nil {
-		ch.used.Store(now.UnixNano())
-	}
-	s.channels[i] = ch
-	return ch, false, err
-}
-
 func (s *grpcSender) send(id string, log *attemptLog, fresh bool) error {
-	ch, own, err := s.channel(fresh)
+	ch, own, err := s.channels.get(fresh)
 	if err != nil {
 		return log.start().fail(Error, err)
 	}
@@ -198,54 +158,7 @@ func (s *grpcSender) send(id string, log *attemptLog, fresh bool) error {
 	return err
 }
 
-// errTransparentRetry is the error of an attempt that grpc-go retried
-// transparently, wrapping the status it ended with, if it told one.
-var errTransparentRetry = errors.New("retried transparently by grpc-go: the attempt had not reached the server")
-
-func (s *grpcSender) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, ch := range s.channels {
-		if ch != nil {
-			ch.cc.Close()
-		}
-	}
-}
-
-// grpcConn is a connection of a channel: when it was made, the calls it
-// has carried, and the first error of its reads or writes, the socket's
-// account of a call that the connection's end broke.
-type grpcConn struct {
-	net.Conn
-	// local is its LocalAddr, the value that grpc-go's stats carry.
-	local net.Addr
-	made  time.Time
-	calls atomic.Int64
-	err   atomic.Pointer[error]
-	// forget takes it out of its channel's connections.
-	forget func()
-}
-
-func (c *grpcConn) Close() error {
-	c.forget()
-	return c.Conn.Close()
-}
-
-func (c *grpcConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if err != nil {
-		c.err.CompareAndSwap(nil, &err)
-	}
-	return n, err
-}
-
-func (c *grpcConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if err != nil {
-		c.err.CompareAndSwap(nil, &err)
-	}
-	return n, err
-}
+func (s *grpcSender) close() { s.channels.closeAll() }
 
 // channelKey keys a call's channel in its context, for callStats.
 type channelKey struct{}
@@ -277,20 +190,8 @@ func (callStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
 		return
 	}
 	if _, ok := st.(*stats.Begin); ok {
-		if n := len(log.attempts); n > 0 {
-			// An attempt that grpc-go followed with another was retried
-			// transparently (the channels have no retry policy): it never
-			// reached the server, a stream refused or unsent as its
-			// connection drained. Whatever its socket saw as the
-			// connection closed after, or grpc-go's End did not come.
-			prev := &log.attempts[n-1]
-			prev.class = Closed
-			if prev.err == nil {
-				prev.err = errTransparentRetry
-			} else {
-				prev.err = fmt.Errorf("%w: %w", errTransparentRetry, prev.err)
-			}
-		}
+		// Whether or not grpc-go's End came for the attempt before.
+		log.retried()
 		log.start()
 		return
 	}
@@ -303,11 +204,7 @@ func (callStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	case *stats.OutHeader:
 		a.connect, a.addr = time.Now(), addrPort(st.RemoteAddr)
 		if c := ch.connAt(st.LocalAddr); c != nil {
-			a.conn = c
-			a.connRequests = int(a.conn.calls.Add(1) - 1)
-			if a.connRequests > 0 {
-				a.connAge = a.connect.Sub(a.conn.made)
-			}
+			a.took(c)
 		}
 	case *stats.InHeader:
 		a.firstByte = time.Now()
@@ -342,7 +239,7 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 		a.class = Error
 		f, c := ch.failed.Load(), ch.conn.Load()
 		switch {
-		case c != nil && (f == nil || c.made.After(f.at)) && c.err.Load() == nil:
+		case c != nil && (f == nil || c.made.After(f.at)) && c.sockErr() == nil:
 			// The channel's latest connection, whole: it refused the
 			// call for a GOAWAY it had got (draining).
 			a.class, a.addr = Closed, addrPort(c.RemoteAddr())
@@ -351,7 +248,7 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 			// server never took it, as when its listener closes with the
 			// connection in its queue (the kernel had completed the
 			// connect): refused, as a connect reset is.
-			err := *c.err.Load()
+			err := c.sockErr()
 			a.class, a.addr = classifyExchange(err, false), addrPort(c.RemoteAddr())
 			if errors.Is(err, syscall.ECONNRESET) {
 				a.class = Refused
@@ -361,14 +258,8 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 			// error until it connects again: that connect is the call's.
 			a.class, a.addr, a.connect = classifyConnect(f.err), dialedAddr(f.err), f.at
 		}
-	case a.conn != nil && a.conn.err.Load() != nil:
-		a.class = classifyExchange(*a.conn.err.Load(), !a.firstByte.IsZero())
-	case a.firstByte.IsZero():
-		// The connection ended under the call, its socket without an
-		// error: a GOAWAY's, or the client's own close.
-		a.class = Closed
 	default:
-		a.class = Reset
+		a.class = a.broken()
 	}
 	a.err, a.end = err, time.Now()
 }

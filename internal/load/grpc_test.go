@@ -22,44 +22,61 @@ import (
 )
 
 // TestGRPCServeExit calls `closingtime serve --grpc --shutdown exit` from
-// both clients and stops it with SIGTERM with calls in flight: those
-// before are answered by the pod and logged under their ids; the calls
-// in flight are cut (closed or reset: the server had them, and its
-// connections closed under them), and those after are refused.
+// both clients and stops it with SIGTERM with calls in flight: see
+// serveExitCuts.
 func TestGRPCServeExit(t *testing.T) {
+	serveExitCuts(t, "grpc://%s", "--grpc")
+}
+
+// serveExitCuts sends requests to `closingtime serve --shutdown exit`,
+// with args, at the target that format makes of its address, from both
+// clients, and stops it with SIGTERM with requests in flight: those
+// before are answered by the pod and logged under their ids; those in
+// flight are cut (closed or reset: the server had them, and its
+// connections closed under them), and those after are refused. The
+// keep-alive client carries its requests over its connections, the
+// new-conn client each on its own.
+func serveExitCuts(t *testing.T, format string, args ...string) {
 	if testing.Short() {
 		t.Skip("builds closingtime and runs it for seconds")
 	}
-	cmd, address, logs := startServe(t, "--grpc", "--work", "200ms", "--pod-name", "pod-grpc", "--shutdown", "exit", "--access-log")
+	cmd, address, logs := startServe(t, append(args, "--work", "200ms", "--pod-name", "pod-x", "--shutdown", "exit", "--access-log")...)
 	var errs []string
-	report := callThroughSIGTERM(t, cmd, address, func(r Result) {
+	reused := map[Kind]int{}
+	report := callThroughSIGTERM(t, cmd, fmt.Sprintf(format, address), func(r Result) {
 		if r.Class == Error || r.Class == HTTP5xx {
 			errs = append(errs, fmt.Sprintf("%s: %v", r.Class, r.Err))
+		}
+		if r.Class == OK && r.ConnRequests > 0 {
+			reused[r.Client]++
 		}
 	})
 	served := make(map[string]bool)
 	for _, e := range logs() {
-		if e["event"] == "request" && e["code"] == "OK" {
+		if e["event"] == "request" && (e["code"] == "OK" || e["status"] == 200.0) {
 			served[e["id"].(string)] = true
 		}
 	}
 	var ok int64
 	for _, c := range report.Clients {
 		if c.Totals[OK] == 0 || c.Totals[Closed]+c.Totals[Reset] == 0 || c.Totals[Refused] == 0 {
-			t.Errorf("%s: totals %s, want calls answered before SIGTERM, cut at it, and refused after", c.Kind, formatCounts(&c.Totals))
+			t.Errorf("%s: totals %s, want requests answered before SIGTERM, cut at it, and refused after", c.Kind, formatCounts(&c.Totals))
 		}
-		if c.Pods["pod-grpc"] != c.Totals[OK] {
-			t.Errorf("%s: pods %v, want every OK call answered by pod-grpc (%d)", c.Kind, c.Pods, c.Totals[OK])
+		if c.Pods["pod-x"] != c.Totals[OK] {
+			t.Errorf("%s: pods %v, want every OK request answered by pod-x (%d)", c.Kind, c.Pods, c.Totals[OK])
 		}
 		if n := c.Totals[Error] + c.Totals[HTTP5xx]; n > 0 {
-			t.Errorf("%s: %d calls of no socket class: totals %s: %q", c.Kind, n, formatCounts(&c.Totals), errs)
+			t.Errorf("%s: %d requests of no socket class: totals %s: %q", c.Kind, n, formatCounts(&c.Totals), errs)
 		}
 		ok += c.Totals[OK]
 	}
-	// A call whose answer the exit cut after the server had logged it
+	if reused[NewConn] != 0 || reused[KeepAlive] == 0 {
+		t.Errorf("answered on a reused connection: %d new-conn, %d keep-alive; want none and some", reused[NewConn], reused[KeepAlive])
+	}
+	// A request whose answer the exit cut after the server had logged it
 	// is the pod's OK and the client's failure.
 	if int64(len(served)) < ok {
-		t.Errorf("the pod logged %d OK calls, fewer than the %d the clients saw", len(served), ok)
+		t.Errorf("the pod logged %d OK requests, fewer than the %d the clients saw", len(served), ok)
 	}
 }
 
@@ -72,7 +89,7 @@ func TestGRPCServeGraceful(t *testing.T) {
 	}
 	cmd, address, _ := startServe(t, "--grpc", "--work", "300ms", "--shutdown", "graceful", "--drain-timeout", "10s")
 	var failures []string
-	report := callThroughSIGTERM(t, cmd, address, func(r Result) {
+	report := callThroughSIGTERM(t, cmd, "grpc://"+address, func(r Result) {
 		if r.Class.Failed() && r.Class != Refused {
 			failures = append(failures, fmt.Sprintf("%s: %v", r.Class, r.Err))
 		}
@@ -84,12 +101,12 @@ func TestGRPCServeGraceful(t *testing.T) {
 	}
 }
 
-// callThroughSIGTERM calls the gRPC server at address from both clients
-// for 2 s, 50 calls a second each, and sends cmd SIGTERM after 1 s.
-func callThroughSIGTERM(t *testing.T, cmd *exec.Cmd, address string, onResult func(Result)) *Report {
+// callThroughSIGTERM sends requests to target, the server of cmd, from
+// both clients for 2 s, 50 a second each, and sends cmd SIGTERM after 1 s.
+func callThroughSIGTERM(t *testing.T, cmd *exec.Cmd, target string, onResult func(Result)) *Report {
 	t.Helper()
 	g, err := New(Config{
-		URL:      "grpc://" + address,
+		URL:      target,
 		Clients:  []Client{{Kind: NewConn, Rate: 50}, {Kind: KeepAlive, Rate: 50, Connections: 2}},
 		Duration: 2 * time.Second,
 		OnResult: onResult,
@@ -150,13 +167,13 @@ func TestClassifyCallChannelEvidence(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		failed  *dialFailure
-		conn    *grpcConn
+		conn    *sharedConn
 		connErr error
 		want    Class
 	}{
 		{name: "a failed connect, no connection since", failed: &dialFailure{err: refused, at: time.Now()}, want: Refused},
-		{name: "an old failed connect, a whole connection since", failed: &dialFailure{err: refused, at: long}, conn: &grpcConn{Conn: local, made: time.Now()}, want: Closed},
-		{name: "a connection reset before the call", conn: &grpcConn{Conn: local, made: time.Now()}, connErr: syscall.ECONNRESET, want: Refused},
+		{name: "an old failed connect, a whole connection since", failed: &dialFailure{err: refused, at: long}, conn: &sharedConn{Conn: local, made: time.Now()}, want: Closed},
+		{name: "a connection reset before the call", conn: &sharedConn{Conn: local, made: time.Now()}, connErr: syscall.ECONNRESET, want: Refused},
 		{name: "nothing known", want: Error},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

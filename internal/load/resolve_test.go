@@ -167,7 +167,7 @@ func TestResolveRetriesEmptyAnswer(t *testing.T) {
 	s := newGRPCSender((&net.Dialer{}).DialContext, "app.shop:"+strconv.Itoa(port), &Resolve{Lookup: lookup, Interval: time.Minute},
 		5*time.Second, 5*time.Second, 1, Limits{})
 	defer s.close()
-	ch, _, err := s.channel(false)
+	ch, _, err := s.channels.get(false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,9 +22,10 @@ const (
 	servingRetryDelay = 100 * time.Millisecond
 )
 
-// WaitServing waits until cfg.URL, an http URL, answers: until
-// [ServingInARow] GET requests in a row get a complete response with a
-// status below 500 (class [OK]), each on a new connection made by cfg.Dial
+// WaitServing waits until cfg.URL answers: until [ServingInARow] requests
+// in a row (GETs over HTTP/1.1 or HTTP/2, as its scheme says, or gRPC
+// Work calls) get a complete response with a status below 500 (class
+// [OK]), each on a new connection made by cfg.Dial
 // (nil means a net.Dialer), each bounded as a run of cfg bounds its
 // requests: the connect by cfg.ConnectTimeout, the response, from the
 // connection on, by cfg.ResponseTimeout (zero means their defaults). The
@@ -73,14 +74,30 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 	ask := func() error {
 		return askServing(ctx, client, target.String(), connectTimeout, responseTimeout)
 	}
-	if target.Scheme == "grpc" {
+	var s sender
+	switch target.Scheme {
+	case "grpc":
 		// A Work call, on a channel of its own each.
-		calls := newGRPCSender(dial, target.Host, cfg.Resolve, connectTimeout, responseTimeout, 0, Limits{})
+		s = newGRPCSender(dial, target.Host, cfg.Resolve, connectTimeout, responseTimeout, 0, Limits{})
+	case "h2c":
+		template, err := newTemplate(target)
+		if err != nil {
+			return err
+		}
+		c := newH2Client(dial, connectTimeout, responseTimeout, 0, Limits{})
+		s = &httpSender{rt: c, fresh: c, closeIdle: c.close, template: template}
+	}
+	if s != nil {
+		// The generator's own sender, on a connection of its own each.
 		ask = func() error {
 			var log attemptLog
-			err := calls.send("wait-serving", &log, true)
-			if err != nil {
-				return fmt.Errorf("%s: %w", log.attempts[len(log.attempts)-1].class, err)
+			err := s.send("wait-serving", &log, true)
+			a := log.attempts[len(log.attempts)-1]
+			switch {
+			case err != nil:
+				return fmt.Errorf("%s: %w", a.class, err)
+			case a.class != OK:
+				return fmt.Errorf("%s: status %d", a.class, a.status)
 			}
 			return nil
 		}

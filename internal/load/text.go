@@ -11,13 +11,15 @@ import (
 )
 
 // WriteText writes the human summary of r, in the spirit of the seeds' load
-// scripts: for each client, only the seconds that had failures, as
+// scripts: the target and what the requests spoke, then, for each client,
+// only the seconds that had failures, as
 // "13:43:30 ok=33 refused=12 reset=1", then the totals, the requests that
 // retries absorbed, the latency and schedule lag, the responses by status
 // and the responses per pod, by the X-Pod-Name header that named the pod.
 // Times are UTC.
 func WriteText(w io.Writer, r *Report) error {
 	var b strings.Builder
+	fmt.Fprintf(&b, "%s, %s\n\n", r.URL, protocolOf(r.URL))
 	for i, c := range r.Clients {
 		if i > 0 {
 			b.WriteByte('\n')
@@ -106,4 +108,16 @@ func formatMS(d time.Duration) string {
 		decimals = 1
 	}
 	return strconv.FormatFloat(v, 'f', decimals, 64) + "ms"
+}
+
+// protocolOf names what the requests to target spoke, by its scheme.
+func protocolOf(target string) string {
+	scheme, _, _ := strings.Cut(target, "://")
+	switch scheme {
+	case "grpc":
+		return "gRPC calls of closingtime.lab.v1.Lab/Work"
+	case "h2c":
+		return "GETs over HTTP/2 without TLS"
+	}
+	return "GETs over HTTP/1.1"
 }

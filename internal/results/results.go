@@ -30,6 +30,10 @@ type Result struct {
 	// Deployment is the namespace/name of the Deployment the action
 	// concerns.
 	Deployment string `json:"deployment"`
+	// Target is the traffic's URL, through the Service; its scheme says
+	// what the traffic spoke: http (HTTP/1.1), h2c (HTTP/2 without TLS) or
+	// grpc.
+	Target string `json:"target,omitempty"`
 	// Action is the action's kind (docs/scenario.md).
 	Action string `json:"action,omitempty"`
 	// Totals sums the runs.

@@ -15,7 +15,8 @@ func TestCatalog(t *testing.T) {
 	}
 	want := []string{"1-plain", "2-readiness", "3-graceful", "A-npm-pid1", "B-no-handler",
 		"C-graceful-keepalive", "D-prestop", "E-client-retry", "F-closingtime-graceful",
-		"crashloop", "edge-retry-off", "edge-retry-on", "grpc-drain-short", "grpc-graceful", "grpc-headless-watch", "grpc-headless", "grpc-max-age", "grpc-pinned", "grpc-stop", "pdb-1-evict", "pdb-2-delete", "pdb-3-rollout", "pdb-4-drain-min-available",
+		"crashloop", "edge-retry-off", "edge-retry-on", "grpc-drain-short", "grpc-graceful", "grpc-headless-watch", "grpc-headless", "grpc-max-age", "grpc-pinned", "grpc-stop",
+		"http2-graceful", "http2-max-lifetime", "http2-pinned", "pdb-1-evict", "pdb-2-delete", "pdb-3-rollout", "pdb-4-drain-min-available",
 		"pdb-5-drain-max-unavailable", "probe-liveness-deep", "probe-readiness-deep",
 		"seed002-drain", "seed002-no-fix", "seed002-prestop-drain",
 		"seed003-drain-12s", "seed003-drain-24s", "seed003-pool-idle", "seed003-pool-lifetime",

@@ -254,7 +254,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (res *results.Result, err
 	if err != nil {
 		return nil, err
 	}
-	res.Deployment = deployment.Namespace + "/" + deployment.Name
+	res.Deployment, res.Target = deployment.Namespace+"/"+deployment.Name, target
 	traffic := cl.Traffic
 	if traffic == nil {
 		var lookup load.Lookup
@@ -437,8 +437,11 @@ func (r *Runner) prepare(s *Scenario, env map[string]string, namespace string) (
 		port = service.Spec.Ports[0].Port
 	}
 	host := net.JoinHostPort(service.Name+"."+service.Namespace, strconv.Itoa(int(port)))
-	if s.Traffic.Protocol == ProtocolGRPC {
+	switch s.Traffic.Protocol {
+	case ProtocolGRPC:
 		return objects, deployment, "grpc://" + host, nil
+	case ProtocolHTTP2:
+		return objects, deployment, "h2c://" + host + cmp.Or(s.Traffic.Path, DefaultPath), nil
 	}
 	return objects, deployment, "http://" + host + cmp.Or(s.Traffic.Path, DefaultPath), nil
 }

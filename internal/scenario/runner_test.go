@@ -586,6 +586,22 @@ func TestRunnerGRPC(t *testing.T) {
 	})
 }
 
+// TestRunnerHTTP2 runs the HTTP/2 scenarios of the grpc group: a Go
+// client's long-lived HTTP/2 connections stay on the pod they were made
+// to at a scale-out unless their lifetime is bounded, and follow the
+// graceful library's GOAWAY in a rollout without a failure.
+func TestRunnerHTTP2(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs rollouts under HTTP/2 load")
+	}
+	t.Parallel()
+	checkCatalog(t, []catalogCheck{
+		{name: "http2-graceful", check: firstRun(noneFailed)},
+		{name: "http2-pinned", check: firstRun(pinnedPods(2))},
+		{name: "http2-max-lifetime", check: firstRun(pinnedPods(0))},
+	})
+}
+
 // staleResolution checks that the long-lived channel's calls failed, each
 // for its resolver's stale addresses, and the channel per call's none.
 func staleResolution(t *testing.T, run results.Run) {

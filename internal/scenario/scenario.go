@@ -153,8 +153,8 @@ type Traffic struct {
 	Service string `yaml:"service"`
 	// Port is the Service port; zero means its first port.
 	Port int32 `yaml:"port"`
-	// Protocol is what the traffic speaks: ProtocolHTTP (empty means it)
-	// or ProtocolGRPC, the lab's Work call.
+	// Protocol is what the traffic speaks: ProtocolHTTP (empty means
+	// it), ProtocolHTTP2, or ProtocolGRPC, the lab's Work call.
 	Protocol Protocol `yaml:"protocol"`
 	// Path is the request path; empty means DefaultPath. A gRPC
 	// traffic's calls have none.
@@ -184,6 +184,9 @@ type Protocol string
 const (
 	// ProtocolHTTP GETs the traffic's path over HTTP/1.1.
 	ProtocolHTTP Protocol = "http"
+	// ProtocolHTTP2 GETs it over HTTP/2 without TLS (h2c, prior
+	// knowledge), as `closingtime load h2c://…` does.
+	ProtocolHTTP2 Protocol = "http2"
 	// ProtocolGRPC calls closingtime.lab.v1.Lab/Work over gRPC
 	// (`closingtime serve --grpc`).
 	ProtocolGRPC Protocol = "grpc"
@@ -542,7 +545,7 @@ func (p *parser) check(s *Scenario) {
 		p.errorf("traffic.path", "want a path that starts with /, such as %q", "/"+s.Traffic.Path)
 	}
 	switch s.Traffic.Protocol {
-	case "", ProtocolHTTP:
+	case "", ProtocolHTTP, ProtocolHTTP2:
 	case ProtocolGRPC:
 		if s.Traffic.Path != "" {
 			p.errorf("traffic.path", "a gRPC traffic's calls are closingtime.lab.v1.Lab/Work: they have no path")
@@ -551,7 +554,7 @@ func (p *parser) check(s *Scenario) {
 			p.errorf("traffic.retry", "retries are the HTTP client's: grpc-go's own transparent retries are counted as absorbed")
 		}
 	default:
-		p.errorf("traffic.protocol", "%q is not one of %s, %s", s.Traffic.Protocol, ProtocolHTTP, ProtocolGRPC)
+		p.errorf("traffic.protocol", "%q is not one of %s, %s, %s", s.Traffic.Protocol, ProtocolHTTP, ProtocolHTTP2, ProtocolGRPC)
 	}
 	switch {
 	case s.Traffic.ResolveInterval < 0:

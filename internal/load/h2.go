@@ -1,0 +1,181 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"time"
+)
+
+// An h2Client sends requests over HTTP/2 without TLS, with prior
+// knowledge (h2c), through net/http's Transport, as a Go service calls
+// another over HTTP/2: each transport keeps one connection and carries
+// every request on it at once. A client with slots holds as many
+// transports, taken in turn (see [channelPool]); one without makes a
+// transport for each request and closes its connection after the
+// response.
+//
+// The Transport resends by itself a request that the server did not
+// process: a stream refused by a GOAWAY or REFUSED_STREAM, or never sent
+// as its connection drained. Each try is an attempt of its own in the
+// request's attempt log, so that a request it saved counts as absorbed,
+// never hidden.
+//
+// An h2Client is an http.RoundTripper so that retry.Transport can wrap
+// it. RoundTrip reads and discards the response body: the response it
+// returns has an empty body.
+type h2Client struct {
+	dial                            Dialer
+	connectTimeout, responseTimeout time.Duration
+	transports                      *channelPool[*http.Transport]
+}
+
+func newH2Client(dial Dialer, connectTimeout, responseTimeout time.Duration, connections int, limits Limits) *h2Client {
+	c := &h2Client{dial: dial, connectTimeout: connectTimeout, responseTimeout: responseTimeout}
+	c.transports = newChannelPool(connections, limits, connectTimeout+responseTimeout, c.newTransport,
+		(*http.Transport).CloseIdleConnections)
+	return c
+}
+
+// newTransport returns a transport that speaks HTTP/2 alone, without TLS,
+// over connections of c's dialer, each made within the connect timeout.
+func (c *h2Client) newTransport() (*http.Transport, error) {
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	return &http.Transport{
+		Protocols: protocols,
+		// The requests' headers are the generator's own, as the HTTP/1.1
+		// client's are: no Accept-Encoding added.
+		DisableCompression: true,
+		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
+			defer cancel()
+			nc, err := c.dial(ctx, network, address)
+			if err != nil {
+				return nil, err
+			}
+			return newSharedConn(nc, nil), nil
+		},
+	}, nil
+}
+
+// RoundTrip sends req and reads the whole response, within the connect
+// and response timeouts together, as a gRPC call's deadline bounds it: on
+// a shared connection, the connect is not the request's own.
+func (c *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
+	log := attemptLogFrom(req.Context())
+	tr, own, err := c.transports.get(false)
+	if err != nil {
+		return nil, log.start().fail(Error, err)
+	}
+	if own {
+		defer tr.CloseIdleConnections()
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), c.connectTimeout+c.responseTimeout)
+	defer cancel()
+
+	// The trace's hooks run on the caller's goroutine and on the
+	// connection's reader; ended drops those that come after RoundTrip.
+	log.mu.Lock()
+	first := len(log.attempts)
+	log.start()
+	log.mu.Unlock()
+	ended := false
+	trace := &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			if ended {
+				return
+			}
+			if !log.last().connect.IsZero() {
+				// The Transport took a connection again for the same
+				// request: the attempt before never reached the server.
+				log.retried()
+				log.start()
+			}
+			if sc, ok := info.Conn.(*sharedConn); ok {
+				log.last().took(sc)
+			} else {
+				log.last().connect = time.Now()
+			}
+		},
+		GotFirstResponseByte: func() {
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			if !ended {
+				log.last().firstByte = time.Now()
+			}
+		},
+	}
+	resp, err := tr.RoundTrip(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
+	var head []byte
+	if err == nil {
+		if head, err = readBody(resp); err != nil {
+			err = fmt.Errorf("read response body: %w", err)
+		}
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	ended = true
+	a := log.last()
+	if err != nil && !a.connect.IsZero() && notConnected(err) {
+		// A retry whose connect failed.
+		log.retried()
+		a = log.start()
+	}
+	for i := first; i < len(log.attempts); i++ {
+		// Read at the end, as the Dialer's contract has it.
+		if b := &log.attempts[i]; b.conn != nil {
+			b.addr = addrPort(b.conn.RemoteAddr())
+		}
+	}
+	if err != nil {
+		return nil, a.fail(classifyStream(a, err), h2Error(a.conn, err))
+	}
+	a.done(resp, head)
+	resp.Body = http.NoBody
+	return resp, nil
+}
+
+// close closes the idle connections of c's transports.
+func (c *h2Client) close() { c.transports.closeAll() }
+
+// last returns the log's last attempt.
+func (l *attemptLog) last() *attempt { return &l.attempts[len(l.attempts)-1] }
+
+// notConnected reports whether err is a connect's: the Transport's dialer
+// failed, or gave up at the deadline before a connection was made.
+func notConnected(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// classifyStream sorts the failure err of an HTTP/2 request's attempt a:
+// from the connect, if the attempt never had a connection; else from
+// its connection's socket.
+func classifyStream(a *attempt, err error) Class {
+	switch {
+	case timedOut(err) && a.connect.IsZero():
+		return ConnectTimeout
+	case timedOut(err):
+		return ResponseTimeout
+	case a.connect.IsZero():
+		a.addr = dialedAddr(err)
+		return classifyConnect(err)
+	}
+	return a.broken()
+}
+
+// h2Error returns err, the failure of a request on conn, with what the
+// socket says of it where that is news: a server that answered in
+// HTTP/1.x.
+func h2Error(conn *sharedConn, err error) error {
+	if conn != nil && errors.Is(conn.sockErr(), errHTTP1Answer) && !errors.Is(err, errHTTP1Answer) {
+		return fmt.Errorf("%w: %w", errHTTP1Answer, err)
+	}
+	return err
+}
