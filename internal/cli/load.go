@@ -62,7 +62,13 @@ another: new-conn on a connection of its own per request, keep-alive over
 --connections connections that each carry many requests at once. The
 Transport's own resends of a request the server never processed (a stream
 refused by a GOAWAY) are attempts of their own: a request one saved
-counts as absorbed.
+counts as absorbed. The server must speak HTTP/2 from the first byte (no
+Upgrade from HTTP/1.1); one that does not fails every request with
+error, which standard error then quotes, and --wait-serving gives up at
+once. A connection carries at most the server's stream limit at once
+(Go's: 250); a request past it waits for a free stream, within its
+response timeout. Go's HTTP/2 server gives its connections no maximum
+age: --max-lifetime retires the client's.
 
 A grpc://HOST:PORT URL calls closingtime.lab.v1.Lab/Work over gRPC instead
 (closingtime serve --grpc): new-conn on a channel of its own per call,
@@ -85,6 +91,11 @@ Service answers where the traffic comes from.
 
 The run ends after --duration, on SIGINT or SIGTERM, or when --stop-file
 exists; requests in flight then finish or time out and are counted.
+
+Exit status: 0 when the run completed, whatever failed (the failures are
+the measurement); 2 for a bad flag or URL; 3 when --wait-serving's URL
+did not answer, so that nothing was sent; 4 when the tool failed; 130
+when interrupted before the run began.
 
 -o jsonl writes a first line when the run begins sending,
 {"start":TIME}, then one JSON line per request to standard output as it
@@ -187,6 +198,15 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	}
 	defer closeRoutes()
 	cfg.Dial = dial
+	// The first request of class error, which no socket failure explains:
+	// its error says what did (a server that does not speak the URL's
+	// protocol, no free local port).
+	var firstError *load.Result
+	cfg.OnResult = func(r load.Result) {
+		if r.Class == load.Error && firstError == nil {
+			firstError = &r
+		}
+	}
 	gen, err := load.New(cfg)
 	if err != nil {
 		if flags.events != "" {
@@ -240,6 +260,13 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	if u, perr := url.Parse(target); perr == nil && flags.output != "jsonl" {
 		if w := clientErrorsWarning(load.CountClientErrors(report.Clients), cmp.Or(u.Path, "/"), "give the path it serves in the URL, http://HOST:PORT/PATH"); w != "" {
 			fmt.Fprintf(streams.Err, "load: %s\n", w)
+		}
+		if firstError != nil {
+			var n int64
+			for _, c := range report.Clients {
+				n += c.Totals[load.Error]
+			}
+			fmt.Fprintf(streams.Err, "load: %d of the requests failed with error, which no socket failure explains; the first (%s): %v\n", n, firstError.ID, firstError.Err)
 		}
 	}
 	return err

@@ -65,6 +65,11 @@ const (
 	// StaleConnection: the request went out on a reused keep-alive
 	// connection that its server had closed or was closing.
 	StaleConnection results.Cause = "stale-connection"
+	// GoawayResend: the request's stream met its server's GOAWAY, or its
+	// connection's end, before the server took it, and its client (grpc-go,
+	// Go's HTTP/2 Transport) sent it again by itself: an absorbed request
+	// only.
+	GoawayResend results.Cause = "goaway-resend"
 	// StaleResolution: a client that resolves the Service's name itself
 	// (a headless Service's DNS) connected to an address its last lookup
 	// gave, of a pod that had left the Service's endpoints.
@@ -150,6 +155,9 @@ var causes = []Info{
 	{StaleConnection, "stale connection: the request went out on a kept-alive connection that its server had closed or was closing",
 		"retry idempotent requests once on a new connection (package retry), give client connections a lifetime, and have a draining server answer with Connection: close before it closes kept-alive connections (package graceful; net/http's Server.Shutdown closes idle ones under requests already on their way)",
 		"", ""},
+	{GoawayResend, "resent by the client: the request's stream met its server's GOAWAY, or its connection's end, before the server took it, and the client sent it again by itself",
+		"nothing, while the client resends what a server never took, as grpc-go and Go's HTTP/2 Transport do; a client that does not should resend a stream above a GOAWAY's last stream id, or refused, on a new connection",
+		"", "http2-graceful"},
 	{StaleResolution, "stale resolution: the client connected to an address of its own last lookup (a headless Service's DNS answer), of a pod that had left the Service's endpoints: its resolver had not looked again",
 		"give gRPC clients a ClusterIP Service, whose routing follows the endpoints, and the server a maximum connection age for balance; or a resolver that follows the EndpointSlices (kuberesolver, xDS); with grpc-go's DNS resolver, which looks again at most every 30 s, keep old pods serving longer than that (a preStop delay past 30 s)",
 		"grpc-headless-max-age", "grpc-headless"},

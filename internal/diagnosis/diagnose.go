@@ -251,6 +251,9 @@ func cause(h *history, r *results.Request) results.Cause {
 	if r.Class == load.ConnectTimeout && strings.HasPrefix(r.Error, load.ErrNoFreeConnection.Error()) {
 		return NoFreeConnection
 	}
+	if strings.HasPrefix(r.Error, load.ErrTransparentRetry.Error()) {
+		return GoawayResend
+	}
 	if r.Class == load.HTTP5xx || r.Class == load.ResponseTimeout {
 		if o := h.outage; o != nil && r.AtMS >= o.StartMS && r.AtMS <= o.EndMS+outageAfter {
 			return DependencyDown

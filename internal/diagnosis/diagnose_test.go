@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"slices"
@@ -412,6 +413,20 @@ func TestDiagnoseCauses(t *testing.T) {
 			return r
 		}(),
 		want: NoFreeConnection,
+	}, {
+		// The first attempt of an absorbed request, on a reused
+		// connection of a pod in its termination, which without the
+		// client's word would be a stale connection's.
+		name: "goaway resend: the client sent the stream again by itself",
+		run: func() *timeline {
+			return new(timeline).running(old, oldIP).stopped(old, 0, 0, 5, 143, false)
+		},
+		request: func() results.Request {
+			r := request("r", load.Closed, 100, 100, 101, oldIP+":8080", 3, 4000)
+			r.Error = fmt.Errorf("%w: %w", load.ErrTransparentRetry, io.EOF).Error()
+			return r
+		}(),
+		want: GoawayResend,
 	}, {
 		name: "stale connection: sent after the pod exited",
 		run: func() *timeline {
@@ -849,7 +864,7 @@ func TestPinnedFinding(t *testing.T) {
 	if d == nil || len(d.Findings) != 1 {
 		t.Fatalf("diagnosis %+v, want one finding, app-b's (app-c joined 1.4 s before the end)", d)
 	}
-	want := "a ready endpoint for the last 9 s of the traffic, it got none of the keep-alive client's requests: its 4 connections stayed on app-a, where they were made"
+	want := "a ready endpoint for the last 9 s of the traffic, it got none of the keep-alive client's requests: the client's 4 connections went only to app-a, there before it joined"
 	if f := d.Findings[0]; f.Pod != "app-b" || f.Kind != "connections-pinned" || f.Text != want {
 		t.Errorf("finding %+v, want app-b's connections-pinned: %q", f, want)
 	}

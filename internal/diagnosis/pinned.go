@@ -74,9 +74,9 @@ func pinned(h *history, run *results.Run) []results.Finding {
 				continue
 			}
 			out = append(out, results.Finding{Pod: pod, Kind: "connections-pinned", Text: fmt.Sprintf(
-				"a ready endpoint for the last %s of the traffic, it got none of the keep-alive client's requests: its %d %s stayed on %s, where %s made",
+				"a ready endpoint for the last %s of the traffic, it got none of the keep-alive client's requests: the client's %d %s went only to %s, %s before it joined",
 				sec(end-at), c.Connections, plural(c.Connections, "connection", "connections"), strings.Join(reached, ", "),
-				plural(c.Connections, "it was", "they were"))})
+				plural(len(reached), "there", "all there"))})
 		}
 	}
 	return out

@@ -91,7 +91,7 @@ type sharedConn struct {
 	made  time.Time
 	calls atomic.Int64
 	err   atomic.Pointer[error]
-	// read is set once a read has returned bytes; forget, if not nil,
+	// read is set once the first bytes read have been looked at; forget, if not nil,
 	// takes the connection out of its channel's records when it closes.
 	read   atomic.Bool
 	forget func()
@@ -108,17 +108,22 @@ func (c *sharedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// errHTTP1Answer is the error of a connection whose server answered an
-// HTTP/2 connection preface in HTTP/1.x: it does not speak HTTP/2 without
-// TLS (h2c).
-var errHTTP1Answer = errors.New("the server answered in HTTP/1.x: it does not speak HTTP/2 without TLS (h2c)")
+// ErrNotH2C is wrapped by the error of a request or call to a server
+// that does not speak HTTP/2 without TLS (h2c): the first bytes it sent on
+// the connection were not an HTTP/2 SETTINGS frame, such as an HTTP/1.x
+// answer to the HTTP/2 preface. Waiting does not change that, so
+// [WaitServing] gives up at once.
+var ErrNotH2C = errors.New("the server does not speak HTTP/2 without TLS (h2c)")
+
+// settingsFrame is the type of HTTP/2's SETTINGS frame (RFC 9113 §6.5),
+// the first frame a server sends: the fourth byte of its header.
+const settingsFrame = 0x4
 
 func (c *sharedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if n > 0 && !c.read.Swap(true) && n >= len("HTTP/1.") && string(b[:len("HTTP/1.")]) == "HTTP/1." {
-		// An HTTP/2 peer's first bytes are a SETTINGS frame's header.
-		answer := errHTTP1Answer
-		c.err.CompareAndSwap(nil, &answer)
+	if n >= 4 && !c.read.Swap(true) && b[3] != settingsFrame {
+		first := fmt.Errorf("%w: its first bytes were %q", ErrNotH2C, b[:min(n, 16)])
+		c.err.CompareAndSwap(nil, &first)
 	}
 	if err != nil {
 		c.err.CompareAndSwap(nil, &err)
@@ -169,10 +174,11 @@ func (a *attempt) broken() Class {
 	return Reset
 }
 
-// errTransparentRetry is the error of an attempt that its client (grpc-go,
-// net/http's HTTP/2 Transport) retried transparently, wrapping the error
-// it ended with, if it told one.
-var errTransparentRetry = errors.New("retried transparently: the attempt had not reached the server")
+// ErrTransparentRetry begins the error of an attempt that its client
+// (grpc-go, net/http's HTTP/2 Transport) retried transparently, wrapping
+// the error it ended with, if it told one: the attempt never reached the
+// server.
+var ErrTransparentRetry = errors.New("retried transparently: the attempt had not reached the server")
 
 // retried marks the last attempt, which its client followed with another
 // by itself, as a transparent retry: it never reached the server (a
@@ -188,9 +194,9 @@ func (l *attemptLog) retried() {
 	prev := &l.attempts[n-1]
 	prev.class = Closed
 	if prev.err == nil {
-		prev.err = errTransparentRetry
+		prev.err = ErrTransparentRetry
 	} else {
-		prev.err = fmt.Errorf("%w: %w", errTransparentRetry, prev.err)
+		prev.err = fmt.Errorf("%w: %w", ErrTransparentRetry, prev.err)
 	}
 	if prev.end.IsZero() {
 		prev.end = time.Now()

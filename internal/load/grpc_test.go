@@ -233,7 +233,7 @@ func TestGRPCTransparentRetryAbsorbed(t *testing.T) {
 		t.Errorf("result: %d attempts, class %s, first %s, pod %q; want 2 attempts, the first closed, the last OK from bench",
 			r.Attempts, r.Class, r.FirstClass, r.Pod)
 	}
-	if r.FirstFailure == nil || !errors.Is(r.FirstFailure.Err, errTransparentRetry) {
+	if r.FirstFailure == nil || !errors.Is(r.FirstFailure.Err, ErrTransparentRetry) {
 		t.Errorf("first failure %+v, want the transparent retry's", r.FirstFailure)
 	}
 }

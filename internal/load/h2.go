@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"os"
 	"time"
 )
 
@@ -47,6 +48,10 @@ func (c *h2Client) newTransport() (*http.Transport, error) {
 	protocols.SetUnencryptedHTTP2(true)
 	return &http.Transport{
 		Protocols: protocols,
+		// A request past the server's stream limit (Go's: 250) waits for
+		// a stream of the transport's connection rather than opening
+		// another: --connections is a bound, as a pool's size is.
+		HTTP2: &http.HTTP2Config{StrictMaxConcurrentRequests: true},
 		// The requests' headers are the generator's own, as the HTTP/1.1
 		// client's are: no Accept-Encoding added.
 		DisableCompression: true,
@@ -62,9 +67,17 @@ func (c *h2Client) newTransport() (*http.Transport, error) {
 	}, nil
 }
 
-// RoundTrip sends req and reads the whole response, within the connect
-// and response timeouts together, as a gRPC call's deadline bounds it: on
-// a shared connection, the connect is not the request's own.
+// The causes of an HTTP/2 request's end at one of its timeouts.
+var (
+	errConnectWait  = fmt.Errorf("no connection within the connect timeout: %w", os.ErrDeadlineExceeded)
+	errResponseWait = fmt.Errorf("no complete response within the response timeout: %w", os.ErrDeadlineExceeded)
+)
+
+// RoundTrip sends req and reads the whole response. As the HTTP/1.1
+// client's, the connect timeout bounds the wait for a connection, and the
+// response timeout the response, from when the request had one (a resend
+// counts from its own); a request that waits for a free stream of a busy
+// connection waits within its response timeout.
 func (c *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	log := attemptLogFrom(req.Context())
 	tr, own, err := c.transports.get(false)
@@ -74,8 +87,11 @@ func (c *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	if own {
 		defer tr.CloseIdleConnections()
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), c.connectTimeout+c.responseTimeout)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(req.Context())
+	defer cancel(nil)
+	// timeout is the running attempt's; GotConn replaces it, under
+	// log.mu.
+	timeout := time.AfterFunc(c.connectTimeout, func() { cancel(errConnectWait) })
 
 	// The trace's hooks run on the caller's goroutine and on the
 	// connection's reader; ended drops those that come after RoundTrip.
@@ -102,6 +118,8 @@ func (c *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 			} else {
 				log.last().connect = time.Now()
 			}
+			timeout.Stop()
+			timeout = time.AfterFunc(c.responseTimeout, func() { cancel(errResponseWait) })
 		},
 		GotFirstResponseByte: func() {
 			log.mu.Lock()
@@ -121,6 +139,10 @@ func (c *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	ended = true
+	timeout.Stop()
+	if cause := context.Cause(ctx); err != nil && (cause == errConnectWait || cause == errResponseWait) {
+		err = fmt.Errorf("%w (%v)", cause, err)
+	}
 	a := log.last()
 	if err != nil && !a.connect.IsZero() && notConnected(err) {
 		// A retry whose connect failed.
@@ -158,24 +180,25 @@ func notConnected(err error) bool {
 // from the connect, if the attempt never had a connection; else from
 // its connection's socket.
 func classifyStream(a *attempt, err error) Class {
-	switch {
-	case timedOut(err) && a.connect.IsZero():
-		return ConnectTimeout
-	case timedOut(err):
-		return ResponseTimeout
-	case a.connect.IsZero():
+	if a.connect.IsZero() {
 		a.addr = dialedAddr(err)
+		if timedOut(err) {
+			return ConnectTimeout
+		}
 		return classifyConnect(err)
+	}
+	if timedOut(err) {
+		return ResponseTimeout
 	}
 	return a.broken()
 }
 
 // h2Error returns err, the failure of a request on conn, with what the
-// socket says of it where that is news: a server that answered in
-// HTTP/1.x.
+// socket says of it where that is news: a server that does not speak
+// HTTP/2.
 func h2Error(conn *sharedConn, err error) error {
-	if conn != nil && errors.Is(conn.sockErr(), errHTTP1Answer) && !errors.Is(err, errHTTP1Answer) {
-		return fmt.Errorf("%w: %w", errHTTP1Answer, err)
+	if conn != nil && errors.Is(conn.sockErr(), ErrNotH2C) && !errors.Is(err, ErrNotH2C) {
+		return fmt.Errorf("%w: %w", conn.sockErr(), err)
 	}
 	return err
 }

@@ -1,10 +1,12 @@
 package load
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -82,7 +84,7 @@ func TestH2TransparentRetryAbsorbed(t *testing.T) {
 		t.Errorf("result: %d attempts, class %s, first %s, pod %q, %d requests on its connection before; want 2 attempts, the first closed on its connection's address, the last OK from bench on a new connection",
 			r.Attempts, r.Class, r.FirstClass, r.Pod, r.ConnRequests)
 	}
-	if r.FirstFailure == nil || !errors.Is(r.FirstFailure.Err, errTransparentRetry) {
+	if r.FirstFailure == nil || !errors.Is(r.FirstFailure.Err, ErrTransparentRetry) {
 		t.Errorf("first failure %+v, want the transparent retry's", r.FirstFailure)
 	}
 }
@@ -101,8 +103,9 @@ func h2Template(t *testing.T, addr net.Addr) *http.Request {
 }
 
 // TestH2Failures: what the HTTP/2 client makes of a server that answers in
-// HTTP/1.1 (an error that says so), of one that answers too late (a
-// response timeout), and of a port where nothing listens (refused).
+// HTTP/1.1 or in HTML (an error that says it does not speak HTTP/2), of
+// one that answers too late (a response timeout), and of a port where
+// nothing listens (refused).
 func TestH2Failures(t *testing.T) {
 	http1, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -124,6 +127,23 @@ func TestH2Failures(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed.Close()
+	// A server that answers anything with a page of HTML and no status
+	// line, as Python's http.server answers the HTTP/2 preface.
+	html, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { html.Close() })
+	go func() {
+		for {
+			c, err := html.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("<!DOCTYPE HTML>\n<html><body>505</body></html>\n"))
+			c.Close()
+		}
+	}()
 
 	for _, tt := range []struct {
 		name    string
@@ -131,7 +151,8 @@ func TestH2Failures(t *testing.T) {
 		want    Class
 		wantErr error
 	}{
-		{"http1", http1.Addr(), Error, errHTTP1Answer},
+		{"http1", http1.Addr(), Error, ErrNotH2C},
+		{"html", html.Addr(), Error, ErrNotH2C},
 		{"slow", slow.Addr(), ResponseTimeout, nil},
 		{"closed", closed.Addr(), Refused, nil},
 	} {
@@ -149,5 +170,25 @@ func TestH2Failures(t *testing.T) {
 				t.Errorf("class %s, error %v; want %s, %v", a.class, err, tt.want, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestWaitServingNotH2C: WaitServing gives up at once on a server that
+// answers an h2c URL in HTTP/1.1: waiting would not change it.
+func TestWaitServingNotH2C(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveH2(t, ln, true, podHandler)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	err = WaitServing(ctx, Config{URL: "h2c://" + ln.Addr().String() + "/"}, nil)
+	if !errors.Is(err, ErrNotH2C) || ctx.Err() != nil {
+		t.Errorf("WaitServing after %v: %v; want ErrNotH2C at once", time.Since(start), err)
+	}
+	if !strings.Contains(err.Error(), `its first bytes were "HTTP/1.1 `) {
+		t.Errorf("error %q: want the server's first bytes quoted", err)
 	}
 }

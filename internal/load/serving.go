@@ -41,7 +41,8 @@ const (
 // pod's own network (`closingtime load --wait-serving`) on a real one.
 //
 // If ctx ends first, WaitServing returns an error that wraps ctx.Err() and
-// quotes the last failure. An invalid cfg.URL is an error at once.
+// quotes the last failure. An invalid cfg.URL is an error at once, and so
+// is a server that does not speak HTTP/2 to an h2c URL ([ErrNotH2C]).
 func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 	target, err := parseTarget(cfg.URL)
 	if err != nil {
@@ -108,6 +109,9 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 		if err == nil {
 			good++
 			continue
+		}
+		if errors.Is(err, ErrNotH2C) {
+			return fmt.Errorf("%s: %w", cfg.URL, err)
 		}
 		if ctx.Err() == nil {
 			last = err

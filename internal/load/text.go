@@ -25,7 +25,10 @@ func WriteText(w io.Writer, r *Report) error {
 			b.WriteByte('\n')
 		}
 		fmt.Fprintf(&b, "%s %s/s", c.Kind, strconv.FormatFloat(c.Rate, 'f', -1, 64))
-		if c.Connections > 0 {
+		switch {
+		case c.Connections == 1:
+			b.WriteString(", 1 connection")
+		case c.Connections > 1:
 			fmt.Fprintf(&b, ", %d connections", c.Connections)
 		}
 		if c.MaxIdleMS > 0 {
