@@ -309,17 +309,7 @@ func TestRolloutVerdict(t *testing.T) {
 // exit.
 func TestRolloutSidecar(t *testing.T) {
 	t.Parallel()
-	var out, errOut bytes.Buffer
-	code := Run(context.Background(), []string{"rollout", "-f", "testdata/rollout-sidecar.yaml", "--local", "--path", "/work",
-		"--warm-up", "1s", "--after", "1s", "--max-failures", "1000000", "-o", "json"},
-		Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
-	if code != ExitOK {
-		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitOK, out.String(), errOut.String())
-	}
-	r, err := results.Read(&out)
-	if err != nil || len(r.Scenarios) != 1 || len(r.Scenarios[0].Runs) != 1 {
-		t.Fatalf("results: %v, %+v", err, r)
-	}
+	r := rolloutOnce(t, "testdata/rollout-sidecar.yaml", "--max-failures", "1000000")
 	// Each old pod's sidecar gets its signal after the app exited.
 	exited := map[string]bool{}
 	signalled := 0
@@ -377,10 +367,25 @@ func TestRolloutInitContainer(t *testing.T) {
 // answers it.
 func TestRolloutHTTP2(t *testing.T) {
 	t.Parallel()
+	r := rolloutOnce(t, "testdata/rollout-plain.yaml", "--max-failures", "-1",
+		"--protocol", "http2", "--client", "keep-alive=20", "--connections", "2")
+	s := r.Scenarios[0]
+	if !strings.HasPrefix(s.Target, "h2c://app.") || !strings.HasSuffix(s.Target, ":80/work") {
+		t.Errorf("target %q, want the Service's h2c URL", s.Target)
+	}
+	if c := s.Runs[0].Clients[0]; c.Totals[load.OK] == 0 || c.Statuses[200] != c.Totals[load.OK] {
+		t.Errorf("keep-alive totals %v, statuses %v: want OK requests, each a 200", c.Totals, c.Statuses)
+	}
+}
+
+// rolloutOnce runs one rollout of file on the embedded cluster, with a
+// second of traffic before and after, and args, and returns its results,
+// which must be one run's.
+func rolloutOnce(t *testing.T, file string, args ...string) *results.Results {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code := Run(context.Background(), []string{"rollout", "-f", "testdata/rollout-plain.yaml", "--local", "--path", "/work",
-		"--protocol", "http2", "--client", "keep-alive=20", "--connections", "2",
-		"--warm-up", "1s", "--after", "1s", "--max-failures", "-1", "-o", "json"},
+	code := Run(context.Background(), append([]string{"rollout", "-f", file, "--local", "--path", "/work",
+		"--warm-up", "1s", "--after", "1s", "-o", "json"}, args...),
 		Streams{In: strings.NewReader(""), Out: &out, Err: &errOut})
 	if code != ExitOK {
 		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitOK, out.String(), errOut.String())
@@ -389,11 +394,5 @@ func TestRolloutHTTP2(t *testing.T) {
 	if err != nil || len(r.Scenarios) != 1 || len(r.Scenarios[0].Runs) != 1 {
 		t.Fatalf("results: %v, %+v", err, r)
 	}
-	s := r.Scenarios[0]
-	if !strings.HasPrefix(s.Target, "h2c://app.") || !strings.HasSuffix(s.Target, ":80/work") {
-		t.Errorf("target %q, want the Service's h2c URL", s.Target)
-	}
-	if c := s.Runs[0].Clients[0]; c.Totals[load.OK] == 0 || c.Statuses[200] != c.Totals[load.OK] {
-		t.Errorf("keep-alive totals %v, statuses %v: want OK requests, each a 200", c.Totals, c.Statuses)
-	}
+	return r
 }
