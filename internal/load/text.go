@@ -19,7 +19,7 @@ import (
 // Times are UTC.
 func WriteText(w io.Writer, r *Report) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s, %s\n\n", r.URL, protocolOf(r.URL))
+	fmt.Fprintf(&b, "%s, %s\n\n", r.URL, Protocol(r.URL))
 	for i, c := range r.Clients {
 		if i > 0 {
 			b.WriteByte('\n')
@@ -71,11 +71,7 @@ func WriteText(w io.Writer, r *Report) error {
 			fmt.Fprintf(&b, "retried by a proxy on the next upstream (X-Upstream-Addr): %d\n", c.ProxyRetried)
 		}
 		if len(c.Pods) > 0 {
-			b.WriteString("responses per pod (X-Pod-Name):")
-			for _, pod := range slices.Sorted(maps.Keys(c.Pods)) {
-				fmt.Fprintf(&b, " %s=%d", pod, c.Pods[pod])
-			}
-			b.WriteByte('\n')
+			fmt.Fprintf(&b, "responses per pod (X-Pod-Name): %s\n", PodCounts(c.Pods))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -113,8 +109,9 @@ func formatMS(d time.Duration) string {
 	return strconv.FormatFloat(v, 'f', decimals, 64) + "ms"
 }
 
-// protocolOf names what the requests to target spoke, by its scheme.
-func protocolOf(target string) string {
+// Protocol names what the requests to target, a URL of a run, speak, by
+// its scheme.
+func Protocol(target string) string {
 	scheme, _, _ := strings.Cut(target, "://")
 	switch scheme {
 	case "grpc":
@@ -123,4 +120,13 @@ func protocolOf(target string) string {
 		return "GETs over HTTP/2 without TLS"
 	}
 	return "GETs over HTTP/1.1"
+}
+
+// PodCounts spells responses by pod, as "a=3 b=2", by the pods' names.
+func PodCounts(pods map[string]int64) string {
+	parts := make([]string, 0, len(pods))
+	for _, pod := range slices.Sorted(maps.Keys(pods)) {
+		parts = append(parts, pod+"="+strconv.FormatInt(pods[pod], 10))
+	}
+	return strings.Join(parts, " ")
 }

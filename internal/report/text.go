@@ -279,6 +279,9 @@ func WriteText(w io.Writer, r *results.Results) error {
 		return err
 	}
 	for _, s := range r.Scenarios {
+		if s.Target != "" {
+			fmt.Fprintf(w, "\n%s: traffic to %s, %s\n", s.Name, s.Target, load.Protocol(s.Target))
+		}
 		for _, run := range s.Runs {
 			fmt.Fprintln(w)
 			writeRun(w, s.Name, run, len(s.Runs) == 1)
@@ -297,6 +300,9 @@ func writeRun(w io.Writer, name string, run results.Run, fixes bool) {
 		name, run.Repetition, run.Start.UTC().Format("15:04:05.000"), run.Totals.Requests, run.Totals.Failed())
 	for _, c := range run.Clients {
 		fmt.Fprintf(w, "  %s\n", clientLine(c))
+		if len(c.Pods) > 0 {
+			fmt.Fprintf(w, "    answered by pod: %s\n", load.PodCounts(c.Pods))
+		}
 	}
 	for _, sec := range run.FailedSeconds {
 		fmt.Fprintf(w, "  %+4ds %s\n", sec.Second, counts(sec.Counts))
