@@ -53,9 +53,12 @@ page (neither by default); standard error says at the end which files
 were written and where, and last how many requests failed and a line
 for each of their causes, the most first, with its count and its fix.
 
---protocol http2 sends the GETs over HTTP/2 without TLS (h2c), as a Go
-client of an HTTP/2 service does; --protocol grpc calls
-closingtime.lab.v1.Lab/Work, for a workload of closingtime serve --grpc.
+--protocol http2 sends the GETs over HTTP/2 without TLS (h2c), with prior
+knowledge, as a Go client of an HTTP/2 service does: the server must
+speak HTTP/2 from the first byte, and still HTTP/1.1 where its httpGet
+probes come in, which the kubelet sends in HTTP/1.1. --protocol grpc
+calls closingtime.lab.v1.Lab/Work, for a workload of closingtime serve
+--grpc.
 
 --junit FILE, or -o junit, writes the results as JUnit XML for CI: a test
 case per rollout, failed when more of its requests failed than
@@ -166,7 +169,7 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 		}
 		traffic.Path = ""
 	default:
-		return usagef("rollout: --protocol %q: want http, http2 or grpc", flags.protocol)
+		return usagef("rollout: --protocol %q: want http, http2 (HTTP/2 without TLS, h2c) or grpc", flags.protocol)
 	}
 	// Last of the flags' checks: it writes (and removes) a file.
 	if err := flags.out.checkWritable("rollout"); err != nil {

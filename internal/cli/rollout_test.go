@@ -72,7 +72,7 @@ func TestRolloutUsage(t *testing.T) {
 		{name: "negative warm-up", args: []string{"rollout", "-f", plain, "--local", "--warm-up", "-1s"}, wantErr: "rollout: invalid --warm-up -1s: must not be negative"},
 		{name: "bad client", args: []string{"rollout", "-f", plain, "--local", "--client", "udp"}, wantErr: `--client "udp"`},
 		{name: "bad image command", args: []string{"rollout", "-f", plain, "--local", "--image-command", "shop:1"}, wantErr: `--image-command "shop:1"`},
-		{name: "bad protocol", args: []string{"rollout", "-f", plain, "--local", "--protocol", "h3"}, wantErr: "closingtime: rollout: --protocol \"h3\": want http, http2 or grpc\n"},
+		{name: "bad protocol", args: []string{"rollout", "-f", plain, "--local", "--protocol", "h3"}, wantErr: "closingtime: rollout: --protocol \"h3\": want http, http2 (HTTP/2 without TLS, h2c) or grpc\n"},
 		{name: "grpc with a path", args: []string{"rollout", "-f", plain, "--local", "--protocol", "grpc", "--path", "/work"}, wantErr: "rollout: --path is HTTP's"},
 		{name: "grpc with retries", args: []string{"rollout", "-f", plain, "--local", "--protocol", "grpc", "--retry"}, wantErr: "rollout: --retry is HTTP's"},
 	})

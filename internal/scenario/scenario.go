@@ -554,7 +554,7 @@ func (p *parser) check(s *Scenario) {
 			p.errorf("traffic.retry", "retries are the HTTP client's: grpc-go's own transparent retries are counted as absorbed")
 		}
 	default:
-		p.errorf("traffic.protocol", "%q is not one of %s, %s, %s", s.Traffic.Protocol, ProtocolHTTP, ProtocolHTTP2, ProtocolGRPC)
+		p.errorf("traffic.protocol", "%q is not one of %s, %s (HTTP/2 without TLS, h2c), %s", s.Traffic.Protocol, ProtocolHTTP, ProtocolHTTP2, ProtocolGRPC)
 	}
 	switch {
 	case s.Traffic.ResolveInterval < 0:
