@@ -54,7 +54,11 @@
 // (and so LoadBalancerSourceRanges), externalTrafficPolicy Local, the
 // drop of traffic to unallocated addresses of the Service range, and the
 // topology and traffic-distribution choice of endpoints, which the caller
-// makes. kube-proxy deletes a stale chain a second after the transaction
-// that unlinked it, for kernels before 6.2; here it goes in the same
-// transaction, which a kernel before 6.2 may refuse as busy.
+// makes.
+//
+// A chain that a Sync unlinks (an endpoint's, a Service's) is emptied in
+// its transaction and deleted by the first Sync a second later, as
+// kube-proxy deletes its stale chains: deleted in the same transaction, it
+// made the kernel reject, now and then, a connect that arrived as the
+// transaction committed.
 package proxyrules

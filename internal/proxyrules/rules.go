@@ -104,9 +104,21 @@ type Rules struct {
 	mu     sync.Mutex
 	conn   *nftables.Conn      // nil after a failed transaction: Sync dials anew
 	kernel map[string]*planned // what the table holds beyond its base, by Service, as last written
-	setID  uint32              // the last ID given to a set in a transaction
+	// stale holds the chains that a write unlinked and emptied, by when:
+	// a later write deletes each once staleChainDelay has passed.
+	stale  map[string]time.Time
+	now    func() time.Time
+	setID  uint32 // the last ID given to a set in a transaction
 	closed bool
 }
+
+// staleChainDelay is how long a chain that a write unlinked stays, empty,
+// before a later write deletes it, as kube-proxy's nftables mode keeps
+// one: a packet that the kernel was taking through the chain as the
+// transaction committed must not find it gone. Deleted in the same
+// transaction, such a chain rejects, now and then, a connect that arrives
+// in that instant.
+const staleChainDelay = time.Second
 
 // ErrClosed is returned by Sync and Close once Close has been called.
 var ErrClosed = errors.New("proxyrules: closed")
@@ -124,7 +136,7 @@ func New(cfg Config) (*Rules, error) {
 		}
 		cfg.PodCIDR = cfg.PodCIDR.Masked()
 	}
-	r := &Rules{cfg: cfg, table: &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}}
+	r := &Rules{cfg: cfg, table: &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}, now: time.Now}
 	if err := r.write(nil); err != nil {
 		return nil, err
 	}
@@ -169,7 +181,7 @@ func (r *Rules) write(want map[string]*planned) error {
 		}
 		r.conn = conn
 		r.writeBase()
-		r.kernel = nil
+		r.kernel, r.stale = nil, map[string]time.Time{}
 	}
 	// A Service planned anew is a new part; an unchanged one keeps its
 	// part, and nothing of it is written.

@@ -2,6 +2,7 @@ package proxyrules
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -119,6 +120,64 @@ func mustSync(t *testing.T, r *Rules, ns *podnet.Netns, services []Service) {
 	t.Helper()
 	if err := r.Sync(services); err != nil {
 		t.Fatalf("sync: %v%s", err, ruleset(ns))
+	}
+	if len(r.stale) == 0 {
+		return
+	}
+	// Once more, a staleChainDelay later by r's clock, so that the chains
+	// the first unlinked are gone: the table is services' alone.
+	now := r.now
+	defer func() { r.now = now }()
+	r.now = func() time.Time { return now().Add(staleChainDelay) }
+	if err := r.Sync(services); err != nil {
+		t.Fatalf("sync a second later: %v%s", err, ruleset(ns))
+	}
+}
+
+// TestAnUnlinkedChainStaysASecond: a chain that a Sync unlinks stays,
+// empty, and goes with the first Sync a second later, as kube-proxy keeps
+// one, so that no packet the kernel was taking through it as the
+// transaction committed finds it gone; one that comes back before is
+// written again in place.
+func TestAnUnlinkedChainStaysASecond(t *testing.T) {
+	ns := newNetns(t)
+	r := newRules(t, ns, podCIDR)
+	start := time.Now()
+	at := start
+	r.now = func() time.Time { return at }
+	three := view()
+	three[0].Ports[0].Endpoints = endpoints("10.244.1.2:8080", "10.244.1.3:8080", "10.244.1.5:8080")
+	ep5, _ := webEndpoint("10.244.1.5")
+	for _, step := range []struct {
+		at   time.Duration // after start
+		view []Service
+		want string // ep5's chain: "gone", "empty", or "routes"
+	}{
+		{0, three, "routes"},
+		{0, view(), "empty"},
+		{500 * time.Millisecond, view(), "empty"},
+		{500 * time.Millisecond, three, "routes"},
+		{600 * time.Millisecond, view(), "empty"},
+		{1500 * time.Millisecond, view(), "empty"},
+		{1600 * time.Millisecond, view(), "gone"},
+	} {
+		at = start.Add(step.at)
+		if err := r.Sync(step.view); err != nil {
+			t.Fatalf("sync at +%v: %v", step.at, err)
+		}
+		rules, ok := readTable(t, ns).chains[ep5]
+		got := "gone"
+		switch {
+		case ok && len(rules) == 0:
+			got = "empty"
+		case ok && slices.Contains(rules, "meta l4proto tcp dnat to 10.244.1.5:8080"):
+			got = "routes"
+		case ok:
+			got = fmt.Sprintf("%q", rules)
+		}
+		if got != step.want {
+			t.Errorf("+%v, %d endpoints: chain %s %s, want %s", step.at, len(step.view[0].Ports[0].Endpoints), ep5, got, step.want)
+		}
 	}
 }
 

@@ -167,17 +167,29 @@ func (r *Rules) writeDiff(old, want *state) error {
 			c.DelSet(&nftables.Set{Name: name, Table: r.table})
 		}
 	}
+	// A chain that goes stays, empty, for staleChainDelay; those that
+	// have stayed that long go now.
+	now := r.now()
+	for name, since := range r.stale {
+		if _, back := want.chains[name]; !back && now.Sub(since) >= staleChainDelay {
+			c.DelChain(&nftables.Chain{Name: name, Table: r.table})
+			delete(r.stale, name)
+		}
+	}
 	for name := range old.chains {
 		if _, ok := want.chains[name]; !ok {
-			c.DelChain(&nftables.Chain{Name: name, Table: r.table})
+			r.stale[name] = now
 		}
 	}
 
 	// New chains and sets, then the rules, then the elements that lead
-	// to them.
+	// to them. A stale chain that comes back is there already, empty.
 	for name := range want.chains {
 		if _, ok := old.chains[name]; !ok {
-			c.AddChain(&nftables.Chain{Name: name, Table: r.table})
+			if _, stale := r.stale[name]; !stale {
+				c.AddChain(&nftables.Chain{Name: name, Table: r.table})
+			}
+			delete(r.stale, name)
 			rewrite[name] = true
 		}
 	}
