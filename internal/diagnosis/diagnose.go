@@ -247,11 +247,16 @@ func (ph *podHistory) ignored() bool {
 func (ph *podHistory) reacted() bool { return ph.sigtermLogged || ph.refusedAfterSignal }
 
 // cause gives joined request r its cause.
+// resentPrefix begins the error of an attempt that its client resent by
+// itself: load.ErrTransparentRetry's text, and that of the results
+// written before it ("retried transparently by grpc-go: …").
+const resentPrefix = "retried transparently"
+
 func cause(h *history, r *results.Request) results.Cause {
 	if r.Class == load.ConnectTimeout && strings.HasPrefix(r.Error, load.ErrNoFreeConnection.Error()) {
 		return NoFreeConnection
 	}
-	if strings.HasPrefix(r.Error, load.ErrTransparentRetry.Error()) {
+	if strings.HasPrefix(r.Error, resentPrefix) {
 		return GoawayResend
 	}
 	if r.Class == load.HTTP5xx || r.Class == load.ResponseTimeout {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -81,9 +82,9 @@ func (p *channelPool[C]) closeAll() {
 }
 
 // A sharedConn is a connection of a channel, which carries many requests
-// at once: when it was made, the requests it has carried, and the first
-// error of its reads or writes, the socket's account of a request that the
-// connection's end broke.
+// at once: when it was made, the requests it has carried, the first error
+// of its reads or writes (the socket's account of a request that the
+// connection's end broke), and whether its server spoke HTTP/2.
 type sharedConn struct {
 	net.Conn
 	// local is its LocalAddr, the value that grpc-go's stats carry.
@@ -91,9 +92,12 @@ type sharedConn struct {
 	made  time.Time
 	calls atomic.Int64
 	err   atomic.Pointer[error]
-	// read is set once the first bytes read have been looked at; forget, if not nil,
-	// takes the connection out of its channel's records when it closes.
-	read   atomic.Bool
+	// heard is set once a read has returned bytes, and notH2C if the
+	// first bytes were not HTTP/2's.
+	heard  atomic.Bool
+	notH2C atomic.Pointer[error]
+	// forget, if not nil, takes the connection out of its channel's
+	// records when it closes.
 	forget func()
 }
 
@@ -108,11 +112,11 @@ func (c *sharedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// ErrNotH2C is wrapped by the error of a request or call to a server
-// that does not speak HTTP/2 without TLS (h2c): the first bytes it sent on
-// the connection were not an HTTP/2 SETTINGS frame, such as an HTTP/1.x
-// answer to the HTTP/2 preface. Waiting does not change that, so
-// [WaitServing] gives up at once.
+// ErrNotH2C is wrapped by the error of an HTTP/2 request to a server that
+// does not speak HTTP/2 without TLS (h2c): the first bytes it sent on the
+// connection were not an HTTP/2 frame header of a SETTINGS frame, such as
+// an HTTP/1.x answer to the HTTP/2 preface. Waiting does not change that,
+// so [WaitServing] gives up at once.
 var ErrNotH2C = errors.New("the server does not speak HTTP/2 without TLS (h2c)")
 
 // settingsFrame is the type of HTTP/2's SETTINGS frame (RFC 9113 §6.5),
@@ -121,9 +125,11 @@ const settingsFrame = 0x4
 
 func (c *sharedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if n >= 4 && !c.read.Swap(true) && b[3] != settingsFrame {
+	// The first bytes are looked at once; a first read of fewer than a
+	// frame header's type tells nothing, and is let be.
+	if n > 0 && !c.heard.Swap(true) && n >= 4 && b[3] != settingsFrame {
 		first := fmt.Errorf("%w: its first bytes were %q", ErrNotH2C, b[:min(n, 16)])
-		c.err.CompareAndSwap(nil, &first)
+		c.notH2C.Store(&first)
 	}
 	if err != nil {
 		c.err.CompareAndSwap(nil, &err)
@@ -148,6 +154,15 @@ func (c *sharedConn) sockErr() error {
 	return nil
 }
 
+// notHTTP2 returns the error that says the server did not speak HTTP/2,
+// or nil.
+func (c *sharedConn) notHTTP2() error {
+	if p := c.notH2C.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // took records that attempt a went out on c, now.
 func (a *attempt) took(c *sharedConn) {
 	a.connect, a.conn = time.Now(), c
@@ -158,13 +173,24 @@ func (a *attempt) took(c *sharedConn) {
 }
 
 // broken sorts the failure of an attempt that went out on a connection and
-// ended without an answer: from its socket's error, where it had one, and
-// else from whether a byte of the response had come. A connection that
-// ended with no socket error was ended by a GOAWAY, or closed by the
-// client itself.
+// ended without an answer: an error if its server did not speak HTTP/2;
+// refused if it was reset before the server sent anything; else from its
+// socket's error, where it had one, and else from whether a byte of the
+// response had come. A connection that ended with no socket error was
+// ended by a GOAWAY, or closed by the client itself.
 func (a *attempt) broken() Class {
 	if a.conn != nil {
-		if err := a.conn.sockErr(); err != nil {
+		err := a.conn.sockErr()
+		switch {
+		case a.conn.notHTTP2() != nil:
+			return Error
+		case errors.Is(err, syscall.ECONNRESET) && !a.conn.heard.Load():
+			// Reset before the server sent a byte: it never took the
+			// connection, as when its listener closes with the
+			// connection in its queue (the kernel had completed the
+			// connect): refused, as a connect reset is.
+			return Refused
+		case err != nil:
 			return classifyExchange(err, !a.firstByte.IsZero())
 		}
 	}
@@ -184,8 +210,10 @@ var ErrTransparentRetry = errors.New("retried transparently: the attempt had not
 // by itself, as a transparent retry: it never reached the server (a
 // stream refused, or unsent as its connection drained), whatever the
 // socket saw as the connection closed after. A client retries only such
-// an attempt on its own: the lab's gRPC channels have no retry policy.
-// It is called with l.mu held, if the log is shared.
+// an attempt on its own (the lab's gRPC channels have no retry policy),
+// but for Go's HTTP/2 Transport, which also resends a stream its server
+// reset with PROTOCOL_ERROR. It is called with l.mu held, if the log is
+// shared.
 func (l *attemptLog) retried() {
 	n := len(l.attempts)
 	if n == 0 {

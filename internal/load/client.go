@@ -373,8 +373,9 @@ func readBody(resp *http.Response) (head []byte, err error) {
 const proxyBodyHead = 512
 
 // An attemptLog collects the attempts made for one request, the retries
-// included, in order. A gRPC call's are written from two goroutines (the
-// caller's and its transport's reader), under mu, until done.
+// included, in order. A gRPC call's and an HTTP/2 request's are written
+// from two goroutines (the caller's and its connection's reader), under
+// mu: a gRPC call's until done.
 type attemptLog struct {
 	attempts []attempt
 	mu       sync.Mutex

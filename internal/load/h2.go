@@ -13,15 +13,16 @@ import (
 
 // An h2Client sends requests over HTTP/2 without TLS, with prior
 // knowledge (h2c), through net/http's Transport, as a Go service calls
-// another over HTTP/2: each transport keeps one connection and carries
+// another over HTTP/2: each transport keeps a connection and carries
 // every request on it at once. A client with slots holds as many
 // transports, taken in turn (see [channelPool]); one without makes a
-// transport for each request and closes its connection after the
+// transport for each request, whose connection closes after the
 // response.
 //
 // The Transport resends by itself a request that the server did not
 // process: a stream refused by a GOAWAY or REFUSED_STREAM, or never sent
-// as its connection drained. Each try is an attempt of its own in the
+// as its connection drained (and one reset with PROTOCOL_ERROR, which a
+// server may have processed). Each try is an attempt of its own in the
 // request's attempt log, so that a request it saved counts as absorbed,
 // never hidden.
 //
@@ -31,11 +32,14 @@ import (
 type h2Client struct {
 	dial                            Dialer
 	connectTimeout, responseTimeout time.Duration
-	transports                      *channelPool[*http.Transport]
+	// single makes each transport's connection close after its request:
+	// a client without slots.
+	single     bool
+	transports *channelPool[*http.Transport]
 }
 
 func newH2Client(dial Dialer, connectTimeout, responseTimeout time.Duration, connections int, limits Limits) *h2Client {
-	c := &h2Client{dial: dial, connectTimeout: connectTimeout, responseTimeout: responseTimeout}
+	c := &h2Client{dial: dial, connectTimeout: connectTimeout, responseTimeout: responseTimeout, single: connections == 0}
 	c.transports = newChannelPool(connections, limits, connectTimeout+responseTimeout, c.newTransport,
 		(*http.Transport).CloseIdleConnections)
 	return c
@@ -50,8 +54,11 @@ func (c *h2Client) newTransport() (*http.Transport, error) {
 		Protocols: protocols,
 		// A request past the server's stream limit (Go's: 250) waits for
 		// a stream of the transport's connection rather than opening
-		// another: --connections is a bound, as a pool's size is.
+		// another.
 		HTTP2: &http.HTTP2Config{StrictMaxConcurrentRequests: true},
+		// The connection closes once its last stream is done, even one
+		// that its request gave up: nothing is left to close it after.
+		DisableKeepAlives: c.single,
 		// The requests' headers are the generator's own, as the HTTP/1.1
 		// client's are: no Accept-Encoding added.
 		DisableCompression: true,
@@ -73,6 +80,12 @@ var (
 	errResponseWait = fmt.Errorf("no complete response within the response timeout: %w", os.ErrDeadlineExceeded)
 )
 
+// connectBackstop is how long past the connect timeout a request waits
+// for a connection: the dial's own timeout, a little later begun, ends
+// first, and its error names the address it tried. The backstop ends the
+// wait for a connection that another request is dialing.
+const connectBackstop = 250 * time.Millisecond
+
 // RoundTrip sends req and reads the whole response. As the HTTP/1.1
 // client's, the connect timeout bounds the wait for a connection, and the
 // response timeout the response, from when the request had one (a resend
@@ -89,30 +102,42 @@ func (c *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx, cancel := context.WithCancelCause(req.Context())
 	defer cancel(nil)
-	// timeout is the running attempt's; GotConn replaces it, under
-	// log.mu.
-	timeout := time.AfterFunc(c.connectTimeout, func() { cancel(errConnectWait) })
 
 	// The trace's hooks run on the caller's goroutine and on the
-	// connection's reader; ended drops those that come after RoundTrip.
+	// connection's reader, under log.mu; ended drops those that come
+	// after RoundTrip. timeout is the running attempt's.
 	log.mu.Lock()
 	first := len(log.attempts)
 	log.start()
+	timeout := time.AfterFunc(c.connectTimeout+connectBackstop, func() { cancel(errConnectWait) })
 	log.mu.Unlock()
 	ended := false
+	// resent ends the last attempt, which had a connection, when the
+	// Transport looks for one again for the same request: that attempt
+	// never reached the server, and the next begins.
+	resent := func() {
+		if !log.last().connect.IsZero() {
+			log.retried()
+			log.start()
+			timeout.Stop()
+			timeout = time.AfterFunc(c.connectTimeout+connectBackstop, func() { cancel(errConnectWait) })
+		}
+	}
 	trace := &httptrace.ClientTrace{
+		GetConn: func(string) {
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			if !ended {
+				resent()
+			}
+		},
 		GotConn: func(info httptrace.GotConnInfo) {
 			log.mu.Lock()
 			defer log.mu.Unlock()
 			if ended {
 				return
 			}
-			if !log.last().connect.IsZero() {
-				// The Transport took a connection again for the same
-				// request: the attempt before never reached the server.
-				log.retried()
-				log.start()
-			}
+			resent()
 			if sc, ok := info.Conn.(*sharedConn); ok {
 				log.last().took(sc)
 			} else {
@@ -140,14 +165,8 @@ func (c *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	defer log.mu.Unlock()
 	ended = true
 	timeout.Stop()
-	if cause := context.Cause(ctx); err != nil && (cause == errConnectWait || cause == errResponseWait) {
-		err = fmt.Errorf("%w (%v)", cause, err)
-	}
-	a := log.last()
-	if err != nil && !a.connect.IsZero() && notConnected(err) {
-		// A retry whose connect failed.
-		log.retried()
-		a = log.start()
+	if cause := context.Cause(ctx); errors.Is(err, context.Canceled) && (cause == errConnectWait || cause == errResponseWait) {
+		err = fmt.Errorf("%w (%w)", cause, err)
 	}
 	for i := first; i < len(log.attempts); i++ {
 		// Read at the end, as the Dialer's contract has it.
@@ -155,6 +174,7 @@ func (c *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 			b.addr = addrPort(b.conn.RemoteAddr())
 		}
 	}
+	a := log.last()
 	if err != nil {
 		return nil, a.fail(classifyStream(a, err), h2Error(a.conn, err))
 	}
@@ -169,36 +189,36 @@ func (c *h2Client) close() { c.transports.closeAll() }
 // last returns the log's last attempt.
 func (l *attemptLog) last() *attempt { return &l.attempts[len(l.attempts)-1] }
 
-// notConnected reports whether err is a connect's: the Transport's dialer
-// failed, or gave up at the deadline before a connection was made.
-func notConnected(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
 // classifyStream sorts the failure err of an HTTP/2 request's attempt a:
 // from the connect, if the attempt never had a connection; else from
 // its connection's socket.
 func classifyStream(a *attempt, err error) Class {
-	if a.connect.IsZero() {
+	switch {
+	case errors.Is(err, errConnectWait):
+		return ConnectTimeout
+	case a.connect.IsZero():
 		a.addr = dialedAddr(err)
 		if timedOut(err) {
 			return ConnectTimeout
 		}
 		return classifyConnect(err)
-	}
-	if timedOut(err) {
+	case a.conn != nil && a.conn.notHTTP2() != nil:
+		return Error
+	case timedOut(err):
 		return ResponseTimeout
 	}
 	return a.broken()
 }
 
 // h2Error returns err, the failure of a request on conn, with what the
-// socket says of it where that is news: a server that does not speak
+// connection saw of it where that is news: a server that does not speak
 // HTTP/2.
 func h2Error(conn *sharedConn, err error) error {
-	if conn != nil && errors.Is(conn.sockErr(), ErrNotH2C) && !errors.Is(err, ErrNotH2C) {
-		return fmt.Errorf("%w: %w", conn.sockErr(), err)
+	if conn == nil {
+		return err
+	}
+	if e := conn.notHTTP2(); e != nil && !errors.Is(err, ErrNotH2C) {
+		return fmt.Errorf("%w: %w", e, err)
 	}
 	return err
 }

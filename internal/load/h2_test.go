@@ -1,12 +1,18 @@
 package load
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -140,6 +146,9 @@ func TestH2Failures(t *testing.T) {
 			if err != nil {
 				return
 			}
+			// It reads the request line, "PRI * HTTP/2.0", before it
+			// answers, so that closing sends a FIN, not a reset.
+			bufio.NewReader(c).ReadString('\n')
 			c.Write([]byte("<!DOCTYPE HTML>\n<html><body>505</body></html>\n"))
 			c.Close()
 		}
@@ -191,4 +200,88 @@ func TestWaitServingNotH2C(t *testing.T) {
 	if !strings.Contains(err.Error(), `its first bytes were "HTTP/1.1 `) {
 		t.Errorf("error %q: want the server's first bytes quoted", err)
 	}
+}
+
+// TestH2ConnectTimeoutNamesTheAddress: a connect that times out is a
+// connect-timeout whose attempt keeps the address its dial tried, by which
+// the diagnosis finds the pod, from a client with a connection per request
+// and from one that keeps them.
+func TestH2ConnectTimeoutNamesTheAddress(t *testing.T) {
+	// A dialer whose connects are never answered, as a gone pod's
+	// address's: it gives up at ctx's end as net.Dialer does.
+	hang := func(ctx context.Context, network, address string) (net.Conn, error) {
+		<-ctx.Done()
+		ap := netip.MustParseAddrPort(address)
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: net.TCPAddrFromAddrPort(ap), Err: os.ErrDeadlineExceeded}
+	}
+	for _, connections := range []int{0, 1} {
+		c := newH2Client(hang, 200*time.Millisecond, time.Second, connections, Limits{})
+		s := &httpSender{rt: c, fresh: c, closeIdle: c.close, template: h2Template(t, &net.TCPAddr{IP: net.IPv4(10, 244, 1, 9), Port: 8080})}
+		var log attemptLog
+		err := s.send("id", &log, false)
+		c.close()
+		a := log.attempts[len(log.attempts)-1]
+		if a.class != ConnectTimeout || a.addr.String() != "10.244.1.9:8080" || err == nil {
+			t.Errorf("%d connections: class %s, address %v, error %v; want a connect-timeout to 10.244.1.9:8080", connections, a.class, a.addr, err)
+		}
+	}
+}
+
+// TestH2NewConnClosesWhatItGaveUp: a client with a connection per request
+// leaves none open after requests that its response timeout ended.
+func TestH2NewConnClosesWhatItGaveUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open atomic.Int64
+	counted := &countingListener{Listener: ln, open: &open}
+	serveH2(t, counted, false, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(10 * time.Second):
+		case <-r.Context().Done():
+		}
+	})
+	c := newH2Client((&net.Dialer{}).DialContext, time.Second, 100*time.Millisecond, 0, Limits{})
+	s := &httpSender{rt: c, fresh: c, closeIdle: c.close, template: h2Template(t, ln.Addr())}
+	for i := range 5 {
+		var log attemptLog
+		s.send(strconv.Itoa(i), &log, false)
+		if cl := log.attempts[0].class; cl != ResponseTimeout {
+			t.Fatalf("request %d: class %s, want response-timeout", i, cl)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for open.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := open.Load(); n > 0 {
+		t.Errorf("%d connections still open 10 s after their requests gave up", n)
+	}
+}
+
+// countingListener counts its connections that are open.
+type countingListener struct {
+	net.Listener
+	open *atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.open.Add(1)
+	return &countedConn{Conn: c, open: l.open}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	open *atomic.Int64
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
 }

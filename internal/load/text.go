@@ -19,7 +19,7 @@ import (
 // Times are UTC.
 func WriteText(w io.Writer, r *Report) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s, %s\n\n", r.URL, Protocol(r.URL))
+	fmt.Fprintf(&b, "%s, %s\n\n", r.URL, DescribeTarget(r.URL))
 	for i, c := range r.Clients {
 		if i > 0 {
 			b.WriteByte('\n')
@@ -109,9 +109,9 @@ func formatMS(d time.Duration) string {
 	return strconv.FormatFloat(v, 'f', decimals, 64) + "ms"
 }
 
-// Protocol names what the requests to target, a URL of a run, speak, by
-// its scheme.
-func Protocol(target string) string {
+// DescribeTarget names what the requests to target, a URL of a run,
+// speak, by its scheme.
+func DescribeTarget(target string) string {
 	scheme, _, _ := strings.Cut(target, "://")
 	switch scheme {
 	case "grpc":

@@ -58,7 +58,11 @@
 //
 // A chain that a Sync unlinks (an endpoint's, a Service's) is emptied in
 // its transaction and deleted by the first Sync a second later, as
-// kube-proxy deletes its stale chains: deleted in the same transaction, it
-// made the kernel reject, now and then, a connect that arrived as the
-// transaction committed.
+// kube-proxy deletes its stale chains (for kernels before 6.2, which
+// refuse to delete a chain still in use). Here it also made rarer a
+// rejected connect that arrives as a transaction commits, though the
+// Service has endpoints before and after: deleted in the same
+// transaction, such chains went with about one such connect per 18,000
+// in a stress of endpoint changes every 5 ms; kept a second, one in about
+// 80,000. What rejects the rest is not known.
 package proxyrules

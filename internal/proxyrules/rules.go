@@ -114,10 +114,7 @@ type Rules struct {
 
 // staleChainDelay is how long a chain that a write unlinked stays, empty,
 // before a later write deletes it, as kube-proxy's nftables mode keeps
-// one: a packet that the kernel was taking through the chain as the
-// transaction committed must not find it gone. Deleted in the same
-// transaction, such a chain rejects, now and then, a connect that arrives
-// in that instant.
+// one (see the package documentation).
 const staleChainDelay = time.Second
 
 // ErrClosed is returned by Sync and Close once Close has been called.

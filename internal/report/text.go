@@ -280,7 +280,7 @@ func WriteText(w io.Writer, r *results.Results) error {
 	}
 	for _, s := range r.Scenarios {
 		if s.Target != "" {
-			fmt.Fprintf(w, "\n%s: traffic to %s, %s\n", s.Name, s.Target, load.Protocol(s.Target))
+			fmt.Fprintf(w, "\n%s: traffic to %s, %s\n", s.Name, s.Target, load.DescribeTarget(s.Target))
 		}
 		for _, run := range s.Runs {
 			fmt.Fprintln(w)
