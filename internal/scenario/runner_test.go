@@ -63,6 +63,8 @@ func newRunner(t *testing.T) *Runner {
 type catalogCheck struct {
 	name  string
 	check func(t *testing.T, res *results.Result)
+	// tweak, when set, changes the scenario before it runs.
+	tweak func(s *Scenario)
 }
 
 // checkCatalog runs the scenarios of checks quick, at once, each on a
@@ -83,6 +85,11 @@ func checkCatalog(t *testing.T, checks []catalogCheck) {
 	scenarios, err := Select(all, names)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i, c := range checks {
+		if c.tweak != nil {
+			c.tweak(scenarios[i])
+		}
 	}
 	r := newRunner(t)
 	r.cfg.DeployNoticesOnly = true

@@ -307,8 +307,23 @@ func restart(t *testing.T, c cluster.Backend, namespace string, objects []runtim
 	return events
 }
 
-// settled reports whether the last endpoints of events are all ready.
+// settled reports whether the last endpoints of events are all ready and
+// every pod deleted has terminated. The two come from separate watches, so
+// a real cluster's endpoints may lose an old pod before its terminal phase
+// is seen.
 func settled(events []cluster.Event) bool {
+	deleted := map[string]bool{}
+	for _, e := range events {
+		switch e.Kind {
+		case cluster.PodDeleted:
+			deleted[e.Pod] = true
+		case cluster.PodTerminated:
+			delete(deleted, e.Pod)
+		}
+	}
+	if len(deleted) > 0 {
+		return false
+	}
 	for i := len(events) - 1; i >= 0; i-- {
 		if events[i].Kind == cluster.EndpointsPublished {
 			eps := events[i].Endpoints.String()
