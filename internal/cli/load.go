@@ -70,8 +70,12 @@ once. A connection carries at most the server's stream limit at once
 response timeout. Go's HTTP/2 server gives its connections no maximum
 age: --max-lifetime retires the client's.
 
-A grpc://HOST:PORT URL calls closingtime.lab.v1.Lab/Work over gRPC instead
-(closingtime serve --grpc): new-conn on a channel of its own per call,
+A grpc://HOST:PORT/SERVICE/METHOD URL makes unary gRPC calls of that
+method instead (grpc://127.0.0.1:50051/grpc.health.v1.Health/Check),
+each with the empty request message, which every protobuf message type
+reads as all its fields absent: pick a method that answers OK to it.
+grpc://HOST:PORT alone calls closingtime.lab.v1.Lab/Work (closingtime
+serve --grpc). new-conn makes each call on a channel of its own,
 keep-alive over --connections long-lived channels. A call is sorted as a
 request is, from its socket; http5xx is a call the server answered with an
 error status. grpc-go's transparent retries of a call that never reached
@@ -83,9 +87,9 @@ address, round robin, and looks again only when a connection is lost,
 at most once an interval, as grpc-go's DNS resolver does every 30 s.
 
 With --wait-serving, the run begins once URL answers: ` + strconv.Itoa(load.ServingInARow) + ` requests in a row,
-each on a new connection, with a status below 500 (failed tries 100 ms
-apart). If it does not within that time, the command fails (exit status 3)
-and sends nothing. The load pods of rollout --kube and lab --kube use it,
+each on a new connection, with a status below 500 (a gRPC call, OK;
+failed tries 100 ms apart). If it does not within that time, the
+command fails (exit status 3) and sends nothing. The load pods of rollout --kube and lab --kube use it,
 so that their traffic starts, as the embedded cluster's does, once the
 Service answers where the traffic comes from.
 
@@ -117,6 +121,7 @@ kube-proxy routes a pod's connections (docs/load.md).`,
   closingtime load http://127.0.0.1:8080/work --wait-serving 30s --duration 10s
   closingtime load h2c://127.0.0.1:8080/work --client keep-alive=200 --connections 1
   closingtime load grpc://127.0.0.1:50051 --client keep-alive=200 --connections 1
+  closingtime load grpc://127.0.0.1:50051/grpc.health.v1.Health/Check --client new-conn=100
   closingtime load grpc://app-headless.shop:50051 --client keep-alive=200 --resolve-interval 30s`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -201,10 +206,15 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 	// The first request of class error, which no socket failure explains:
 	// its error says what did (a server that does not speak the URL's
 	// protocol, no free local port).
-	var firstError *load.Result
+	// The first gRPC call answered with an error status, which the text
+	// has no line for, as it has for HTTP's statuses.
+	var firstError, firstStatus *load.Result
 	cfg.OnResult = func(r load.Result) {
-		if r.Class == load.Error && firstError == nil {
+		switch {
+		case r.Class == load.Error && firstError == nil:
 			firstError = &r
+		case r.Class == load.HTTP5xx && r.Err != nil && firstStatus == nil:
+			firstStatus = &r
 		}
 	}
 	gen, err := load.New(cfg)
@@ -261,12 +271,17 @@ func runLoad(ctx context.Context, streams Streams, target string, flags loadFlag
 		if w := clientErrorsWarning(load.CountClientErrors(report.Clients), cmp.Or(u.Path, "/"), "give the path it serves in the URL, http://HOST:PORT/PATH"); w != "" {
 			fmt.Fprintf(streams.Err, "load: %s\n", w)
 		}
-		if firstError != nil {
-			var n int64
+		count := func(class load.Class) (n int64) {
 			for _, c := range report.Clients {
-				n += c.Totals[load.Error]
+				n += c.Totals[class]
 			}
-			fmt.Fprintf(streams.Err, "load: %d of the requests failed with error, which no socket failure explains; the first (%s): %v\n", n, firstError.ID, firstError.Err)
+			return n
+		}
+		if firstError != nil {
+			fmt.Fprintf(streams.Err, "load: %d of the requests failed with error, which no socket failure explains; the first (%s): %v\n", count(load.Error), firstError.ID, firstError.Err)
+		}
+		if firstStatus != nil {
+			fmt.Fprintf(streams.Err, "load: %d of the calls were answered with an error status (http5xx); the first (%s): %v\n", count(load.HTTP5xx), firstStatus.ID, firstStatus.Err)
 		}
 	}
 	return err

@@ -70,7 +70,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		{name: "client rate zero", args: []string{"load", "http://127.0.0.1:1/", "--client", "keep-alive=0"}, wantErr: "invalid rate"},
 		{name: "unparsable URL", args: []string{"load", "http://[::1"}, wantErr: "target URL"},
 		{name: "URL without scheme", args: []string{"load", "127.0.0.1:18080/work"},
-			wantErr: `closingtime: load: target URL "127.0.0.1:18080/work": want http://HOST:PORT/PATH, h2c://HOST:PORT/PATH or grpc://HOST:PORT, such as http://127.0.0.1:18080/work` + "\n"},
+			wantErr: `closingtime: load: target URL "127.0.0.1:18080/work": want http://HOST:PORT/PATH, h2c://HOST:PORT/PATH or grpc://HOST:PORT[/SERVICE/METHOD], such as http://127.0.0.1:18080/work` + "\n"},
 		{name: "unknown client kind", args: []string{"load", "http://127.0.0.1:1/", "--client", "http2"}, wantErr: `unknown client kind "http2"`},
 		{name: "client twice", args: []string{"load", "http://127.0.0.1:1/", "--client", "new-conn", "--client", "new-conn=5"}, wantErr: "given twice"},
 		{name: "bad output", args: []string{"load", "http://127.0.0.1:1/", "-o", "yaml"}, wantErr: "invalid --output"},

@@ -15,6 +15,7 @@ import (
 	"github.com/closingtime-dev/closingtime/internal/cluster"
 	"github.com/closingtime-dev/closingtime/internal/cluster/kube"
 	"github.com/closingtime-dev/closingtime/internal/diagnosis"
+	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/manifest"
 	"github.com/closingtime-dev/closingtime/internal/report"
 	"github.com/closingtime-dev/closingtime/internal/results"
@@ -57,8 +58,11 @@ for each of their causes, the most first, with its count and its fix.
 knowledge, as a Go client of an HTTP/2 service does: the server must
 speak HTTP/2 from the first byte, and still HTTP/1.1 where its httpGet
 probes come in, which the kubelet sends in HTTP/1.1. --protocol grpc
-calls closingtime.lab.v1.Lab/Work, for a workload of closingtime serve
---grpc.
+makes unary calls of the method --path names, as /SERVICE/METHOD
+(/grpc.health.v1.Health/Check, say), each with the empty request message,
+which every protobuf message type reads as all its fields absent; pick a
+method that answers OK to it. Without --path, it calls
+closingtime.lab.v1.Lab/Work, for a workload of closingtime serve --grpc.
 
 --junit FILE, or -o junit, writes the results as JUnit XML for CI: a test
 case per rollout, failed when more of its requests failed than
@@ -117,8 +121,8 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
 	f.IntVar(&flags.repeat, "repeat", 1, "rollouts to run")
 	flags.trafficFlags.bind(f)
 	f.StringVar(&flags.service, "service", "", "the Service to send traffic to (default: the only one in the files)")
-	f.StringVar(&flags.path, "path", scenario.DefaultPath, "the HTTP path to request")
-	f.StringVar(&flags.protocol, "protocol", string(scenario.ProtocolHTTP), "what the traffic speaks: http (GETs of --path over HTTP/1.1), http2 (the same over HTTP/2 without TLS, h2c) or grpc (Work calls of closingtime serve --grpc)")
+	f.StringVar(&flags.path, "path", scenario.DefaultPath, "the HTTP path to request; with --protocol grpc, the method to call, /SERVICE/METHOD (default: closingtime serve --grpc's Work)")
+	f.StringVar(&flags.protocol, "protocol", string(scenario.ProtocolHTTP), "what the traffic speaks: http (GETs of --path over HTTP/1.1), http2 (the same over HTTP/2 without TLS, h2c) or grpc (unary calls of the method --path names, with the empty request)")
 	f.DurationVar(&flags.warmUp, "warm-up", scenario.DefaultWarmUp, "traffic before each rollout")
 	f.DurationVar(&flags.after, "after", scenario.DefaultAfter, "traffic after each rollout is complete and its old pods are gone")
 	flags.out.bind(f, "", "", 0)
@@ -161,13 +165,14 @@ func runRollout(ctx context.Context, streams Streams, ref string, flags rolloutF
 	switch traffic.Protocol {
 	case scenario.ProtocolHTTP, scenario.ProtocolHTTP2:
 	case scenario.ProtocolGRPC:
-		if flags.pathGiven {
-			return usagef("rollout: --path is HTTP's: gRPC traffic calls closingtime.lab.v1.Lab/Work")
+		if !flags.pathGiven {
+			traffic.Path = "" // the lab server's Work
+		} else if err := load.CheckGRPCMethod(flags.path); err != nil {
+			return usagef("rollout: --path: %v: with --protocol grpc, --path is the method the traffic calls", err)
 		}
 		if flags.retry {
 			return usagef("rollout: --retry is HTTP's: grpc-go's own transparent retries are counted as absorbed")
 		}
-		traffic.Path = ""
 	default:
 		return usagef("rollout: --protocol %q: want http, http2 (HTTP/2 without TLS, h2c) or grpc", flags.protocol)
 	}

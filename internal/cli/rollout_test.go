@@ -73,7 +73,8 @@ func TestRolloutUsage(t *testing.T) {
 		{name: "bad client", args: []string{"rollout", "-f", plain, "--local", "--client", "udp"}, wantErr: `--client "udp"`},
 		{name: "bad image command", args: []string{"rollout", "-f", plain, "--local", "--image-command", "shop:1"}, wantErr: `--image-command "shop:1"`},
 		{name: "bad protocol", args: []string{"rollout", "-f", plain, "--local", "--protocol", "h3"}, wantErr: "closingtime: rollout: --protocol \"h3\": want http, http2 (HTTP/2 without TLS, h2c) or grpc\n"},
-		{name: "grpc with a path", args: []string{"rollout", "-f", plain, "--local", "--protocol", "grpc", "--path", "/work"}, wantErr: "rollout: --path is HTTP's"},
+		{name: "grpc with an HTTP path", args: []string{"rollout", "-f", plain, "--local", "--protocol", "grpc", "--path", "/work"},
+			wantErr: "closingtime: rollout: --path: gRPC method \"/work\": want /SERVICE/METHOD, such as /grpc.health.v1.Health/Check: with --protocol grpc, --path is the method the traffic calls\n"},
 		{name: "grpc with retries", args: []string{"rollout", "-f", plain, "--local", "--protocol", "grpc", "--retry"}, wantErr: "rollout: --retry is HTTP's"},
 	})
 }
@@ -375,6 +376,27 @@ func TestRolloutHTTP2(t *testing.T) {
 	}
 	if c := s.Runs[0].Clients[0]; c.Totals[load.OK] == 0 || c.Statuses[200] != c.Totals[load.OK] {
 		t.Errorf("keep-alive totals %v, statuses %v: want OK requests, each a 200", c.Totals, c.Statuses)
+	}
+}
+
+// TestRolloutGRPCMethod: --protocol grpc with --path calls that method of
+// the pods' service, here the health service's Check, through the
+// Service; the results name it, and the pods answer every call.
+func TestRolloutGRPCMethod(t *testing.T) {
+	t.Parallel()
+	r := rolloutOnce(t, "testdata/rollout-grpc.yaml", "--max-failures", "-1", "--protocol", "grpc", "--path", "/grpc.health.v1.Health/Check",
+		"--client", "keep-alive=20", "--connections", "2")
+	s := r.Scenarios[0]
+	if !strings.HasPrefix(s.Target, "grpc://app.") || !strings.HasSuffix(s.Target, ":50051/grpc.health.v1.Health/Check") {
+		t.Errorf("target %q, want the Service's address and the method", s.Target)
+	}
+	c := s.Runs[0].Clients[0]
+	var answered int64
+	for _, n := range c.Pods {
+		answered += n
+	}
+	if c.Totals[load.OK] == 0 || answered != c.Totals[load.OK] {
+		t.Errorf("keep-alive totals %v, by pod %v: want OK calls, each a pod's", c.Totals, c.Pods)
 	}
 }
 

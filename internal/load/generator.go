@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/closingtime-dev/closingtime/internal/labpb"
 	"github.com/closingtime-dev/closingtime/retry"
 )
 
@@ -265,7 +266,7 @@ func New(cfg Config) (*Generator, error) {
 		}
 		s := &stream{Client: cl, index: i, recorder: newRecorder(cl)}
 		if template == nil {
-			s.sender = newGRPCSender(cfg.Dial, address, cfg.Resolve, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits)
+			s.sender = newGRPCSender(cfg.Dial, address, grpcMethod(target), cfg.Resolve, cfg.ConnectTimeout, cfg.ResponseTimeout, connections, cl.Limits)
 		} else {
 			h := &httpSender{template: template}
 			if target.Scheme == "h2c" {
@@ -304,11 +305,14 @@ func parseTarget(raw string) (*url.URL, error) {
 		if u.Scheme == "http" || u.Scheme == "h2c" {
 			return u, nil
 		}
-		if u.Scheme == "grpc" && u.Port() != "" && strings.Trim(u.Path, "/") == "" && u.RawQuery == "" && u.Fragment == "" {
+		if u.Scheme == "grpc" && u.Path == "/" {
+			u.Path = "" // grpc://HOST:PORT/ is the default method's too
+		}
+		if u.Scheme == "grpc" && u.Port() != "" && u.RawQuery == "" && u.Fragment == "" && (u.Path == "" || CheckGRPCMethod(u.Path) == nil) {
 			return u, nil
 		}
 	}
-	msg := fmt.Sprintf("target URL %q: want http://HOST:PORT/PATH, h2c://HOST:PORT/PATH or grpc://HOST:PORT", raw)
+	msg := fmt.Sprintf("target URL %q: want http://HOST:PORT/PATH, h2c://HOST:PORT/PATH or grpc://HOST:PORT[/SERVICE/METHOD]", raw)
 	switch {
 	case err == nil && !validPort:
 		msg += fmt.Sprintf(": port %q is not a port from 1 to 65535", u.Port())
@@ -322,12 +326,52 @@ func parseTarget(raw string) (*url.URL, error) {
 		}
 	case err != nil:
 		msg += ": " + strings.TrimPrefix(err.Error(), fmt.Sprintf("parse %q: ", raw))
+	case u.Scheme == "grpc" && u.Port() == "":
+		msg += ": a gRPC target names its port"
+	case u.Scheme == "grpc" && (u.RawQuery != "" || u.Fragment != ""):
+		msg += ": a gRPC target has no query or fragment"
 	case u.Scheme == "grpc":
-		msg += ": a gRPC target names its port, and has no path, query or fragment: its calls are closingtime.lab.v1.Lab/Work"
+		msg += ": " + CheckGRPCMethod(u.Path).Error()
 	default:
 		msg += ": the requests are plain HTTP/1.1, HTTP/2 without TLS (h2c) or gRPC, not " + u.Scheme
 	}
 	return nil, errors.New(msg)
+}
+
+// CheckGRPCMethod checks that path names a gRPC method as a call's path
+// does: "/SERVICE/METHOD", SERVICE its full name, package included
+// ("grpc.health.v1.Health"), and METHOD a name ("Check").
+func CheckGRPCMethod(path string) error {
+	const form = "want /SERVICE/METHOD, such as /grpc.health.v1.Health/Check"
+	rest, ok := strings.CutPrefix(path, "/")
+	service, method, ok2 := strings.Cut(rest, "/")
+	if !ok || !ok2 || !isIdent(method) {
+		return fmt.Errorf("gRPC method %q: %s", path, form)
+	}
+	for part := range strings.SplitSeq(service, ".") {
+		if !isIdent(part) {
+			return fmt.Errorf("gRPC method %q: %s", path, form)
+		}
+	}
+	return nil
+}
+
+// isIdent reports whether s is a protobuf identifier: a letter or an
+// underscore, then letters, digits and underscores.
+func isIdent(s string) bool {
+	for i, r := range s {
+		letter := r == '_' || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z')
+		if !letter && (i == 0 || r < '0' || r > '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// grpcMethod returns the method that the calls to target, a grpc URL,
+// make: the one its path names, or the lab server's Work.
+func grpcMethod(target *url.URL) string {
+	return cmp.Or(target.Path, labpb.Lab_Work_FullMethodName)
 }
 
 // newTemplate returns the GET of target, an http or h2c URL, without its

@@ -13,11 +13,10 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
-
-	"github.com/closingtime-dev/closingtime/internal/labpb"
 )
 
 // The metadata keys of a gRPC call: the request's id, which the lab
@@ -28,15 +27,18 @@ const (
 	grpcPodKey       = "x-pod-name"
 )
 
-// grpcSender calls closingtime.lab.v1.Lab/Work: a NewConn client on a
-// channel of its own per call, closed after it; a KeepAlive client over a
-// pool of long-lived channels, one connection each, taken in turn.
+// grpcSender makes unary calls of one method, with an empty request: a
+// NewConn client on a channel of its own per call, closed after it; a
+// KeepAlive client over a pool of long-lived channels, one connection
+// each, taken in turn.
 // grpc-go's transparent retries (a call that never reached the server,
 // refused by a GOAWAY, say) are attempts of their own, so that a call they
 // saved counts as absorbed.
 type grpcSender struct {
 	dial    Dialer
 	address string
+	// method is the full name of the method called, "/SERVICE/METHOD".
+	method string
 	// resolve, if not nil, makes each channel look address's host up
 	// itself and balance over the addresses; nil dials address as it is.
 	resolve                         *Resolve
@@ -44,8 +46,8 @@ type grpcSender struct {
 	channels                        *channelPool[*grpcChannel]
 }
 
-func newGRPCSender(dial Dialer, address string, resolve *Resolve, connectTimeout, responseTimeout time.Duration, connections int, limits Limits) *grpcSender {
-	s := &grpcSender{dial: dial, address: address, resolve: resolve, connectTimeout: connectTimeout, responseTimeout: responseTimeout}
+func newGRPCSender(dial Dialer, address, method string, resolve *Resolve, connectTimeout, responseTimeout time.Duration, connections int, limits Limits) *grpcSender {
+	s := &grpcSender{dial: dial, address: address, method: method, resolve: resolve, connectTimeout: connectTimeout, responseTimeout: responseTimeout}
 	s.channels = newChannelPool(connections, limits, connectTimeout+responseTimeout, s.newChannel,
 		func(ch *grpcChannel) { ch.cc.Close() })
 	return s
@@ -103,6 +105,7 @@ func (s *grpcSender) newChannel() (*grpcChannel, error) {
 	cc, err := grpc.NewClient(target, append(opts,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(callStats{}),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(emptyCodec{})),
 		// The connect and the HTTP/2 handshake within the client's
 		// connect timeout, as the HTTP client's connect, not grpc-go's 20 s.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: s.connectTimeout}),
@@ -139,7 +142,8 @@ func (s *grpcSender) send(id string, log *attemptLog, fresh bool) error {
 	defer cancel()
 	ctx = context.WithValue(withAttemptLog(ctx, log), channelKey{}, ch)
 	ctx = metadata.AppendToOutgoingContext(ctx, grpcRequestIDKey, id)
-	_, err = labpb.NewLabClient(ch.cc).Work(ctx, &labpb.WorkRequest{})
+	// The codec sends the empty message and drops the reply.
+	err = ch.cc.Invoke(ctx, s.method, nil, nil)
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	// From here on, a header event that the transport's reader delivers
@@ -159,6 +163,17 @@ func (s *grpcSender) send(id string, log *attemptLog, fresh bool) error {
 }
 
 func (s *grpcSender) close() { s.channels.closeAll() }
+
+// emptyCodec is the channels' codec: every request it encodes is the
+// empty message, and it drops every response undecoded, as the load knows
+// no service's messages. The empty message is a valid one of every
+// protobuf type, each field absent. It names itself "proto", the content
+// subtype of every protobuf service.
+type emptyCodec struct{}
+
+func (emptyCodec) Marshal(any) (mem.BufferSlice, error) { return nil, nil }
+func (emptyCodec) Unmarshal(mem.BufferSlice, any) error { return nil }
+func (emptyCodec) Name() string                         { return "proto" }
 
 // channelKey keys a call's channel in its context, for callStats.
 type channelKey struct{}

@@ -30,7 +30,7 @@ func BenchmarkGRPCCall(b *testing.B) {
 	labpb.RegisterLabServer(gs, benchLab{})
 	go gs.Serve(ln)
 	defer gs.Stop()
-	s := newGRPCSender((&net.Dialer{}).DialContext, ln.Addr().String(), nil, DefaultConnectTimeout, DefaultResponseTimeout, 1, Limits{})
+	s := newGRPCSender((&net.Dialer{}).DialContext, ln.Addr().String(), labpb.Lab_Work_FullMethodName, nil, DefaultConnectTimeout, DefaultResponseTimeout, 1, Limits{})
 	defer s.close()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

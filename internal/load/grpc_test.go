@@ -14,6 +14,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"golang.org/x/net/http2"
@@ -126,16 +129,28 @@ func callThroughSIGTERM(t *testing.T, cmd *exec.Cmd, target string, onResult fun
 // status (here, a server without the Lab service: Unimplemented) is
 // http5xx, every one, from either client.
 func TestGRPCErrorStatus(t *testing.T) {
+	report := callBoth(t, grpc.NewServer(), "")
+	for _, c := range report.Clients {
+		if c.Totals[HTTP5xx] != c.Totals.Total() || c.Totals.Total() == 0 {
+			t.Errorf("%s: totals %s, want every call http5xx", c.Kind, formatCounts(&c.Totals))
+		}
+	}
+}
+
+// callBoth serves gs on a port of its own and calls method (the lab's
+// Work if empty) there for a second, from a new-conn and a keep-alive
+// client, 100 calls a second each.
+func callBoth(t *testing.T, gs *grpc.Server, method string) *Report {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
 	go gs.Serve(ln)
 	t.Cleanup(gs.Stop)
 	g, err := New(Config{
-		URL:      "grpc://" + ln.Addr().String(),
-		Clients:  []Client{{Kind: NewConn, Rate: 200}, {Kind: KeepAlive, Rate: 200, Connections: 2}},
+		URL:      "grpc://" + ln.Addr().String() + method,
+		Clients:  []Client{{Kind: NewConn, Rate: 100}, {Kind: KeepAlive, Rate: 100, Connections: 2}},
 		Duration: time.Second,
 	})
 	if err != nil {
@@ -145,10 +160,40 @@ func TestGRPCErrorStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return report
+}
+
+// TestGRPCUserMethod calls a method of a service that is not the lab's,
+// as a user's server has: the standard health service's Check, with the
+// empty request, which the server decodes as a whole message (every field
+// absent). Every call is OK, and the pods come from the response header.
+func TestGRPCUserMethod(t *testing.T) {
+	var mu sync.Mutex
+	served := map[string]int{} // by the request's service field
+	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		mu.Lock()
+		served[req.(*healthpb.HealthCheckRequest).GetService()]++
+		mu.Unlock()
+		grpc.SetHeader(ctx, metadata.Pairs(grpcPodKey, "shop-1"))
+		return handler(ctx, req)
+	}))
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	const method = "/grpc.health.v1.Health/Check"
+	report := callBoth(t, gs, method)
+	var calls int64
 	for _, c := range report.Clients {
-		if c.Totals[HTTP5xx] != c.Totals.Total() || c.Totals.Total() == 0 {
-			t.Errorf("%s: totals %s, want every call http5xx", c.Kind, formatCounts(&c.Totals))
+		if c.Totals[OK] != c.Totals.Total() || c.Totals.Total() == 0 {
+			t.Errorf("%s: totals %s, want every call OK", c.Kind, formatCounts(&c.Totals))
 		}
+		if c.Pods["shop-1"] != c.Totals[OK] {
+			t.Errorf("%s: pods %v, want every call answered by shop-1", c.Kind, c.Pods)
+		}
+		calls += c.Totals.Total()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(served) != 1 || int64(served[""]) != calls {
+		t.Errorf("the server took requests for services %v, want %d for the empty name", served, calls)
 	}
 }
 
@@ -212,7 +257,7 @@ func TestGRPCTransparentRetryAbsorbed(t *testing.T) {
 	go gs.Serve(refuser)
 	t.Cleanup(gs.Stop)
 
-	s := newGRPCSender((&net.Dialer{}).DialContext, ln.Addr().String(), nil, 5*time.Second, 5*time.Second, 1, Limits{})
+	s := newGRPCSender((&net.Dialer{}).DialContext, ln.Addr().String(), labpb.Lab_Work_FullMethodName, nil, 5*time.Second, 5*time.Second, 1, Limits{})
 	defer s.close()
 	var log attemptLog
 	start := time.Now()

@@ -164,7 +164,7 @@ func TestResolveRetriesEmptyAnswer(t *testing.T) {
 		}
 		return []netip.Addr{netip.MustParseAddr("127.0.0.2")}, nil
 	}
-	s := newGRPCSender((&net.Dialer{}).DialContext, "app.shop:"+strconv.Itoa(port), &Resolve{Lookup: lookup, Interval: time.Minute},
+	s := newGRPCSender((&net.Dialer{}).DialContext, "app.shop:"+strconv.Itoa(port), labpb.Lab_Work_FullMethodName, &Resolve{Lookup: lookup, Interval: time.Minute},
 		5*time.Second, 5*time.Second, 1, Limits{})
 	defer s.close()
 	ch, _, err := s.channels.get(false)

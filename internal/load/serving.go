@@ -23,9 +23,9 @@ const (
 )
 
 // WaitServing waits until cfg.URL answers: until [ServingInARow] requests
-// in a row (GETs over HTTP/1.1 or HTTP/2, as its scheme says, or gRPC
-// Work calls) get a complete response with a status below 500 (class
-// [OK]), each on a new connection made by cfg.Dial
+// in a row (GETs over HTTP/1.1 or HTTP/2, as its scheme says, or the
+// run's gRPC calls) get a complete response with a status below 500, or
+// status OK (class [OK]), each on a new connection made by cfg.Dial
 // (nil means a net.Dialer), each bounded as a run of cfg bounds its
 // requests: the connect by cfg.ConnectTimeout, the response, from the
 // connection on, by cfg.ResponseTimeout (zero means their defaults). The
@@ -78,8 +78,8 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 	var s sender
 	switch target.Scheme {
 	case "grpc":
-		// A Work call, on a channel of its own each.
-		s = newGRPCSender(dial, target.Host, cfg.Resolve, connectTimeout, responseTimeout, 0, Limits{})
+		// The run's call, on a channel of its own each.
+		s = newGRPCSender(dial, target.Host, grpcMethod(target), cfg.Resolve, connectTimeout, responseTimeout, 0, Limits{})
 	case "h2c":
 		template, err := newTemplate(target)
 		if err != nil {

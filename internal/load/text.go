@@ -1,6 +1,7 @@
 package load
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/closingtime-dev/closingtime/internal/labpb"
 )
 
 // WriteText writes the human summary of r, in the spirit of the seeds' load
@@ -112,10 +115,11 @@ func formatMS(d time.Duration) string {
 // DescribeTarget names what the requests to target, a URL of a run,
 // speak, by its scheme.
 func DescribeTarget(target string) string {
-	scheme, _, _ := strings.Cut(target, "://")
+	scheme, rest, _ := strings.Cut(target, "://")
 	switch scheme {
 	case "grpc":
-		return "gRPC calls of closingtime.lab.v1.Lab/Work"
+		_, method, _ := strings.Cut(rest, "/")
+		return "gRPC calls of " + cmp.Or(method, strings.TrimPrefix(labpb.Lab_Work_FullMethodName, "/"))
 	case "h2c":
 		return "GETs over HTTP/2 without TLS"
 	}

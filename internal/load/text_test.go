@@ -89,3 +89,16 @@ func TestClassText(t *testing.T) {
 		t.Error("an unknown class marshaled without error")
 	}
 }
+
+func TestDescribeTarget(t *testing.T) {
+	for target, want := range map[string]string{
+		"http://127.0.0.1:8080/work":                         "GETs over HTTP/1.1",
+		"h2c://127.0.0.1:8080/work":                          "GETs over HTTP/2 without TLS",
+		"grpc://127.0.0.1:50051":                             "gRPC calls of closingtime.lab.v1.Lab/Work",
+		"grpc://127.0.0.1:50051/grpc.health.v1.Health/Check": "gRPC calls of grpc.health.v1.Health/Check",
+	} {
+		if got := DescribeTarget(target); got != want {
+			t.Errorf("DescribeTarget(%q) = %q, want %q", target, got, want)
+		}
+	}
+}

@@ -439,7 +439,7 @@ func (r *Runner) prepare(s *Scenario, env map[string]string, namespace string) (
 	host := net.JoinHostPort(service.Name+"."+service.Namespace, strconv.Itoa(int(port)))
 	switch s.Traffic.Protocol {
 	case ProtocolGRPC:
-		return objects, deployment, "grpc://" + host, nil
+		return objects, deployment, "grpc://" + host + s.Traffic.Path, nil
 	case ProtocolHTTP2:
 		return objects, deployment, "h2c://" + host + cmp.Or(s.Traffic.Path, DefaultPath), nil
 	}

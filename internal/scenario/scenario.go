@@ -154,10 +154,11 @@ type Traffic struct {
 	// Port is the Service port; zero means its first port.
 	Port int32 `yaml:"port"`
 	// Protocol is what the traffic speaks: ProtocolHTTP (empty means
-	// it), ProtocolHTTP2, or ProtocolGRPC, the lab's Work call.
+	// it), ProtocolHTTP2, or ProtocolGRPC.
 	Protocol Protocol `yaml:"protocol"`
 	// Path is the request path; empty means DefaultPath. A gRPC
-	// traffic's calls have none.
+	// traffic's is the method it calls, "/SERVICE/METHOD"; empty means
+	// the lab server's Work.
 	Path string `yaml:"path"`
 	// Clients are the streams of requests; none means one new-conn client
 	// at load.DefaultRate.
@@ -187,8 +188,9 @@ const (
 	// ProtocolHTTP2 GETs it over HTTP/2 without TLS (h2c, prior
 	// knowledge), as `closingtime load h2c://…` does.
 	ProtocolHTTP2 Protocol = "http2"
-	// ProtocolGRPC calls closingtime.lab.v1.Lab/Work over gRPC
-	// (`closingtime serve --grpc`).
+	// ProtocolGRPC makes unary gRPC calls of the traffic's path, with
+	// the empty request, as `closingtime load grpc://…` does; without a
+	// path, of the lab server's Work (`closingtime serve --grpc`).
 	ProtocolGRPC Protocol = "grpc"
 )
 
@@ -548,7 +550,9 @@ func (p *parser) check(s *Scenario) {
 	case "", ProtocolHTTP, ProtocolHTTP2:
 	case ProtocolGRPC:
 		if s.Traffic.Path != "" {
-			p.errorf("traffic.path", "a gRPC traffic's calls are closingtime.lab.v1.Lab/Work: they have no path")
+			if err := load.CheckGRPCMethod(s.Traffic.Path); err != nil {
+				p.errorf("traffic.path", "%v: a gRPC traffic's path is the method it calls", err)
+			}
 		}
 		if s.Traffic.Retry != nil {
 			p.errorf("traffic.retry", "retries are the HTTP client's: grpc-go's own transparent retries are counted as absorbed")

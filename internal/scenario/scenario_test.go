@@ -121,7 +121,10 @@ func TestFromManifestsErrors(t *testing.T) {
 			wantField: "traffic.clients[0].maxLifetime", wantErr: "only a keep-alive client has a pool to limit"},
 		{name: "negative pool limit", paths: []string{deploy}, traffic: Traffic{Clients: []Client{{Kind: load.KeepAlive, MaxIdle: -time.Second}}},
 			wantField: "traffic.clients[0].maxIdle", wantErr: "-1s is negative"},
+		{name: "gRPC path not a method", paths: []string{deploy}, traffic: Traffic{Protocol: ProtocolGRPC, Path: "/work"},
+			wantField: "traffic.path", wantErr: `gRPC method "/work": want /SERVICE/METHOD, such as /grpc.health.v1.Health/Check: a gRPC traffic's path is the method it calls`},
 		{name: "valid", paths: []string{deploy, api}, traffic: Traffic{Service: "api", Path: "/work"}},
+		{name: "valid gRPC method", paths: []string{deploy}, traffic: Traffic{Service: "web", Protocol: ProtocolGRPC, Path: "/grpc.health.v1.Health/Check"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
