@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -378,6 +380,59 @@ func TestAnEstablishedConnectionKeepsItsPod(t *testing.T) {
 	if got := spreadOver(t, c.node(1), webPort, 10); got[other] != 10 {
 		t.Errorf("10 new connections went to %v, want all to %s", got, other)
 	}
+}
+
+// TestEndpointChangesRefuseNoConnect connects to a Service in a loop, from
+// four clients, while its endpoints change every 5 ms between one and two
+// others, all serving: no connect may be refused. A connect whose packet
+// a transaction overtook once found no endpoint in the pick's map and was
+// rejected, about one in 90,000 (dispatch).
+func TestEndpointChangesRefuseNoConnect(t *testing.T) {
+	c := newCluster(t, 2)
+	a, b, d := c.pod(t, 1, "a").ep, c.pod(t, 2, "b").ep, c.pod(t, 2, "d").ep
+	client := c.pod(t, 1, "client")
+	c.sync(t, []Service{web(a)})
+	var (
+		stop      atomic.Bool
+		connects  atomic.Int64
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		refusedAt []time.Time
+	)
+	for range 4 {
+		wg.Go(func() {
+			for !stop.Load() {
+				cn, err := dial(client, webPort, 5*time.Second)
+				connects.Add(1)
+				switch {
+				case errors.Is(err, syscall.ECONNREFUSED):
+					mu.Lock()
+					refusedAt = append(refusedAt, time.Now())
+					mu.Unlock()
+				case err != nil:
+					t.Errorf("connect: %v", err)
+				default:
+					// A reset, not a close, leaves no TIME_WAIT to
+					// use up the client's ports.
+					cn.Conn.(*net.TCPConn).SetLinger(0)
+					cn.Close()
+				}
+			}
+		})
+	}
+	syncs := 0
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); syncs += 2 {
+		c.sync(t, []Service{web(b, d)})
+		time.Sleep(5 * time.Millisecond)
+		c.sync(t, []Service{web(a)})
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if len(refusedAt) > 0 {
+		t.Errorf("%d of %d connects refused, at %v, over %d syncs", len(refusedAt), connects.Load(), refusedAt, syncs)
+	}
+	t.Logf("%d connects over %d syncs", connects.Load(), syncs)
 }
 
 func TestNodePortsReachEveryNodesEndpoints(t *testing.T) {

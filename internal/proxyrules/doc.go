@@ -8,8 +8,9 @@
 // [Rules] owns the table "ip closingtime" of one network namespace.
 // [Rules.Sync] takes the node's whole routing view, each Service port with
 // the endpoints already chosen for it, and writes what changed since the
-// last Sync in one netlink transaction, which the kernel applies at once:
-// no packet meets half an update.
+// last Sync in one netlink transaction, which the kernel applies at once,
+// but for a packet that a transaction overtakes on its way through the
+// chains (see the service chains below).
 //
 // What it mirrors of kube-proxy, by chain:
 //
@@ -22,7 +23,15 @@
 //     endpoints: marks for masquerading a connection from outside the pod
 //     range, sends a client of sessionAffinity ClientIP to the endpoint
 //     its address is remembered for, and else picks an endpoint with
-//     "numgen random mod N" in a verdict map.
+//     "numgen random mod N" in a verdict map, or goes to the only one
+//     (kube-proxy since kubernetes/kubernetes#140723). After the pick,
+//     one rule more than kube-proxy's: a goto the first endpoint. The
+//     kernel reads a packet's rules at the generation it began with but
+//     looks up a set at the current one, so that a packet overtaken by a
+//     transaction that rewrote the chain finds no element in the old
+//     pick's map, which went with its rule, and would leave without a
+//     DNAT, for cluster-ips-check to reject: about one connect in 90,000,
+//     with endpoints changing every 5 ms, before the goto caught it.
 //   - external-<hash>-… for a node port: marks every connection for
 //     masquerading, then goes to the service chain, as kube-proxy's for
 //     externalTrafficPolicy Cluster, or, where the node port's endpoints
@@ -59,10 +68,5 @@
 // A chain that a Sync unlinks (an endpoint's, a Service's) is emptied in
 // its transaction and deleted by the first Sync a second later, as
 // kube-proxy deletes its stale chains (for kernels before 6.2, which
-// refuse to delete a chain still in use). Here it also made rarer a
-// rejected connect that arrives as a transaction commits, though the
-// Service has endpoints before and after: deleted in the same
-// transaction, such chains went with about one such connect per 18,000
-// in a stress of endpoint changes every 5 ms; kept a second, one in about
-// 80,000. What rejects the rest is not known.
+// refuse to delete a chain still in use).
 package proxyrules

@@ -357,7 +357,17 @@ func sameEndpoints(a, b []netip.AddrPort) bool {
 
 // dispatch returns the rules of a chain that sends a connection to one of
 // eps: lead, then a rule per endpoint for a client it is remembered for
-// (with affinity), then a random pick.
+// (with affinity), then a random pick; to a single endpoint, a goto, as
+// kube-proxy writes it since 1.37 (kubernetes/kubernetes#140723).
+//
+// After a random pick comes a goto the first endpoint, which no packet
+// reaches but one that a transaction overtakes: the kernel reads a chain's
+// rules at the generation the packet began with, and a set's elements at
+// the current one, so that a packet between the two finds none in the
+// pick's map, which the transaction deleted with its rule, and would leave
+// the chain without a DNAT, for cluster-ips-check to reject (one connect
+// in about 90,000, with the endpoints changing every 5 ms). The goto sends
+// it where its generation's rules would have.
 func dispatch(lead []rule, eps []netip.AddrPort, names map[netip.AddrPort]endpointNames) []rule {
 	rules := lead
 	chains := make([]string, len(eps))
@@ -368,7 +378,10 @@ func dispatch(lead []rule, eps []netip.AddrPort, names map[netip.AddrPort]endpoi
 			rules = append(rules, rule{kind: stick, set: n.set, chains: []string{n.chain}})
 		}
 	}
-	return append(rules, rule{kind: spread, chains: chains})
+	if len(chains) == 1 {
+		return append(rules, rule{kind: goTo, chains: chains})
+	}
+	return append(rules, rule{kind: spread, chains: chains}, rule{kind: goTo, chains: chains[:1]})
 }
 
 // distinct returns eps without repeats, in their order, or an error for

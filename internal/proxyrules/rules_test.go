@@ -88,12 +88,14 @@ func viewTable() table {
 		"ip saddr @" + aff2 + " goto " + ep2,
 		"ip saddr @" + aff3 + " goto " + ep3,
 		"numgen random mod 2 vmap { 0 : goto " + ep2 + ", 1 : goto " + ep3 + " }",
+		"goto " + ep2,
 	}
 	tb.chains[webExternal] = []string{
 		"jump mark-for-masquerade",
 		"ip saddr @" + aff2 + " goto " + ep2,
 		"ip saddr @" + aff22 + " goto " + ep22,
 		"numgen random mod 2 vmap { 0 : goto " + ep2 + ", 1 : goto " + ep22 + " }",
+		"goto " + ep2,
 	}
 	for _, ep := range []struct{ ip, chain, set string }{{"10.244.1.2", ep2, aff2}, {"10.244.1.3", ep3, aff3}, {"10.244.2.2", ep22, aff22}} {
 		tb.chains[ep.chain] = []string{
@@ -379,12 +381,16 @@ func TestAffinityRulesAreEditedInPlace(t *testing.T) {
 	want := func(ips ...string) []string {
 		lines := []string{"ip saddr != 10.244.0.0/16 jump mark-for-masquerade"}
 		var picks []string
+		first, _ := webEndpoint(ips[0])
 		for i, ip := range ips {
 			chain, set := webEndpoint(ip)
 			lines = append(lines, "ip saddr @"+set+" goto "+chain)
 			picks = append(picks, strconv.Itoa(i)+" : goto "+chain)
 		}
-		return append(lines, "numgen random mod "+strconv.Itoa(len(ips))+" vmap { "+strings.Join(picks, ", ")+" }")
+		if len(ips) > 1 {
+			lines = append(lines, "numgen random mod "+strconv.Itoa(len(ips))+" vmap { "+strings.Join(picks, ", ")+" }")
+		}
+		return append(lines, "goto "+first)
 	}
 	sync := func(ips ...string) table {
 		t.Helper()
