@@ -88,8 +88,9 @@ at most once an interval, as grpc-go's DNS resolver does every 30 s.
 
 With --wait-serving, the run begins once URL answers: ` + strconv.Itoa(load.ServingInARow) + ` requests in a row,
 each on a new connection, with a status below 500 (a gRPC call, OK;
-failed tries 100 ms apart). If it does not within that time, the
-command fails (exit status 3) and sends nothing. The load pods of rollout --kube and lab --kube use it,
+failed tries 100 ms apart). If it does not within that time, or a gRPC
+server answers Unimplemented (it has not the method), the command fails
+(exit status 3) and sends nothing. The load pods of rollout --kube and lab --kube use it,
 so that their traffic starts, as the embedded cluster's does, once the
 Service answers where the traffic comes from.
 

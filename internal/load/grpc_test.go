@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -338,5 +339,25 @@ func (l *refuseFirst) refuse(c net.Conn) {
 			io.Copy(io.Discard, c)
 			return
 		}
+	}
+}
+
+// TestWaitServingUnimplemented: a server without the URL's method answers
+// Unimplemented, which no wait mends: WaitServing gives up at once and
+// says so.
+func TestWaitServingUnimplemented(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = WaitServing(ctx, Config{URL: "grpc://" + ln.Addr().String() + "/shop.v1.Shop/Get"}, nil)
+	if status.Code(err) != codes.Unimplemented || ctx.Err() != nil || !strings.Contains(err.Error(), "/shop.v1.Shop/Get: http5xx: ") {
+		t.Errorf("WaitServing = %v (ctx %v), want at once the server's Unimplemented", err, ctx.Err())
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The rule of [WaitServing].
@@ -42,7 +45,9 @@ const (
 //
 // If ctx ends first, WaitServing returns an error that wraps ctx.Err() and
 // quotes the last failure. An invalid cfg.URL is an error at once, and so
-// is a server that does not speak HTTP/2 to an h2c URL ([ErrNotH2C]).
+// is a server that does not speak HTTP/2 to an h2c URL ([ErrNotH2C]), or
+// one that answers a gRPC URL's call Unimplemented: it has not the method,
+// or not its service.
 func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 	target, err := parseTarget(cfg.URL)
 	if err != nil {
@@ -110,7 +115,7 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 			good++
 			continue
 		}
-		if errors.Is(err, ErrNotH2C) {
+		if errors.Is(err, ErrNotH2C) || status.Code(err) == codes.Unimplemented {
 			return fmt.Errorf("%s: %w", cfg.URL, err)
 		}
 		if ctx.Err() == nil {
