@@ -46,10 +46,11 @@ func newLoadCommand(streams Streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "load URL",
 		Short: "Send requests at a constant rate and count the failures by kind and by second",
-		Long: `Send GET requests to URL at a constant rate (open loop: each request starts
-on its schedule whatever the earlier ones are doing) and sort every request
-into ok, refused, reset, closed, connect-timeout, response-timeout, http5xx
-or error, from the socket error itself.
+		Long: `Send GET requests (or gRPC calls, to a grpc:// URL) to URL at a constant
+rate (open loop: each request starts on its schedule whatever the earlier
+ones are doing) and sort every request into ok, refused, reset, closed,
+connect-timeout, response-timeout, http5xx or error, from the socket error
+itself.
 
 Each --client is one stream of requests with its own rate: new-conn dials a
 connection for each request; keep-alive sends over a pool of --connections
@@ -89,8 +90,9 @@ at most once an interval, as grpc-go's DNS resolver does every 30 s.
 With --wait-serving, the run begins once URL answers: ` + strconv.Itoa(load.ServingInARow) + ` requests in a row,
 each on a new connection, with a status below 500 (a gRPC call, OK;
 failed tries 100 ms apart). If it does not within that time, or a gRPC
-server answers Unimplemented (it has not the method), the command fails
-(exit status 3) and sends nothing. The load pods of rollout --kube and lab --kube use it,
+server answers with a status no wait mends (Unimplemented: it has not the
+method; InvalidArgument, Unauthenticated, PermissionDenied), the command
+fails (exit status 3) and sends nothing. The load pods of rollout --kube and lab --kube use it,
 so that their traffic starts, as the embedded cluster's does, once the
 Service answers where the traffic comes from.
 

@@ -95,6 +95,7 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
   closingtime rollout -f deploy.yaml --local --image-command 'registry.example/shop:1.4=./bin/shop --port $(PORT)'
   closingtime rollout -f deploy.yaml --local --repeat 3 --max-failures 0 --junit rollout.xml
   closingtime rollout -f deploy.yaml --local --protocol http2 --client keep-alive=100 --connections 1
+  closingtime rollout -f deploy.yaml --local --protocol grpc --path /grpc.health.v1.Health/Check --client keep-alive=50
   closingtime rollout --kube deploy/web -n shop --rate 200 --load-pods 2
   closingtime rollout --kube -f deploy.yaml --image closingtime:dev`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -121,7 +122,7 @@ closingtime.dev/command.CONTAINER gives (docs/local-cluster.md).`,
 	f.IntVar(&flags.repeat, "repeat", 1, "rollouts to run")
 	flags.trafficFlags.bind(f)
 	f.StringVar(&flags.service, "service", "", "the Service to send traffic to (default: the only one in the files)")
-	f.StringVar(&flags.path, "path", scenario.DefaultPath, "the HTTP path to request; with --protocol grpc, the method to call, /SERVICE/METHOD (default: closingtime serve --grpc's Work)")
+	f.StringVar(&flags.path, "path", scenario.DefaultPath, "the HTTP path to request (with --protocol grpc: the method to call, /SERVICE/METHOD; not given, closingtime serve --grpc's Work)")
 	f.StringVar(&flags.protocol, "protocol", string(scenario.ProtocolHTTP), "what the traffic speaks: http (GETs of --path over HTTP/1.1), http2 (the same over HTTP/2 without TLS, h2c) or grpc (unary calls of the method --path names, with the empty request)")
 	f.DurationVar(&flags.warmUp, "warm-up", scenario.DefaultWarmUp, "traffic before each rollout")
 	f.DurationVar(&flags.after, "after", scenario.DefaultAfter, "traffic after each rollout is complete and its old pods are gone")

@@ -156,8 +156,13 @@ func (s *grpcSender) send(id string, log *attemptLog, fresh bool) error {
 	// grpc-go may end the last attempt's stats without the status that
 	// the call returns (an attempt whose stream was done as it sent): the
 	// call's own error decides.
-	if a := &log.attempts[len(log.attempts)-1]; a.end.IsZero() || (err != nil && a.class == OK) {
+	a := &log.attempts[len(log.attempts)-1]
+	if a.end.IsZero() || (err != nil && a.class == OK) {
 		classifyCall(a, err, ch)
+	}
+	if errors.Is(a.err, ErrNotH2C) {
+		// What the call's status does not say: the server's first bytes.
+		return a.err
 	}
 	return err
 }
@@ -254,6 +259,11 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 		a.class = Error
 		f, c := ch.failed.Load(), ch.conn.Load()
 		switch {
+		case c != nil && (f == nil || c.made.After(f.at)) && c.notHTTP2() != nil:
+			// Its server answered the connection's HTTP/2 preface with
+			// something else: an error, which no wait mends.
+			a.class, a.addr = Error, addrPort(c.RemoteAddr())
+			err = h2Error(c, err)
 		case c != nil && (f == nil || c.made.After(f.at)) && c.sockErr() == nil:
 			// The channel's latest connection, whole: it refused the
 			// call for a GOAWAY it had got (draining).

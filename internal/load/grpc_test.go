@@ -357,7 +357,32 @@ func TestWaitServingUnimplemented(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err = WaitServing(ctx, Config{URL: "grpc://" + ln.Addr().String() + "/shop.v1.Shop/Get"}, nil)
-	if status.Code(err) != codes.Unimplemented || ctx.Err() != nil || !strings.Contains(err.Error(), "/shop.v1.Shop/Get: http5xx: ") {
+	if status.Code(err) != codes.Unimplemented || ctx.Err() != nil || !strings.Contains(err.Error(), "/shop.v1.Shop/Get: the server answers shop.v1.Shop/Get, called with the empty request, Unimplemented, which no wait mends") {
 		t.Errorf("WaitServing = %v (ctx %v), want at once the server's Unimplemented", err, ctx.Err())
+	}
+}
+
+// TestGRPCNotHTTP2: a gRPC call to a server that answers in HTTP/1.1 is an
+// error that quotes the server's first bytes, from either client, and
+// WaitServing gives up on it at once.
+func TestGRPCNotHTTP2(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveH2(t, ln, true, podHandler)
+	for _, connections := range []int{0, 1} {
+		s := newGRPCSender((&net.Dialer{}).DialContext, ln.Addr().String(), labpb.Lab_Work_FullMethodName, nil, time.Second, time.Second, connections, Limits{})
+		var log attemptLog
+		err := s.send("id", &log, connections == 0)
+		s.close()
+		if a := log.attempts[len(log.attempts)-1]; a.class != Error || !errors.Is(err, ErrNotH2C) || !strings.Contains(err.Error(), `its first bytes were "HTTP/1.1 `) {
+			t.Errorf("%d connections: class %s, error %v; want an error that quotes the server's HTTP/1.1", connections, a.class, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := WaitServing(ctx, Config{URL: "grpc://" + ln.Addr().String()}, nil); !errors.Is(err, ErrNotH2C) || ctx.Err() != nil {
+		t.Errorf("WaitServing: %v; want ErrNotH2C at once", err)
 	}
 }

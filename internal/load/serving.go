@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -46,8 +47,8 @@ const (
 // If ctx ends first, WaitServing returns an error that wraps ctx.Err() and
 // quotes the last failure. An invalid cfg.URL is an error at once, and so
 // is a server that does not speak HTTP/2 to an h2c URL ([ErrNotH2C]), or
-// one that answers a gRPC URL's call Unimplemented: it has not the method,
-// or not its service.
+// one that answers a gRPC URL's call with a status no wait mends
+// (Unimplemented, InvalidArgument, Unauthenticated, PermissionDenied).
 func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 	target, err := parseTarget(cfg.URL)
 	if err != nil {
@@ -115,8 +116,12 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 			good++
 			continue
 		}
-		if errors.Is(err, ErrNotH2C) || status.Code(err) == codes.Unimplemented {
+		if errors.Is(err, ErrNotH2C) {
 			return fmt.Errorf("%s: %w", cfg.URL, err)
+		}
+		if code := status.Code(err); refusesEmptyCalls(code) {
+			return fmt.Errorf("%s: the server answers %s, called with the empty request, %s, which no wait mends: call a unary method of its own that answers the empty request OK, such as /grpc.health.v1.Health/Check where it serves health (the URL's path; rollout's --path; a scenario's traffic.path): %w",
+				cfg.URL, strings.TrimPrefix(grpcMethod(target), "/"), code, err)
 		}
 		if ctx.Err() == nil {
 			last = err
@@ -136,6 +141,18 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 		}
 	}
 	return nil
+}
+
+// refusesEmptyCalls reports whether a server that answered a call with
+// code answers every call of the method so: it has not the method, or not
+// with the empty request the load sends, or not for a caller without
+// credentials.
+func refusesEmptyCalls(code codes.Code) bool {
+	switch code {
+	case codes.Unimplemented, codes.InvalidArgument, codes.Unauthenticated, codes.PermissionDenied:
+		return true
+	}
+	return false
 }
 
 // connectError marks an error of WaitServing's dial.
