@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
@@ -70,6 +71,8 @@ type tableRow struct {
 // htmlScenario is a scenario's section.
 type htmlScenario struct {
 	Name, Anchor, Description, Seed, Deployment, Action string
+	// Target is the traffic's URL, and Speaks what its requests speak.
+	Target, Speaks string
 	Runs                                                []htmlRun
 }
 
@@ -133,6 +136,9 @@ func newHTMLPage(r *results.Results) htmlPage {
 		anchor := "s" + strconv.Itoa(i+1)
 		p.Rows = append(p.Rows, newTableRow(s, anchor))
 		hs := htmlScenario{Name: s.Name, Anchor: anchor, Description: s.Description, Seed: s.Seed, Deployment: s.Deployment, Action: s.Action}
+		if s.Target != "" {
+			hs.Target, hs.Speaks = s.Target, load.DescribeTarget(s.Target)
+		}
 		for j, run := range s.Runs {
 			h := newHTMLRun(run, anchor+"r"+strconv.Itoa(j+1))
 			p.Diagnosed = p.Diagnosed || len(h.Stories) > 0

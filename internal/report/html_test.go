@@ -105,6 +105,15 @@ func TestHTMLContent(t *testing.T) {
 	}
 }
 
+// TestHTMLNamesTheTraffic: a scenario's section says where its traffic
+// went and what it spoke.
+func TestHTMLNamesTheTraffic(t *testing.T) {
+	page := html.UnescapeString(renderHTML(t, twoScenarios()))
+	if want := "traffic to <code>grpc://app.default:50051/grpc.health.v1.Health/Check</code>, gRPC calls of grpc.health.v1.Health/Check"; !strings.Contains(page, want) {
+		t.Errorf("the page lacks %q", want)
+	}
+}
+
 // TestHTMLEscapes renders names that are markup, and checks that they
 // show as text: html/template escapes them for their context (element
 // text, attribute, SVG title).

@@ -31,7 +31,7 @@ func twoScenarios() *results.Results {
 	second[load.Refused] = 50
 	return &results.Results{Scenarios: []results.Result{
 		{
-			Name: "1-plain", Description: "no readiness probe", Seed: "001", Deployment: "default/app",
+			Name: "1-plain", Description: "no readiness probe", Seed: "001", Deployment: "default/app", Target: "grpc://app.default:50051/grpc.health.v1.Health/Check",
 			Totals: results.Totals{Requests: 401, OK: 140, Refused: 252, Closed: 9},
 			Runs: []results.Run{{
 				Repetition: 1, Start: start,
