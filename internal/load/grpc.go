@@ -88,10 +88,11 @@ func (ch *grpcChannel) connAt(local net.Addr) *sharedConn {
 	return nil
 }
 
-// dialFailure is a failed connect: its error, and when it ended.
+// dialFailure is a failed connect: its error, when it began (its first
+// SYN, where the routing chose the pod) and when it ended.
 type dialFailure struct {
-	err error
-	at  time.Time
+	err       error
+	began, at time.Time
 }
 
 // newChannel makes a channel to s's address, connected through s's dialer.
@@ -112,9 +113,10 @@ func (s *grpcSender) newChannel() (*grpcChannel, error) {
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, s.connectTimeout)
 			defer cancel()
+			began := time.Now()
 			c, err := s.dial(ctx, "tcp", addr)
 			if err != nil {
-				ch.failed.Store(&dialFailure{err: err, at: time.Now()})
+				ch.failed.Store(&dialFailure{err: err, began: began, at: time.Now()})
 				return nil, err
 			}
 			key := c.LocalAddr().String()
@@ -280,8 +282,9 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 			}
 		case f != nil:
 			// The channel fails its calls with its last failed connect's
-			// error until it connects again: that connect is the call's.
-			a.class, a.addr, a.connect = classifyConnect(f.err), dialedAddr(f.err), f.at
+			// error until it connects again: that connect is the call's,
+			// tried when it began, which may be before the call was sent.
+			a.class, a.addr, a.connect = classifyConnect(f.err), dialedAddr(f.err), f.began
 		}
 	default:
 		a.class = a.broken()

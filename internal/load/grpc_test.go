@@ -217,7 +217,7 @@ func TestClassifyCallChannelEvidence(t *testing.T) {
 		connErr error
 		want    Class
 	}{
-		{name: "a failed connect, no connection since", failed: &dialFailure{err: refused, at: time.Now()}, want: Refused},
+		{name: "a failed connect, no connection since", failed: &dialFailure{err: refused, began: time.Now().Add(-time.Second), at: time.Now()}, want: Refused},
 		{name: "an old failed connect, a whole connection since", failed: &dialFailure{err: refused, at: long}, conn: &sharedConn{Conn: local, made: time.Now()}, want: Closed},
 		{name: "a connection reset before the call", conn: &sharedConn{Conn: local, made: time.Now()}, connErr: syscall.ECONNRESET, want: Refused},
 		{name: "nothing known", want: Error},
@@ -237,6 +237,10 @@ func TestClassifyCallChannelEvidence(t *testing.T) {
 			classifyCall(&a, unavailable, ch)
 			if a.class != tt.want {
 				t.Errorf("class %s, want %s", a.class, tt.want)
+			}
+			// The call's connect is the failed one's, tried when it began.
+			if f := tt.failed; f != nil && tt.conn == nil && !a.connect.Equal(f.began) {
+				t.Errorf("connect at %v, want the failed connect's start, %v", a.connect, f.began)
 			}
 		})
 	}

@@ -123,6 +123,17 @@ func (nw *Network) build(nodes int) error {
 	return nil
 }
 
+// bridgeMAC is the hardware address of node i's bridge, locally
+// administered. A bridge without an address of its own takes the lowest
+// of its ports', and takes another when that port goes: the pods, whose
+// neighbour tables still hold the old one for their gateway, then lose
+// every packet through the node for seconds, until they ask again. Here
+// that was a pod's sandbox deleted in a rollout, and the other pods'
+// connects timing out to pods that were serving.
+func bridgeMAC(i int) net.HardwareAddr {
+	return net.HardwareAddr{0x02, 0, 0, 0, byte(i >> 8), byte(i)}
+}
+
 // addNode makes node i: its namespace and bridge, its link to the switch,
 // and the routes between it and the nodes before it. sw is a netlink
 // handle in the switch's namespace.
@@ -139,7 +150,7 @@ func (nw *Network) addNode(sw *netlink.Handle, i int) (*NetnsNode, error) {
 	if n.nl, err = handle(ns); err != nil {
 		return n, err
 	}
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName}}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName, HardwareAddr: bridgeMAC(i)}}
 	if err := n.nl.LinkAdd(br); err != nil {
 		return n, fmt.Errorf("add bridge: %w", err)
 	}

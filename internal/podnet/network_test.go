@@ -458,3 +458,51 @@ func TestClosedIsClosed(t *testing.T) {
 		t.Errorf("Listen in a closed node: %v, want ErrClosed", err)
 	}
 }
+
+// TestGatewayStaysAsSandboxesGo: the node's bridge keeps its hardware
+// address as sandboxes come and go, so that the pods' gateway never
+// changes under them: a pod on node-1 reaches one on node-2, through it,
+// at once after each of its neighbours' sandboxes went.
+func TestGatewayStaysAsSandboxesGo(t *testing.T) {
+	nw := newNetwork(t, 2)
+	n1 := nw.Nodes()[0]
+	server, sns := sandbox(t, nw.Nodes()[1])
+	ln, err := sns.Listen("tcp", "0.0.0.0:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, ln, "server")
+	addr := netip.AddrPortFrom(server.IP(), 8080).String()
+	client, _ := sandbox(t, n1)
+	var neighbours []*netnsSandbox
+	for range 6 {
+		s, _ := sandbox(t, n1)
+		neighbours = append(neighbours, s)
+	}
+	mac := func() string {
+		br, err := n1.nl.LinkByName(bridgeName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return br.Attrs().HardwareAddr.String()
+	}
+	want := bridgeMAC(1).String()
+	for i, s := range neighbours {
+		if got, err := get(client.ns.DialContext, addr); err != nil || got != "server" {
+			t.Fatalf("after %d sandboxes went: %q, %v; want the server's answer", i, got, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := mac(); got != want {
+			t.Fatalf("after %d sandboxes went, the bridge's address is %s, want %s", i+1, got, want)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := client.ns.DialContext(ctx, "tcp", addr)
+		cancel()
+		if err != nil {
+			t.Fatalf("after %d sandboxes went: %v; want a prompt connect", i+1, err)
+		}
+		c.Close()
+	}
+}

@@ -38,8 +38,9 @@ type Request struct {
 	// answered, the sidecar's. Empty where no such log was read.
 	Attempts []proxy.Attempt `json:"attempts,omitempty"`
 	// ConnectMS is when the attempt's connection was ready (or its
-	// connect failed, for a connect that failed); FailedMS, when the
-	// attempt failed.
+	// connect failed, for a connect that failed; for a gRPC call that
+	// its channel failed with its last failed connect's error, when that
+	// connect began); FailedMS, when the attempt failed.
 	ConnectMS float64 `json:"connectMs"`
 	FailedMS  float64 `json:"failedMs"`
 	// Addr is the address the attempt's connection reached or tried, as
@@ -88,11 +89,13 @@ type Request struct {
 }
 
 // MadeMS returns when the request's connection was made: its connect
-// less its age; for a connect that timed out, when it was tried, the
-// request's start, since its ConnectMS is when it gave up.
+// less its age; for a connect that timed out, when it was tried: the
+// request's start, since its ConnectMS is when it gave up, or, for a gRPC
+// call that its channel failed with an earlier connect's timeout, that
+// connect's start, its ConnectMS.
 func (r *Request) MadeMS() float64 {
 	if r.Class == load.ConnectTimeout {
-		return r.AtMS
+		return min(r.AtMS, r.ConnectMS)
 	}
 	return r.ConnectMS - r.ConnAgeMS
 }

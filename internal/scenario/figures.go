@@ -278,8 +278,9 @@ func failedRequest(r *load.Result, at func(time.Time) float64) (results.Request,
 		f.Pod = r.Pod
 	}
 	// A connect that failed failed when the attempt did, unless the
-	// attempt says when: a gRPC channel fails its calls with its last
-	// connect's error, which may be older than the call.
+	// attempt says when it was tried: a gRPC channel fails its calls
+	// with its last connect's error, which began when it did, maybe
+	// before the call.
 	f.ConnectMS = f.FailedMS
 	if a.Connect != 0 {
 		f.ConnectMS = offset(a.Connect)
