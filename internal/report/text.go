@@ -304,8 +304,11 @@ func writeRun(w io.Writer, name string, run results.Run, fixes bool) {
 			fmt.Fprintf(w, "    answered by pod: %s\n", load.PodCounts(c.Pods))
 		}
 	}
+	if len(run.FailedSeconds) > 0 {
+		fmt.Fprintln(w, "  seconds with failures, every client's requests, from the action:")
+	}
 	for _, sec := range run.FailedSeconds {
-		fmt.Fprintf(w, "  %+4ds %s\n", sec.Second, counts(sec.Counts))
+		fmt.Fprintf(w, "    %+ds %s\n", sec.Second, counts(sec.Counts))
 	}
 	for _, p := range run.OldPods {
 		if p.SigtermMS == nil && p.ExitCode < 0 {
