@@ -73,8 +73,9 @@ Exit status: 0 when no rollout failed more than --max-failures requests;
 bad flag or a manifest that cannot be read or run (with --local, a
 container without a command for its image); 3 when the setup did not run:
 the workload did not deploy (its pods never all became ready, its Service
-never answered, or answered in a way no wait mends, such as a gRPC server
-without the method, or a container exited before the rollout), so nothing was
+never answered, or, with --local, answered in a way no wait mends, such as
+a gRPC server without the method, or a container exited before the
+rollout), so nothing was
 measured and no file is written; 4 when the tool failed; 130 when
 interrupted.
 

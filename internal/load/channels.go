@@ -112,11 +112,11 @@ func (c *sharedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// ErrNotH2C is wrapped by the error of an HTTP/2 request to a server that
-// does not speak HTTP/2 without TLS (h2c): the first bytes it sent on the
-// connection were not an HTTP/2 frame header of a SETTINGS frame, such as
-// an HTTP/1.x answer to the HTTP/2 preface. Waiting does not change that,
-// so [WaitServing] gives up at once.
+// ErrNotH2C is wrapped by the error of an HTTP/2 request or a gRPC call to
+// a server that does not speak HTTP/2 without TLS (h2c): the first bytes
+// it sent on the connection were not an HTTP/2 frame header of a SETTINGS
+// frame, such as an HTTP/1.x answer to the HTTP/2 preface. Waiting does
+// not change that, so [WaitServing] gives up at once.
 var ErrNotH2C = errors.New("the server does not speak HTTP/2 without TLS (h2c)")
 
 // settingsFrame is the type of HTTP/2's SETTINGS frame (RFC 9113 §6.5),

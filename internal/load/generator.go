@@ -305,10 +305,7 @@ func parseTarget(raw string) (*url.URL, error) {
 		if u.Scheme == "http" || u.Scheme == "h2c" {
 			return u, nil
 		}
-		if u.Scheme == "grpc" && u.Path == "/" {
-			u.Path = "" // grpc://HOST:PORT/ is the default method's too
-		}
-		if u.Scheme == "grpc" && u.Port() != "" && u.RawQuery == "" && u.Fragment == "" && (u.Path == "" || CheckGRPCMethod(u.Path) == nil) {
+		if u.Scheme == "grpc" && u.Port() != "" && !grpcExtras(raw, u) && u.RawPath == "" && (u.Path == "" || u.Path == "/" || CheckGRPCMethod(u.Path) == nil) {
 			return u, nil
 		}
 	}
@@ -328,14 +325,22 @@ func parseTarget(raw string) (*url.URL, error) {
 		msg += ": " + strings.TrimPrefix(err.Error(), fmt.Sprintf("parse %q: ", raw))
 	case u.Scheme == "grpc" && u.Port() == "":
 		msg += ": a gRPC target names its port"
-	case u.Scheme == "grpc" && (u.RawQuery != "" || u.Fragment != ""):
+	case u.Scheme == "grpc" && grpcExtras(raw, u):
 		msg += ": a gRPC target has no query or fragment"
+	case u.Scheme == "grpc" && u.RawPath != "":
+		msg += ": a gRPC target's method is written as it is, with no escapes"
 	case u.Scheme == "grpc":
 		msg += ": " + CheckGRPCMethod(u.Path).Error()
 	default:
 		msg += ": the requests are plain HTTP/1.1, HTTP/2 without TLS (h2c) or gRPC, not " + u.Scheme
 	}
 	return nil, errors.New(msg)
+}
+
+// grpcExtras reports whether u, parsed from raw, has a query or a
+// fragment, even an empty one ("grpc://h:1/a.B/C?").
+func grpcExtras(raw string, u *url.URL) bool {
+	return u.RawQuery != "" || u.ForceQuery || strings.Contains(raw, "#")
 }
 
 // CheckGRPCMethod checks that path names a gRPC method as a call's path
@@ -369,9 +374,13 @@ func isIdent(s string) bool {
 }
 
 // grpcMethod returns the method that the calls to target, a grpc URL,
-// make: the one its path names, or the lab server's Work.
+// make: the one its path names, or, with none ("" or "/"), the lab
+// server's Work.
 func grpcMethod(target *url.URL) string {
-	return cmp.Or(target.Path, labpb.Lab_Work_FullMethodName)
+	if target.Path == "" || target.Path == "/" {
+		return labpb.Lab_Work_FullMethodName
+	}
+	return target.Path
 }
 
 // newTemplate returns the GET of target, an http or h2c URL, without its

@@ -264,7 +264,7 @@ func classifyCall(a *attempt, err error, ch *grpcChannel) {
 		case c != nil && (f == nil || c.made.After(f.at)) && c.notHTTP2() != nil:
 			// Its server answered the connection's HTTP/2 preface with
 			// something else: an error, which no wait mends.
-			a.class, a.addr = Error, addrPort(c.RemoteAddr())
+			a.addr = addrPort(c.RemoteAddr())
 			err = h2Error(c, err)
 		case c != nil && (f == nil || c.made.After(f.at)) && c.sockErr() == nil:
 			// The channel's latest connection, whole: it refused the

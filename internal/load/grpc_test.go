@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -348,8 +349,20 @@ func (l *refuseFirst) refuse(c net.Conn) {
 
 // TestWaitServingUnimplemented: a server without the URL's method answers
 // Unimplemented, which no wait mends: WaitServing gives up at once and
-// says so.
+// says so. An HTTP/2 proxy's 404, which grpc-go makes Unimplemented too,
+// may be a route not set up yet: WaitServing waits on.
 func TestWaitServingUnimplemented(t *testing.T) {
+	proxy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveH2(t, proxy, false, http.NotFound)
+	short, cancelShort := context.WithTimeout(context.Background(), time.Second)
+	defer cancelShort()
+	if err := WaitServing(short, Config{URL: "grpc://" + proxy.Addr().String()}, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitServing on a 404: %v, want it to wait to its end", err)
+	}
+
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

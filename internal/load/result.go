@@ -33,7 +33,9 @@ type Result struct {
 	// Connect, FirstByte and Total are when the connection was ready, the
 	// first response byte arrived, and the response was complete or the
 	// request failed, as offsets from Time; with retries, those of the
-	// last attempt. Connect and FirstByte are zero if not reached.
+	// last attempt. Connect and FirstByte are zero if not reached; a gRPC
+	// call that its channel failed with its last failed connect's error
+	// has that connect's start as its Connect, which may be negative.
 	Connect, FirstByte, Total time.Duration
 	// Class is the outcome of the last attempt.
 	Class Class

@@ -46,9 +46,9 @@ const (
 //
 // If ctx ends first, WaitServing returns an error that wraps ctx.Err() and
 // quotes the last failure. An invalid cfg.URL is an error at once, and so
-// is a server that does not speak HTTP/2 to an h2c URL ([ErrNotH2C]), or
-// one that answers a gRPC URL's call with a status no wait mends
-// (Unimplemented, InvalidArgument, Unauthenticated, PermissionDenied).
+// is a server that does not speak HTTP/2 to an h2c or grpc URL
+// ([ErrNotH2C]), or a gRPC server that answers the URL's call itself with
+// a status no wait mends: Unimplemented, InvalidArgument, Unauthenticated.
 func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 	target, err := parseTarget(cfg.URL)
 	if err != nil {
@@ -101,6 +101,11 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 			err := s.send("wait-serving", &log, true)
 			a := log.attempts[len(log.attempts)-1]
 			switch {
+			case a.answered && refusesEmptyCalls(status.Code(err)):
+				// The server's own status, in its trailers; not one
+				// that grpc-go made of an HTTP status, such as a
+				// proxy's 404 for a route it does not have yet.
+				return &unservableError{method: strings.TrimPrefix(grpcMethod(target), "/"), code: status.Code(err), err: err}
 			case err != nil:
 				return fmt.Errorf("%s: %w", a.class, err)
 			case a.class != OK:
@@ -116,12 +121,9 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 			good++
 			continue
 		}
-		if errors.Is(err, ErrNotH2C) {
+		var unservable *unservableError
+		if errors.Is(err, ErrNotH2C) || errors.As(err, &unservable) {
 			return fmt.Errorf("%s: %w", cfg.URL, err)
-		}
-		if code := status.Code(err); refusesEmptyCalls(code) {
-			return fmt.Errorf("%s: the server answers %s, called with the empty request, %s, which no wait mends: call a unary method of its own that answers the empty request OK, such as /grpc.health.v1.Health/Check where it serves health (the URL's path; rollout's --path; a scenario's traffic.path): %w",
-				cfg.URL, strings.TrimPrefix(grpcMethod(target), "/"), code, err)
 		}
 		if ctx.Err() == nil {
 			last = err
@@ -149,11 +151,26 @@ func WaitServing(ctx context.Context, cfg Config, failed func(error)) error {
 // credentials.
 func refusesEmptyCalls(code codes.Code) bool {
 	switch code {
-	case codes.Unimplemented, codes.InvalidArgument, codes.Unauthenticated, codes.PermissionDenied:
+	case codes.Unimplemented, codes.InvalidArgument, codes.Unauthenticated:
 		return true
 	}
 	return false
 }
+
+// An unservableError is a gRPC server's answer to the run's call that no
+// wait mends (refusesEmptyCalls).
+type unservableError struct {
+	method string
+	code   codes.Code
+	err    error
+}
+
+func (e *unservableError) Error() string {
+	return fmt.Sprintf("the server answers %s, called with the empty request, %s, which no wait mends: call a unary method of its own that answers the empty request OK, such as /grpc.health.v1.Health/Check where it serves health (the URL's path; rollout's --path; a scenario's traffic.path): %v",
+		e.method, e.code, e.err)
+}
+
+func (e *unservableError) Unwrap() error { return e.err }
 
 // connectError marks an error of WaitServing's dial.
 type connectError struct{ err error }

@@ -1,16 +1,14 @@
 package load
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/closingtime-dev/closingtime/internal/labpb"
 )
 
 // WriteText writes the human summary of r, in the spirit of the seeds' load
@@ -115,11 +113,13 @@ func formatMS(d time.Duration) string {
 // DescribeTarget names what the requests to target, a URL of a run,
 // speak, by its scheme.
 func DescribeTarget(target string) string {
-	scheme, rest, _ := strings.Cut(target, "://")
-	switch scheme {
+	u, err := url.Parse(target)
+	if err != nil {
+		return "requests"
+	}
+	switch u.Scheme {
 	case "grpc":
-		_, method, _ := strings.Cut(rest, "/")
-		return "gRPC calls of " + cmp.Or(method, strings.TrimPrefix(labpb.Lab_Work_FullMethodName, "/"))
+		return "gRPC calls of " + strings.TrimPrefix(grpcMethod(u), "/")
 	case "h2c":
 		return "GETs over HTTP/2 without TLS"
 	}

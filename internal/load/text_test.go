@@ -91,14 +91,19 @@ func TestClassText(t *testing.T) {
 }
 
 func TestDescribeTarget(t *testing.T) {
-	for target, want := range map[string]string{
-		"http://127.0.0.1:8080/work":                         "GETs over HTTP/1.1",
-		"h2c://127.0.0.1:8080/work":                          "GETs over HTTP/2 without TLS",
-		"grpc://127.0.0.1:50051":                             "gRPC calls of closingtime.lab.v1.Lab/Work",
-		"grpc://127.0.0.1:50051/grpc.health.v1.Health/Check": "gRPC calls of grpc.health.v1.Health/Check",
+	for _, tt := range []struct {
+		name, target, want string
+	}{
+		{"HTTP/1.1", "http://127.0.0.1:8080/work", "GETs over HTTP/1.1"},
+		{"h2c", "h2c://127.0.0.1:8080/work", "GETs over HTTP/2 without TLS"},
+		{"the lab's Work", "grpc://127.0.0.1:50051", "gRPC calls of closingtime.lab.v1.Lab/Work"},
+		{"the lab's Work, with a slash", "grpc://127.0.0.1:50051/", "gRPC calls of closingtime.lab.v1.Lab/Work"},
+		{"a method", "grpc://127.0.0.1:50051/grpc.health.v1.Health/Check", "gRPC calls of grpc.health.v1.Health/Check"},
 	} {
-		if got := DescribeTarget(target); got != want {
-			t.Errorf("DescribeTarget(%q) = %q, want %q", target, got, want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			if got := DescribeTarget(tt.target); got != tt.want {
+				t.Errorf("DescribeTarget(%q) = %q, want %q", tt.target, got, tt.want)
+			}
+		})
 	}
 }

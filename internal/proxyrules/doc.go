@@ -23,9 +23,11 @@
 //     endpoints: marks for masquerading a connection from outside the pod
 //     range, sends a client of sessionAffinity ClientIP to the endpoint
 //     its address is remembered for, and else picks an endpoint with
-//     "numgen random mod N" in a verdict map, or goes to the only one
-//     (kube-proxy since kubernetes/kubernetes#140723). After the pick,
-//     one rule more than kube-proxy's: a goto the first endpoint. The
+//     "numgen random mod N" in a verdict map, or, with one endpoint, goes
+//     to its chain without a map (kube-proxy, since
+//     kubernetes/kubernetes#140723, DNATs to a Service's only endpoint in
+//     the service chain itself, where it has no affinity). After the
+//     pick, one rule more than kube-proxy's: a goto the first endpoint. The
 //     kernel reads a packet's rules at the generation it began with but
 //     looks up a set at the current one, so that a packet overtaken by a
 //     transaction that rewrote the chain finds no element in the old

@@ -357,8 +357,10 @@ func sameEndpoints(a, b []netip.AddrPort) bool {
 
 // dispatch returns the rules of a chain that sends a connection to one of
 // eps: lead, then a rule per endpoint for a client it is remembered for
-// (with affinity), then a random pick; to a single endpoint, a goto, as
-// kube-proxy writes it since 1.37 (kubernetes/kubernetes#140723).
+// (with affinity), then a random pick; to a single endpoint, a goto its
+// chain, without a map (kube-proxy, since kubernetes/kubernetes#140723,
+// DNATs to the only endpoint of a Service without affinity in the service
+// chain itself).
 //
 // After a random pick comes a goto the first endpoint, which no packet
 // reaches but one that a transaction overtakes: the kernel reads a chain's

@@ -73,7 +73,7 @@ type htmlScenario struct {
 	Name, Anchor, Description, Seed, Deployment, Action string
 	// Target is the traffic's URL, and Speaks what its requests speak.
 	Target, Speaks string
-	Runs                                                []htmlRun
+	Runs           []htmlRun
 }
 
 // htmlRun is a run's part of its scenario's section.

@@ -308,7 +308,7 @@ func writeRun(w io.Writer, name string, run results.Run, fixes bool) {
 		fmt.Fprintln(w, "  seconds with failures, every client's requests, from the action:")
 	}
 	for _, sec := range run.FailedSeconds {
-		fmt.Fprintf(w, "    %+ds %s\n", sec.Second, counts(sec.Counts))
+		fmt.Fprintf(w, "  %+6ds %s\n", sec.Second, counts(sec.Counts))
 	}
 	for _, p := range run.OldPods {
 		if p.SigtermMS == nil && p.ExitCode < 0 {

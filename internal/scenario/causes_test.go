@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/closingtime-dev/closingtime/internal/diagnosis"
+	"github.com/closingtime-dev/closingtime/internal/load"
 	"github.com/closingtime-dev/closingtime/internal/results"
 )
 
@@ -135,7 +136,13 @@ func TestRunnerCatalogCauses(t *testing.T) {
 		// the seed's 8.33 new connections a second, one quick rollout in
 		// about fifty has none. Six times the rate makes the race sure.
 		{name: "C-graceful-keepalive", check: firstRun(causes(false, []results.Cause{routing, hostage}, stale)),
-			tweak: func(s *Scenario) { s.Traffic.Clients[0].Rate *= 6 }},
+			tweak: func(s *Scenario) {
+				for i := range s.Traffic.Clients {
+					if c := &s.Traffic.Clients[i]; c.Kind == load.NewConn {
+						c.Rate *= 6
+					}
+				}
+			}},
 		{name: "D-prestop", check: firstRun(both(causes(false, []results.Cause{hostage}, stale), findingOf("killed-at-grace-end")))},
 		{name: "E-client-retry", check: firstRun(causes(true, []results.Cause{hostage}, stale))},
 		{name: "F-closingtime-graceful", check: firstRun(noCause)},

@@ -86,6 +86,9 @@ func checkCatalog(t *testing.T, checks []catalogCheck) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(scenarios) != len(checks) {
+		t.Fatalf("%d scenarios for %d checks: name scenarios, not groups", len(scenarios), len(checks))
+	}
 	for i, c := range checks {
 		if c.tweak != nil {
 			c.tweak(scenarios[i])

@@ -297,25 +297,24 @@ func restart(t *testing.T, c cluster.Backend, namespace string, objects []runtim
 		t.Errorf("old pods gone at %v, before the rollout completed at %v", st.OldPodsGoneAt, st.CompletedAt)
 	}
 	// The last endpoints change follows the last old pod's removal.
-	var events []cluster.Event
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		events = log.Events()[from:]
-		if settled(events) {
-			break
+		if events := log.Events()[from:]; settled(events) {
+			return events
 		}
 	}
-	return events
+	t.Fatalf("the restart's events did not settle within 30 s:\n%s", describe(log.Events()[from:]))
+	return nil
 }
 
 // settled reports whether the last endpoints of events are all ready and
-// every pod deleted has terminated. The two come from separate watches, so
-// a real cluster's endpoints may lose an old pod before its terminal phase
-// is seen.
+// every pod deleted from a node has terminated. The two come from separate
+// watches, so a real cluster's endpoints may lose an old pod before its
+// terminal phase is seen. A pod that no node ran has no terminal phase.
 func settled(events []cluster.Event) bool {
 	deleted := map[string]bool{}
 	for _, e := range events {
 		switch e.Kind {
-		case cluster.PodDeleted:
+		case cluster.PodTerminating:
 			deleted[e.Pod] = true
 		case cluster.PodTerminated:
 			delete(deleted, e.Pod)
